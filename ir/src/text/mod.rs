@@ -1,0 +1,1 @@
+//! The text format: printer and parser (in progress).
