@@ -535,12 +535,12 @@ mod tests {
     fn conv_output_shape_with_stride_pad_dilation_groups() {
         let op = Op::Conv2d(Conv2d {
             strides: [2, 2],
-            pads: [1, 1, 1, 1],
+            pads: [3, 3, 3, 3],
             dilations: [1, 1],
             group: 1,
         });
         let out = infer(&op, &[&t(&[1, 3, 224, 224]), &t(&[64, 3, 7, 7])]).unwrap();
-        assert_eq!(out[0].shape, vec![1, 64, 111, 111]);
+        assert_eq!(out[0].shape, vec![1, 64, 112, 112]);
         let dw = Op::Conv2d(Conv2d {
             group: 32,
             pads: [2, 2, 2, 2],
