@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod attr;
+pub mod dot;
 pub mod graph;
 pub mod infer;
 pub mod init;

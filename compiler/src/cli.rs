@@ -1,0 +1,267 @@
+//! The `dnnc` command line: argument parsing and thin wrappers over the
+//! library. Each subcommand returns its output as text so tests can call it
+//! without spawning a process.
+
+use crate::error::DnncError;
+use crate::model::load_model;
+use clap::{Parser, Subcommand, ValueEnum};
+use dnnc_ir::tensor::{read_npy, read_safetensors, write_npy};
+use dnnc_ir::{DType, Graph, Tensor};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// dnnc: a deep-learning graph compiler.
+#[derive(Debug, Parser)]
+#[command(name = "dnnc", version, about, long_about = None)]
+pub struct Cli {
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Execution backends selectable with `--backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// The reference interpreter: slow, simple, the numeric oracle.
+    Interp,
+}
+
+/// dnnc's subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a model and write or summarise its outputs.
+    Run {
+        /// Model file (.dnn text model).
+        model: PathBuf,
+        /// Input tensor: NAME=FILE.npy, or just FILE.npy for a single-input model.
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Safetensors file whose tensors bind parameters by name.
+        #[arg(long, value_name = "FILE.safetensors")]
+        weights: Option<PathBuf>,
+        /// Directory to write `<output name>.npy` files into.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Execution backend.
+        #[arg(long, value_enum, default_value_t = Backend::Interp)]
+        backend: Backend,
+    },
+    /// Print the Work-Depth analysis: per-node W, D and conv algorithm costs.
+    Analyze {
+        /// Model file.
+        model: PathBuf,
+        /// Emit JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Processor count for Brent's bounds (default: available cores).
+        #[arg(long, value_name = "P")]
+        procs: Option<usize>,
+    },
+    /// Print the canonical text IR.
+    Ir {
+        /// Model file.
+        model: PathBuf,
+    },
+    /// Print the graph in Graphviz dot format.
+    Dot {
+        /// Model file.
+        model: PathBuf,
+    },
+}
+
+/// Runs a parsed command line, returning what it prints on stdout.
+/// Progress notes go to `notes` (stderr in the binary).
+pub fn execute(cli: Cli, notes: &mut dyn FnMut(&str)) -> Result<String, DnncError> {
+    match cli.command {
+        Command::Run {
+            model,
+            inputs,
+            weights,
+            out,
+            backend: Backend::Interp,
+        } => {
+            let mut g = load_model(&model)?;
+            if let Some(w) = weights {
+                bind_weights_file(&mut g, &w, notes)?;
+            }
+            g.check_weights_bound()?;
+            let feeds = gather_inputs(&g, &inputs, notes)?;
+            let results = dnnc_runtime::run(&g, &feeds)?;
+            let mut text = String::new();
+            for (&v, t) in g.outputs().iter().zip(&results) {
+                let name = &g.value(v).name;
+                text.push_str(&summarize(name, t));
+                if let Some(dir) = &out {
+                    std::fs::create_dir_all(dir).map_err(|source| DnncError::Io {
+                        action: "create directory",
+                        path: dir.display().to_string(),
+                        source,
+                    })?;
+                    let path = dir.join(format!("{}.npy", file_stem_for(name)));
+                    write_npy(&path, t)?;
+                    let _ = writeln!(text, "  wrote {}", path.display());
+                }
+            }
+            Ok(text)
+        }
+        Command::Analyze { model, json, procs } => {
+            let procs = match procs {
+                Some(0) => return Err(DnncError::Usage("--procs must be at least 1".into())),
+                Some(p) => p,
+                None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            };
+            let g = load_model(&model)?;
+            let a = dnnc_passes::wd::analyze(&g);
+            Ok(if json {
+                dnnc_passes::wd::render_json(&a, procs)
+            } else {
+                dnnc_passes::wd::render_table(&a, procs)
+            })
+        }
+        Command::Ir { model } => Ok(dnnc_ir::text::print(&load_model(&model)?)),
+        Command::Dot { model } => Ok(dnnc_ir::dot::to_dot(&load_model(&model)?)),
+    }
+}
+
+/// Loads a safetensors file and binds its tensors to parameters by name.
+pub fn bind_weights_file(
+    g: &mut Graph,
+    path: &Path,
+    notes: &mut dyn FnMut(&str),
+) -> Result<(), DnncError> {
+    let tensors = read_safetensors(path)?;
+    let unused = g.bind_weights(tensors)?;
+    if !unused.is_empty() {
+        notes(&format!(
+            "note: {} tensor(s) in `{}` match no parameter and were ignored: {}",
+            unused.len(),
+            path.display(),
+            unused.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// Resolves `--input` arguments to named tensors. With none given, every
+/// graph input gets seeded random normal data (seed 0) so a model can be
+/// smoke-run without data files.
+pub fn gather_inputs(
+    g: &Graph,
+    args: &[String],
+    notes: &mut dyn FnMut(&str),
+) -> Result<Vec<(String, Tensor)>, DnncError> {
+    let graph_inputs: Vec<String> = g.inputs().iter().map(|&v| g.value(v).name.clone()).collect();
+    if args.is_empty() {
+        let mut feeds = vec![];
+        for (i, &v) in g.inputs().iter().enumerate() {
+            let val = g.value(v);
+            let t = random_input(&val.ty, i as u64);
+            notes(&format!(
+                "note: no --input given; feeding %{} seeded random normal data {}",
+                val.name, val.ty
+            ));
+            feeds.push((val.name.clone(), t));
+        }
+        return Ok(feeds);
+    }
+    let mut feeds: Vec<(String, Tensor)> = vec![];
+    for arg in args {
+        let (name, file) = match arg.split_once('=') {
+            Some((n, f)) if graph_inputs.iter().any(|gi| gi == n) => (n.to_string(), f),
+            Some((n, _)) if graph_inputs.len() != 1 => {
+                return Err(DnncError::Usage(format!(
+                    "--input {arg}: the model has no input named `{n}`; its inputs are: {}",
+                    graph_inputs.join(", ")
+                )))
+            }
+            _ if graph_inputs.len() == 1 => (graph_inputs[0].clone(), arg.as_str()),
+            _ => {
+                return Err(DnncError::Usage(format!(
+                    "--input {arg}: the model has {} inputs ({}); name them with --input NAME=FILE.npy",
+                    graph_inputs.len(),
+                    graph_inputs.join(", ")
+                )))
+            }
+        };
+        if feeds.iter().any(|(n, _)| *n == name) {
+            return Err(DnncError::Usage(format!("input `{name}` is given more than once")));
+        }
+        let t = read_npy(Path::new(file))?;
+        feeds.push((name, t));
+    }
+    Ok(feeds)
+}
+
+fn random_input(ty: &dnnc_ir::TensorType, seed: u64) -> Tensor {
+    match ty.dtype {
+        DType::F32 => Tensor::F32(
+            dnnc_ir::Init::Normal {
+                mean: 0.0,
+                std: 1.0,
+                seed,
+            }
+            .materialize(ty)
+            .expect("seeded init has data"),
+        ),
+        DType::I64 => Tensor::I64(ndarray::ArrayD::zeros(ty.shape.clone())),
+        DType::Bool => Tensor::Bool(ndarray::ArrayD::from_elem(ty.shape.clone(), false)),
+    }
+}
+
+/// A file name for a value: characters that are unsafe in paths become `_`.
+pub fn file_stem_for(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() || s.starts_with('.') {
+        format!("_{s}")
+    } else {
+        s
+    }
+}
+
+/// One-paragraph summary of an output tensor: type, range, mean, argmax and
+/// leading values.
+pub fn summarize(name: &str, t: &Tensor) -> String {
+    let mut s = String::new();
+    let _ = write!(s, "%{name}: {}", t.ty());
+    match t {
+        Tensor::F32(a) if !a.is_empty() => {
+            let n = a.len() as f64;
+            let mean = a.iter().map(|&x| x as f64).sum::<f64>() / n;
+            let std = (a.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
+            let (mut lo, mut hi, mut arg) = (f32::INFINITY, f32::NEG_INFINITY, 0);
+            for (i, &x) in a.iter().enumerate() {
+                lo = lo.min(x);
+                if x > hi {
+                    hi = x;
+                    arg = i;
+                }
+            }
+            let _ = writeln!(
+                s,
+                "  min {lo:.6} max {hi:.6} mean {mean:.6} std {std:.6} argmax {arg}"
+            );
+            let head: Vec<String> = a.iter().take(8).map(|x| format!("{x:.6}")).collect();
+            let more = if a.len() > 8 { ", ..." } else { "" };
+            let _ = writeln!(s, "  [{}{more}]", head.join(", "));
+        }
+        Tensor::I64(a) => {
+            let head: Vec<String> = a.iter().take(8).map(|x| x.to_string()).collect();
+            let _ = writeln!(s, "  [{}{}]", head.join(", "), if a.len() > 8 { ", ..." } else { "" });
+        }
+        Tensor::Bool(a) => {
+            let head: Vec<String> = a.iter().take(8).map(|x| x.to_string()).collect();
+            let _ = writeln!(s, "  [{}{}]", head.join(", "), if a.len() > 8 { ", ..." } else { "" });
+        }
+        _ => s.push('\n'),
+    }
+    s
+}
