@@ -111,7 +111,7 @@ pub fn reshape_target(input: &[usize], target: &[i64]) -> Result<Vec<usize>, Str
     }
     let known: usize = out.iter().product();
     if let Some(i) = infer_at {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(format!(
                 "cannot reshape {numel} elements into {target:?}"
             ));
