@@ -135,8 +135,10 @@ impl<'a> Lexer<'a> {
                 } else {
                     format!("`{c}`")
                 };
-                return Err(Diag::new(start..end, format!("unexpected character {shown}"))
-                    .label("not valid here"));
+                return Err(
+                    Diag::new(start..end, format!("unexpected character {shown}"))
+                        .label("not valid here"),
+                );
             }
         };
         Ok(Token {
@@ -275,11 +277,6 @@ impl<'a> Lexer<'a> {
             text: self.src[start..self.pos].to_string(),
             float,
         })
-    }
-
-    /// End of the source, for "unexpected end of file" spans.
-    pub fn end(&self) -> usize {
-        self.src.len()
     }
 }
 

@@ -132,20 +132,29 @@ fn plural(n: usize, one: &str) -> String {
     }
 }
 
-/// Levenshtein distance over lowercased characters.
+/// Edit distance over lowercased characters, counting a swap of adjacent
+/// characters as one edit (optimal string alignment), so `alpah` is one
+/// edit from `alpha`.
 fn distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.to_lowercase().chars().collect();
     let b: Vec<char> = b.to_lowercase().chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+    let w = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * w];
+    for i in 0..=a.len() {
+        for j in 0..=b.len() {
+            d[i * w + j] = if i == 0 || j == 0 {
+                i + j
+            } else {
+                let sub = d[(i - 1) * w + j - 1] + usize::from(a[i - 1] != b[j - 1]);
+                let mut v = sub.min(d[(i - 1) * w + j] + 1).min(d[i * w + j - 1] + 1);
+                if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                    v = v.min(d[(i - 2) * w + j - 2] + 1);
+                }
+                v
+            };
         }
-        prev = cur;
     }
-    prev[b.len()]
+    d[a.len() * w + b.len()]
 }
 
 /// Up to three candidates close to `word`, closest first.
@@ -159,7 +168,8 @@ fn suggest<'c>(word: &str, cands: impl Iterator<Item = &'c str>) -> Vec<&'c str>
         .filter_map(|c| {
             let d = distance(word, c);
             let lc = c.to_lowercase();
-            let prefix = lw.len() >= 3 && lc.len() >= 3 && (lc.starts_with(&lw) || lw.starts_with(&lc));
+            let prefix =
+                lw.len() >= 3 && lc.len() >= 3 && (lc.starts_with(&lw) || lw.starts_with(&lc));
             (d <= (word.chars().count() / 3).max(1) || prefix).then_some((d, c))
         })
         .collect();
@@ -205,8 +215,11 @@ fn float_of(t: &Token) -> Option<Result<f32, Diag>> {
 fn int_of(t: &Token) -> Option<Result<i128, Diag>> {
     match &t.tok {
         Tok::Number { text, float: false } => Some(text.parse::<i128>().map_err(|_| {
-            Diag::new(t.span.clone(), format!("integer `{}` is too large", short(text)))
-                .label("does not fit in 64 bits")
+            Diag::new(
+                t.span.clone(),
+                format!("integer `{}` is too large", short(text)),
+            )
+            .label("does not fit in 64 bits")
         })),
         _ => None,
     }
@@ -216,8 +229,11 @@ fn i64_of(t: &Token) -> Option<Result<i64, Diag>> {
     int_of(t).map(|r| {
         r.and_then(|v| {
             i64::try_from(v).map_err(|_| {
-                Diag::new(t.span.clone(), format!("integer `{v}` does not fit in 64 bits"))
-                    .label("out of range for i64")
+                Diag::new(
+                    t.span.clone(),
+                    format!("integer `{v}` does not fit in 64 bits"),
+                )
+                .label("out of range for i64")
             })
         })
     })
@@ -251,9 +267,12 @@ impl<'a> Parser<'a> {
     /// "expected X, found Y" at `t`, or "unexpected end of file" at the end.
     fn unexpected(&self, t: &Token, expected: &str) -> Diag {
         if t.tok == Tok::Eof {
-            let end = self.lex.end();
-            Diag::new(end..end, format!("unexpected end of file: expected {expected}"))
-                .label(format!("expected {expected}"))
+            let end = self.eof();
+            Diag::new(
+                end..end,
+                format!("unexpected end of file: expected {expected}"),
+            )
+            .label(format!("expected {expected}"))
         } else {
             Diag::new(
                 t.span.clone(),
@@ -272,6 +291,12 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// Where "unexpected end of file" points: just past the last text, so
+    /// the report shows the line where the file stops.
+    fn eof(&self) -> usize {
+        self.src.trim_end().len()
+    }
+
     fn line_of(&self, offset: usize) -> usize {
         line_col(self.src, offset).0
     }
@@ -286,14 +311,13 @@ impl<'a> Parser<'a> {
                 .help("a model starts with `graph NAME {`"));
         }
         let t = self.bump()?;
-        let name = match t.tok {
-            Tok::Ident(s) | Tok::Str(s) => s,
-            _ => {
-                return Err(self
-                    .unexpected(&t, "a graph name")
-                    .help("write the name as an identifier or a quoted string, e.g. `graph \"my-net\" {`"))
-            }
-        };
+        let name =
+            match t.tok {
+                Tok::Ident(s) | Tok::Str(s) => s,
+                _ => return Err(self.unexpected(&t, "a graph name").help(
+                    "write the name as an identifier or a quoted string, e.g. `graph \"my-net\" {`",
+                )),
+            };
         let name_span = t.span;
         let open = self.expect('{', "`{`")?;
         loop {
@@ -321,7 +345,7 @@ impl<'a> Parser<'a> {
                     });
                 }
                 Tok::Eof => {
-                    let end = self.lex.end();
+                    let end = self.eof();
                     return Err(Diag::new(
                         end..end,
                         format!("unexpected end of file: expected `}}` to close graph `{name}`"),
@@ -351,11 +375,9 @@ impl<'a> Parser<'a> {
                     };
                     return Err(d);
                 }
-                _ => {
-                    return Err(self.unexpected(&t, "a statement").help(
-                        "statements are `input`, `param`, `const`, `output`, or `%result = Op(%args)`",
-                    ))
-                }
+                _ => return Err(self.unexpected(&t, "a statement").help(
+                    "statements are `input`, `param`, `const`, `output`, or `%result = Op(%args)`",
+                )),
             }
         }
     }
@@ -493,7 +515,11 @@ impl<'a> Parser<'a> {
                 Tok::Punct(',') => continue,
                 Tok::Punct('=') => break,
                 _ => {
-                    let exp = if typed { "`,` or `=`" } else { "`:`, `,` or `=`" };
+                    let exp = if typed {
+                        "`,` or `=`"
+                    } else {
+                        "`:`, `,` or `=`"
+                    };
                     return Err(self.unexpected(&t, exp));
                 }
             }
@@ -576,11 +602,7 @@ impl<'a> Parser<'a> {
         }
         self.stmts.push(Stmt {
             results,
-            kind: Kind::Node {
-                op,
-                args,
-                types,
-            },
+            kind: Kind::Node { op, args, types },
             span,
         });
         Ok(())
@@ -600,9 +622,11 @@ impl<'a> Parser<'a> {
                 return Err(self.unexpected(&t, "an attribute name"));
             };
             if let Some((_, _, first)) = out.iter().find(|(k, _, _)| *k == key) {
-                return Err(Diag::new(t.span.clone(), format!("attribute `{key}` is given twice"))
-                    .label("given again here")
-                    .related(first.clone(), "first given here"));
+                return Err(
+                    Diag::new(t.span.clone(), format!("attribute `{key}` is given twice"))
+                        .label("given again here")
+                        .related(first.clone(), "first given here"),
+                );
             }
             self.expect('=', &format!("`=` after attribute `{key}`"))?;
             let (value, vspan) = self.attr_value()?;
@@ -620,7 +644,9 @@ impl<'a> Parser<'a> {
         let t = self.bump()?;
         let expected = "an attribute value (number, word or list)";
         match &t.tok {
-            Tok::Number { float: false, .. } => Ok((AttrValue::Int(i64_of(&t).expect("int")?), t.span)),
+            Tok::Number { float: false, .. } => {
+                Ok((AttrValue::Int(i64_of(&t).expect("int")?), t.span))
+            }
             Tok::Number { .. } => Ok((AttrValue::Float(float_of(&t).expect("num")?), t.span)),
             Tok::Ident(w) => Ok((
                 match w.as_str() {
@@ -689,8 +715,11 @@ impl<'a> Parser<'a> {
         let reader = AttrReader::new(attrs.iter().map(|(k, v, _)| (k.clone(), v.clone())));
         let built = catch_unwind(AssertUnwindSafe(|| Op::from_attrs(name, reader)));
         let built = built.map_err(|_| {
-            Diag::new(stmt.clone(), format!("{name}: attribute values are too large"))
-                .label("arithmetic overflow while checking these attributes")
+            Diag::new(
+                stmt.clone(),
+                format!("{name}: attribute values are too large"),
+            )
+            .label("arithmetic overflow while checking these attributes")
         })?;
         match built {
             Ok(Some(op)) => Ok(op),
@@ -698,9 +727,11 @@ impl<'a> Parser<'a> {
                 let cands = suggest(name, OP_NAMES.iter().copied());
                 Err(Diag::new(op_span.clone(), format!("unknown op `{name}`"))
                     .label("not an op of the IR")
-                    .help(did_you_mean(&cands, |c| format!("`{c}`")).unwrap_or_else(|| {
-                        "see the op reference in docs/ir.md for the ops dnnc knows".into()
-                    })))
+                    .help(
+                        did_you_mean(&cands, |c| format!("`{c}`")).unwrap_or_else(|| {
+                            "see the op reference in docs/ir.md for the ops dnnc knows".into()
+                        }),
+                    ))
             }
             Err(AttrError { key, message }) => {
                 let at = key
@@ -718,7 +749,11 @@ impl<'a> Parser<'a> {
                         .help_opt(valid)
                     }
                     Some(k) => {
-                        let sep = if message.starts_with("is ") { " " } else { ": " };
+                        let sep = if message.starts_with("is ") {
+                            " "
+                        } else {
+                            ": "
+                        };
                         let d = Diag::new(
                             at.clone().unwrap_or_else(|| op_span.clone()),
                             format!("{name} attribute `{k}`{sep}{message}"),
@@ -748,9 +783,11 @@ impl<'a> Parser<'a> {
             .iter()
             .filter(|(k, _, _)| k != bad)
             .map(|(k, v, _)| (k.clone(), v.clone()));
-        let op = catch_unwind(AssertUnwindSafe(|| Op::from_attrs(name, AttrReader::new(rest))))
-            .ok()?
-            .ok()??;
+        let op = catch_unwind(AssertUnwindSafe(|| {
+            Op::from_attrs(name, AttrReader::new(rest))
+        }))
+        .ok()?
+        .ok()??;
         let names: Vec<&str> = op.attrs().iter().map(|(k, _)| *k).collect();
         Some(if names.is_empty() {
             format!("{name} takes no attributes")
@@ -775,7 +812,10 @@ impl<'a> Parser<'a> {
             })?,
             _ => return Err(self.unexpected(&t, "a type like `f32[1,3,224,224]`")),
         };
-        self.expect('[', "`[` and the shape, e.g. `f32[1,3,224,224]` (`f32[]` is a scalar)")?;
+        self.expect(
+            '[',
+            "`[` and the shape, e.g. `f32[1,3,224,224]` (`f32[]` is a scalar)",
+        )?;
         let mut shape = vec![];
         let end;
         if self.peek_is(']')? {
@@ -830,11 +870,15 @@ impl<'a> Parser<'a> {
         let name_span = t.span.clone();
         if !INIT_NAMES.contains(&kind.as_str()) {
             let cands = suggest(&kind, INIT_NAMES.iter().copied());
-            return Err(Diag::new(name_span, format!("unknown initializer `{kind}`"))
-                .label("not an initializer")
-                .help(did_you_mean(&cands, |c| format!("`{c}`")).unwrap_or_else(|| {
-                    format!("initializers are {}", INIT_NAMES.join(", "))
-                })));
+            return Err(
+                Diag::new(name_span, format!("unknown initializer `{kind}`"))
+                    .label("not an initializer")
+                    .help(
+                        did_you_mean(&cands, |c| format!("`{c}`")).unwrap_or_else(|| {
+                            format!("initializers are {}", INIT_NAMES.join(", "))
+                        }),
+                    ),
+            );
         }
         // Arguments: `key=value` pairs, or one string for `external`.
         let mut kw: Vec<(String, Span, Token)> = vec![];
@@ -881,8 +925,14 @@ impl<'a> Parser<'a> {
         let span = name_span.start..end;
         let (keys, example): (&[&str], &str) = match kind.as_str() {
             "constant" => (&["value"], "constant(value=0.1)"),
-            "uniform" => (&["low", "high", "seed"], "uniform(low=-0.1, high=0.1, seed=1)"),
-            "normal" => (&["mean", "std", "seed"], "normal(mean=0.0, std=0.02, seed=1)"),
+            "uniform" => (
+                &["low", "high", "seed"],
+                "uniform(low=-0.1, high=0.1, seed=1)",
+            ),
+            "normal" => (
+                &["mean", "std", "seed"],
+                "normal(mean=0.0, std=0.02, seed=1)",
+            ),
             "xavier" => (&["seed"], "xavier(seed=1)"),
             "he" => (&["seed"], "he(seed=1)"),
             "external" => (&[], "external(\"fc.weight\")"),
@@ -890,27 +940,38 @@ impl<'a> Parser<'a> {
         };
         if kind == "external" {
             if let Some((k, s, _)) = kw.first() {
-                return Err(Diag::new(s.clone(), format!("unknown argument `{k}` for initializer `external`"))
-                    .label("not an argument of `external`")
-                    .help(format!("write the tensor name as a string: {example}")));
+                return Err(Diag::new(
+                    s.clone(),
+                    format!("unknown argument `{k}` for initializer `external`"),
+                )
+                .label("not an argument of `external`")
+                .help(format!("write the tensor name as a string: {example}")));
             }
             return match pos.as_slice() {
                 [(name, _)] => Ok((Init::External(name.clone()), span)),
-                [] => Err(Diag::new(span, "initializer `external` needs the tensor name")
-                    .label("tensor name missing")
-                    .help(format!("e.g. {example}"))),
-                [_, (_, s), ..] => Err(Diag::new(s.clone(), "initializer `external` takes one tensor name")
-                    .label("extra argument")),
+                [] => Err(
+                    Diag::new(span, "initializer `external` needs the tensor name")
+                        .label("tensor name missing")
+                        .help(format!("e.g. {example}")),
+                ),
+                [_, (_, s), ..] => Err(Diag::new(
+                    s.clone(),
+                    "initializer `external` takes one tensor name",
+                )
+                .label("extra argument")),
             };
         }
         if let Some((_, s)) = pos.first() {
-            return Err(Diag::new(s.clone(), format!("initializer `{kind}` takes no string arguments"))
-                .label("unexpected string")
-                .help(if keys.is_empty() {
-                    format!("`{kind}` takes no arguments")
-                } else {
-                    format!("e.g. {example}")
-                }));
+            return Err(Diag::new(
+                s.clone(),
+                format!("initializer `{kind}` takes no string arguments"),
+            )
+            .label("unexpected string")
+            .help(if keys.is_empty() {
+                format!("`{kind}` takes no arguments")
+            } else {
+                format!("e.g. {example}")
+            }));
         }
         for (k, s, _) in &kw {
             if !keys.contains(&k.as_str()) {
@@ -936,20 +997,30 @@ impl<'a> Parser<'a> {
             .label(format!("`{missing}` missing"))
             .help(format!("e.g. {example}")));
         }
-        let get = |k: &str| kw.iter().find(|(x, _, _)| x == k).map(|(_, _, t)| t).expect("checked");
+        let get = |k: &str| {
+            kw.iter()
+                .find(|(x, _, _)| x == k)
+                .map(|(_, _, t)| t)
+                .expect("checked")
+        };
         let f = |k: &str| -> Result<f32, Diag> { float_of(get(k)).expect("checked number") };
         let seed = |k: &str| -> Result<u64, Diag> {
             let t = get(k);
             let v = match int_of(t) {
                 Some(v) => v?,
                 None => {
-                    return Err(Diag::new(t.span.clone(), format!("`{k}` must be an integer"))
-                        .label("not an integer"))
+                    return Err(
+                        Diag::new(t.span.clone(), format!("`{k}` must be an integer"))
+                            .label("not an integer"),
+                    )
                 }
             };
             u64::try_from(v).map_err(|_| {
-                Diag::new(t.span.clone(), format!("`{k}` must be between 0 and {}", u64::MAX))
-                    .label("out of range")
+                Diag::new(
+                    t.span.clone(),
+                    format!("`{k}` must be between 0 and {}", u64::MAX),
+                )
+                .label("out of range")
             })
         };
         let init = match kind.as_str() {
@@ -966,8 +1037,12 @@ impl<'a> Parser<'a> {
                 std: f("std")?,
                 seed: seed("seed")?,
             },
-            "xavier" => Init::Xavier { seed: seed("seed")? },
-            _ => Init::He { seed: seed("seed")? },
+            "xavier" => Init::Xavier {
+                seed: seed("seed")?,
+            },
+            _ => Init::He {
+                seed: seed("seed")?,
+            },
         };
         Ok((init, span))
     }
@@ -1066,7 +1141,8 @@ impl<'a> Parser<'a> {
                 ArrayD::from_shape_vec(shape, v).map(Tensor::Bool)
             }
         };
-        let tensor = tensor.map_err(|e| Diag::new(span.clone(), format!("bad constant data: {e}")))?;
+        let tensor =
+            tensor.map_err(|e| Diag::new(span.clone(), format!("bad constant data: {e}")))?;
         Ok((tensor, span))
     }
 
@@ -1082,9 +1158,12 @@ impl<'a> Parser<'a> {
             let cands = suggest(&u.name.text, self.defs.keys().map(String::as_str));
             let help = did_you_mean(&cands, |c| format!("`%{}`", value_name(c)));
             return Err(if u.is_output {
-                Diag::new(u.name.span.clone(), format!("output `%{shown}` is not defined"))
-                    .label("no value of this name")
-                    .help_opt(help)
+                Diag::new(
+                    u.name.span.clone(),
+                    format!("output `%{shown}` is not defined"),
+                )
+                .label("no value of this name")
+                .help_opt(help)
             } else {
                 Diag::new(u.name.span.clone(), format!("undefined value `%{shown}`"))
                     .label("not defined anywhere in the graph")
@@ -1212,7 +1291,9 @@ impl<'a> Parser<'a> {
             format!("values form a cycle: {}", names.join(" -> ")),
         )
         .label("this node depends on its own result")
-        .help("a value cannot be computed from itself; check the operands of the nodes in the cycle")
+        .help(
+            "a value cannot be computed from itself; check the operands of the nodes in the cycle",
+        )
     }
 
     /// Adds one statement to the graph, checking inferred against declared
@@ -1229,13 +1310,10 @@ impl<'a> Parser<'a> {
                     .map_err(graph_err)?;
             }
             Kind::Const(data) => {
-                g.add_constant(&name.text, data.clone()).map_err(graph_err)?;
+                g.add_constant(&name.text, data.clone())
+                    .map_err(graph_err)?;
             }
-            Kind::Node {
-                op,
-                args,
-                types,
-            } => {
+            Kind::Node { op, args, types } => {
                 let mut ids = Vec::with_capacity(args.len());
                 for a in args {
                     ids.push(g.value_by_name(&a.text).ok_or_else(|| self.missing(a))?);
@@ -1259,15 +1337,20 @@ impl<'a> Parser<'a> {
                 let outs = match added {
                     Ok(Ok(outs)) => outs,
                     Ok(Err(GraphError::Type { message, .. })) => {
-                        return Err(Diag::new(s.span.clone(), format!("{}: {message}", op.name()))
-                            .label("type error in this node")
-                            .help(inputs_help()))
+                        return Err(
+                            Diag::new(s.span.clone(), format!("{}: {message}", op.name()))
+                                .label("type error in this node")
+                                .help(inputs_help()),
+                        )
                     }
                     Ok(Err(e)) => return Err(graph_err(e)),
                     Err(_) => {
                         return Err(Diag::new(
                             s.span.clone(),
-                            format!("{}: sizes are too large to compute this node's type", op.name()),
+                            format!(
+                                "{}: sizes are too large to compute this node's type",
+                                op.name()
+                            ),
                         )
                         .label("arithmetic overflow in shape inference")
                         .help(inputs_help()))

@@ -1,0 +1,391 @@
+//! Round trips of hand-written text: every op, multi-result nodes, quoted
+//! names, constants of every dtype, every initializer, comments and forward
+//! references. Each test checks the canonical print and that printing is a
+//! fixed point of parse.
+
+use dnnc_ir::text::{parse, print};
+use dnnc_ir::{verify, DType, Graph, Init, Op, Tensor, TensorType};
+use std::collections::BTreeSet;
+
+/// Parses, verifies, and checks `print(parse(print(g))) == print(g)`.
+fn canon(src: &str) -> (Graph, String) {
+    let g = parse(src, "test.dnn").unwrap_or_else(|e| panic!("{e}"));
+    verify(&g).unwrap_or_else(|e| panic!("{e:?}"));
+    let text = print(&g);
+    let again = parse(&text, "printed.dnn").unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(print(&again), text, "printing is not a fixed point");
+    (g, text)
+}
+
+const ALL_OPS: &str = r#"
+# Every op of the IR at least once, with attributes mostly defaulted.
+graph all_ops {
+  input %x: f32[1,4,8,8]
+  input %m: f32[2,3]
+  input %idx: i64[2]
+  param %w: f32[4,4,3,3] = he(seed=1)
+  param %b: f32[4] = zeros
+  %conv = Conv2d(%x, %w, %b) {pads=[1,1,1,1]}
+  param %dw: f32[4,1,3,3] = xavier(seed=9)
+  %dwconv = Conv2d(%conv, %dw) {group=4, strides=[2,2], dilations=[2,2], pads=[2,2,2,2]}
+  param %mw: f32[3,5] = xavier(seed=2)
+  %mm = MatMul(%m, %mw)
+  param %gb: f32[5] = ones
+  %gemm = Gemm(%m, %mw, %gb) {alpha=0.5}
+  %maxp = MaxPool(%conv) {kernel=[2,2], strides=[2,2]}
+  %avgp = AveragePool(%conv) {kernel=[3,3], pads=[1,1,1,1], count_include_pad=1, ceil_mode=1}
+  %gap = GlobalAveragePool(%conv)
+  %gmp = GlobalMaxPool(%conv)
+  param %scale: f32[4] = constant(value=1.5)
+  param %shift: f32[4] = uniform(low=-0.1, high=0.1, seed=3)
+  param %mean: f32[4] = normal(mean=0.0, std=0.02, seed=4)
+  param %var: f32[4] = external("bn.running_var")
+  %bn = BatchNormalization(%conv, %scale, %shift, %mean, %var) {epsilon=1e-3}
+  %lrn = LRN(%bn) {size=3}
+  %relu = Relu(%lrn)
+  %leaky = LeakyRelu(%relu) {alpha=0.1}
+  %sig = Sigmoid(%leaky)
+  %tanh = Tanh(%sig)
+  %clip = Clip(%tanh) {min=0.0, max=6.0}
+  %hsig = HardSigmoid(%clip)
+  %hswish = HardSwish(%hsig)
+  %elu = Elu(%hswish)
+  %softplus = Softplus(%elu)
+  %gelu = Gelu(%softplus) {approximate=tanh}
+  %sqrt = Sqrt(%gelu)
+  %exp = Exp(%sqrt)
+  %log = Log(%exp)
+  %neg = Neg(%log)
+  %abs = Abs(%neg)
+  %recip = Reciprocal(%abs)
+  %erf = Erf(%recip)
+  const %two: f32[] = [2]
+  %add = Add(%erf, %conv)
+  const %col: f32[4,1,1] = [1, 2.5, -3, 4e2]
+  %sub = Sub(%add, %col)
+  %mul = Mul(%sub, %two)
+  %div = Div(%mul, %two)
+  %pow = Pow(%div, %two)
+  %max = Max(%pow, %conv)
+  %min = Min(%max, %conv)
+  %softmax = Softmax(%m) {axis=1}
+  %logsoftmax = LogSoftmax(%m)
+  %rmean = ReduceMean(%x) {axes=[2,3]}
+  %rsum = ReduceSum(%x) {axes=[-1], keepdims=0}
+  %rmax = ReduceMax(%x)
+  %concat = Concat(%conv, %min) {axis=1}
+  %s1, %s2 = Split(%concat) {axis=1, split=[3,5]}
+  %slice = Slice(%x) {starts=[0,-1], ends=[2,9223372036854775807], axes=[1,3], steps=[1,-1]}
+  %reshape = Reshape(%x) {shape=[1,-1]}
+  %flatten = Flatten(%x)
+  %transpose = Transpose(%m) {perm=[1,0]}
+  %squeeze = Squeeze(%gap) {axes=[2,3]}
+  %unsqueeze = Unsqueeze(%m) {axes=[0]}
+  %pad = Pad(%x) {pads=[0,0,1,1,0,0,1,1], mode=reflect}
+  %padc = Pad(%m) {pads=[1,0,0,2], value=-1.5}
+  %gather = Gather(%m, %idx) {axis=1}
+  %expand = Expand(%b) {shape=[2,4]}
+  %identity = Identity(%expand)
+  %dropout = Dropout(%identity) {ratio=0.25}
+  const %ci: i64[2,2] = [1, -2, 9223372036854775807, -9223372036854775808]
+  const %cb: bool[3] = [true, false, true]
+  output %dwconv, %mm, %gemm, %maxp, %avgp, %gmp, %rmean, %rsum, %rmax, %s1, %s2
+  output %slice, %reshape, %flatten, %transpose, %squeeze, %unsqueeze, %pad, %padc
+  output %gather, %dropout, %softmax, %logsoftmax, %ci, %cb
+}
+"#;
+
+#[test]
+fn every_op_round_trips() {
+    let (g, text) = canon(ALL_OPS);
+    let used: BTreeSet<&str> = g
+        .topo_order()
+        .into_iter()
+        .map(|n| g.node(n).op.name())
+        .collect();
+    for op in dnnc_ir::op::OP_NAMES {
+        assert!(used.contains(op), "{op} is not exercised");
+    }
+    assert_eq!(g.outputs().len(), 25);
+    insta::assert_snapshot!("all_ops_canonical", text);
+}
+
+#[test]
+fn canonical_text_is_reproduced_exactly() {
+    let src = "graph tiny {
+  input %x: f32[1,3,8,8]
+  param %w: f32[4,3,3,3] = he(seed=1)
+  const %s: i64[2] = [1, -1]
+  %y: f32[1,4,6,6] = Conv2d(%x, %w) {strides=[1,1], pads=[0,0,0,0], dilations=[1,1], group=1}
+  %a: f32[1,2,6,6], %b: f32[1,2,6,6] = Split(%y) {axis=1, split=[2,2]}
+  %r: f32[1,2,6,6] = Relu(%a)
+  output %r, %b, %s
+}
+";
+    let (_, text) = canon(src);
+    assert_eq!(text, src);
+}
+
+#[test]
+fn multi_output_split_binds_each_result() {
+    let (g, _) = canon(
+        "graph s {
+  input %x: f32[6,4]
+  %a, %b, %c = Split(%x) {split=[1,2,3]}
+  %z = Concat(%c, %a, %b)
+  output %z, %b
+}",
+    );
+    let b = g.value_by_name("b").unwrap();
+    assert_eq!(g.value(b).ty, TensorType::f32(vec![2, 4]));
+    assert_eq!(g.value(b).output_index, 1);
+    let z = g.value_by_name("z").unwrap();
+    assert_eq!(g.value(z).ty, TensorType::f32(vec![6, 4]));
+    assert_eq!(g.outputs(), &[z, b]);
+}
+
+#[test]
+fn quoted_names_round_trip() {
+    let src = r#"graph "my net-2" {
+  input %"input 0": f32[2]
+  input %"tab\tand\"quote\\": f32[2]
+  input %"ends:": f32[2]
+  input %"": f32[2]
+  input %"ünï#code": f32[2]
+  %onnx::Add_3:0 = Add(%"input 0", %"tab\tand\"quote\\")
+  %/layer1/relu-1.out = Relu(%onnx::Add_3:0)
+  %"x y" = Add(%"ends:", %"")
+  %"z" = Add(%"x y", %"ünï#code")
+  output %/layer1/relu-1.out, %z
+}"#;
+    let (g, text) = canon(src);
+    assert_eq!(g.name, "my net-2");
+    for n in [
+        "input 0",
+        "tab\tand\"quote\\",
+        "ends:",
+        "",
+        "ünï#code",
+        "onnx::Add_3:0",
+        "x y",
+        "z",
+    ] {
+        assert!(g.value_by_name(n).is_some(), "{n:?}");
+    }
+    assert!(text.starts_with("graph \"my net-2\" {\n"));
+    assert!(
+        text.contains("input %\"tab\\tand\\\"quote\\\\\": f32[2]"),
+        "{text}"
+    );
+    assert!(text.contains("input %\"ends:\": f32[2]"), "{text}");
+    assert!(text.contains("input %\"\": f32[2]"), "{text}");
+    // Names that need no quotes are printed bare even if written quoted.
+    assert!(
+        text.contains("%z: f32[2] = Add(%\"x y\", %\"ünï#code\")"),
+        "{text}"
+    );
+    assert!(text.contains("%onnx::Add_3:0: f32[2] = Add("), "{text}");
+}
+
+#[test]
+fn type_may_follow_a_colon_without_space() {
+    let (g, _) = canon("graph g {\n  input %x:f32[2]\n  %a:b:f32[2] = Relu(%x)\n  output %a:b\n}");
+    assert!(g.value_by_name("a:b").is_some());
+}
+
+#[test]
+fn constants_of_every_dtype() {
+    let (g, text) = canon(
+        "graph c {
+  const %f: f32[2,3] = [1, -0.0, 1e-7, inf, -inf, 3.4028235e38]
+  const %n: f32[1] = [nan]
+  const %scalar: f32[] = [0.5]
+  const %empty: i64[0] = []
+  const %i: i64[3] = [0, -9223372036854775808, 9223372036854775807]
+  const %b: bool[2,1] = [false, true]
+  output %f, %n, %scalar, %empty, %i, %b
+}",
+    );
+    let f = g.weights.get("f").unwrap().as_f32().unwrap();
+    assert_eq!(f.shape(), &[2, 3]);
+    let fv: Vec<f32> = f.iter().copied().collect();
+    assert_eq!(fv[0], 1.0);
+    assert!(fv[1] == 0.0 && fv[1].is_sign_negative());
+    assert_eq!(fv[2], 1e-7);
+    assert_eq!(fv[3], f32::INFINITY);
+    assert_eq!(fv[4], f32::NEG_INFINITY);
+    assert_eq!(fv[5], f32::MAX);
+    assert!(g.weights.get("n").unwrap().as_f32().unwrap()[[0]].is_nan());
+    assert_eq!(g.weights.get("scalar").unwrap().shape(), &[] as &[usize]);
+    assert_eq!(g.weights.get("empty").unwrap().numel(), 0);
+    let i = g.weights.get("i").unwrap().as_i64().unwrap();
+    assert_eq!(
+        i.iter().copied().collect::<Vec<_>>(),
+        vec![0, i64::MIN, i64::MAX]
+    );
+    let b = g.weights.get("b").unwrap();
+    assert_eq!(b.dtype(), DType::Bool);
+    assert_eq!(
+        b.as_bool().unwrap().iter().copied().collect::<Vec<_>>(),
+        vec![false, true]
+    );
+    assert!(
+        text.contains("const %f: f32[2,3] = [1.0, -0.0, 1e-7, inf, -inf, 3.4028235e38]"),
+        "{text}"
+    );
+    assert!(text.contains("const %n: f32[1] = [nan]"), "{text}");
+    assert!(text.contains("const %empty: i64[0] = []"), "{text}");
+    assert!(
+        text.contains("const %b: bool[2,1] = [false, true]"),
+        "{text}"
+    );
+}
+
+#[test]
+fn every_initializer_kind() {
+    let (g, text) = canon(
+        r#"graph inits {
+  param %z: f32[2] = zeros
+  param %o: f32[2] = ones()
+  param %c: f32[2] = constant(value=-3)
+  param %u: f32[2] = uniform(seed=18446744073709551615, high=1e-7, low=-inf)
+  param %n: f32[2] = normal(mean=0.5, std=2.0, seed=0)
+  param %x: f32[2,2] = xavier(seed=5)
+  param %h: f32[2,2] = he(seed=6)
+  param %e: f32[2] = external("model.fc.weight")
+  param %self: f32[2]
+  param %same: f32[2] = external("same")
+  output %z, %o, %c, %u, %n, %x, %h, %e, %self, %same
+}"#,
+    );
+    let init = |name: &str| match &g.node(g.value(g.value_by_name(name).unwrap()).producer).op {
+        Op::Param(i) => i.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(init("z"), Init::Zeros);
+    assert_eq!(init("o"), Init::Ones);
+    assert_eq!(init("c"), Init::Constant(-3.0));
+    assert_eq!(
+        init("u"),
+        Init::Uniform {
+            low: f32::NEG_INFINITY,
+            high: 1e-7,
+            seed: u64::MAX
+        }
+    );
+    assert_eq!(
+        init("n"),
+        Init::Normal {
+            mean: 0.5,
+            std: 2.0,
+            seed: 0
+        }
+    );
+    assert_eq!(init("x"), Init::Xavier { seed: 5 });
+    assert_eq!(init("h"), Init::He { seed: 6 });
+    assert_eq!(init("e"), Init::External("model.fc.weight".into()));
+    assert_eq!(init("self"), Init::External("self".into()));
+    assert_eq!(init("same"), Init::External("same".into()));
+    insta::assert_snapshot!("initializers_canonical", text);
+}
+
+#[test]
+fn comments_whitespace_and_defaults() {
+    let (_, text) = canon(
+        "# leading comment\n\n\
+         graph   commented{# after brace\n\
+         input %x :f32 [ 1 , 2 ]   # trailing\n\
+         \t%y=LeakyRelu( %x ){}#no attrs given\n\
+         # between\n\
+         output %y # done\n\
+         }  # after\n",
+    );
+    assert_eq!(
+        text,
+        "graph commented {\n  input %x: f32[1,2]\n  %y: f32[1,2] = LeakyRelu(%x) {alpha=0.01}\n  output %y\n}\n"
+    );
+}
+
+#[test]
+fn forward_references_are_ordered_by_dependency() {
+    let (g, text) = canon(
+        "graph fwd {
+  output %out
+  %out = Add(%a, %b)
+  %b = Relu(%a)
+  %unrelated = Sigmoid(%x)
+  %a = Neg(%x)
+  input %x: f32[3]
+  output %unrelated
+}",
+    );
+    assert_eq!(
+        text,
+        "graph fwd {
+  input %x: f32[3]
+  %unrelated: f32[3] = Sigmoid(%x)
+  %a: f32[3] = Neg(%x)
+  %b: f32[3] = Relu(%a)
+  %out: f32[3] = Add(%a, %b)
+  output %out, %unrelated
+}
+"
+    );
+    assert_eq!(g.outputs().len(), 2);
+}
+
+#[test]
+fn attribute_spellings_are_normalised() {
+    // Ints widen to floats, `true`/`false` are 0/1, single ints are lists.
+    let (_, text) = canon(
+        "graph a {
+  input %x: f32[2,3]
+  param %w: f32[4,3] = zeros
+  %g = Gemm(%x, %w) {alpha=2, transB=true}
+  %c = Clip(%g) {min=-inf}
+  %p = Pad(%c) {pads=[0,1,0,1], mode=edge, value=-0.0}
+  %u = Unsqueeze(%p) {axes=0}
+  output %u
+}",
+    );
+    assert!(
+        text.contains("{alpha=2.0, beta=1.0, transA=0, transB=1}"),
+        "{text}"
+    );
+    assert!(text.contains("Clip(%g) {min=-inf, max=inf}"), "{text}");
+    assert!(
+        text.contains("{pads=[0,1,0,1], mode=edge, value=-0.0}"),
+        "{text}"
+    );
+    assert!(text.contains("Unsqueeze(%p) {axes=[0]}"), "{text}");
+}
+
+#[test]
+fn graph_built_in_code_prints_canonically() {
+    let mut g = Graph::new("api");
+    let x = g.add_input("x", TensorType::f32(vec![1, 4])).unwrap();
+    let c = g
+        .add_constant(
+            "k",
+            Tensor::F32(
+                ndarray::ArrayD::from_shape_vec(vec![4], vec![0.1, -0.0, 1e-7, 3.0]).unwrap(),
+            ),
+        )
+        .unwrap();
+    let y = g
+        .add(Op::Binary(dnnc_ir::op::Binary::Mul), &[x, c], "y z")
+        .unwrap();
+    g.set_outputs(vec![y]);
+    let text = print(&g);
+    assert_eq!(
+        text,
+        "graph api {
+  input %x: f32[1,4]
+  const %k: f32[4] = [0.1, -0.0, 1e-7, 3.0]
+  %\"y z\": f32[1,4] = Mul(%x, %k)
+  output %\"y z\"
+}
+"
+    );
+    assert_eq!(print(&parse(&text, "api.dnn").unwrap()), text);
+}
