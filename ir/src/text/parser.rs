@@ -48,6 +48,9 @@ struct Name {
     span: Span,
 }
 
+/// One `key=value` attribute as written, with the span of the whole pair.
+type AttrAst = (String, AttrValue, Span);
+
 /// A written type and where.
 #[derive(Clone, Debug)]
 struct TypeAst {
@@ -556,7 +559,7 @@ impl<'a> Parser<'a> {
             }
         };
         let mut end = close.end;
-        let mut attrs: Vec<(String, AttrValue, Span)> = vec![];
+        let mut attrs: Vec<AttrAst> = vec![];
         if self.peek_is('{')? {
             let (a, span) = self.attrs()?;
             attrs = a;
@@ -609,9 +612,9 @@ impl<'a> Parser<'a> {
     }
 
     /// `{ key=value, ... }`.
-    fn attrs(&mut self) -> Result<(Vec<(String, AttrValue, Span)>, Span), Diag> {
+    fn attrs(&mut self) -> Result<(Vec<AttrAst>, Span), Diag> {
         let open = self.bump()?.span;
-        let mut out: Vec<(String, AttrValue, Span)> = vec![];
+        let mut out: Vec<AttrAst> = vec![];
         if self.peek_is('}')? {
             let close = self.bump()?.span;
             return Ok((out, open.start..close.end));
@@ -709,7 +712,7 @@ impl<'a> Parser<'a> {
         &self,
         name: &str,
         op_span: &Span,
-        attrs: &[(String, AttrValue, Span)],
+        attrs: &[AttrAst],
         stmt: &Span,
     ) -> Result<Op, Diag> {
         let reader = AttrReader::new(attrs.iter().map(|(k, v, _)| (k.clone(), v.clone())));
@@ -773,12 +776,7 @@ impl<'a> Parser<'a> {
 
     /// "valid attributes are ..." for an op, found by building it without
     /// the unknown attribute.
-    fn attr_names(
-        &self,
-        name: &str,
-        attrs: &[(String, AttrValue, Span)],
-        bad: &str,
-    ) -> Option<String> {
+    fn attr_names(&self, name: &str, attrs: &[AttrAst], bad: &str) -> Option<String> {
         let rest = attrs
             .iter()
             .filter(|(k, _, _)| k != bad)
