@@ -56,8 +56,8 @@ pub enum RunError {
     Weight {
         /// Parameter or constant name.
         name: String,
-        /// The graph's explanation.
-        source: GraphError,
+        /// The graph's explanation (boxed: it is large and rare).
+        source: Box<GraphError>,
     },
     /// Weight data does not match the declared type of its value.
     #[error("weight data of `%{name}` is {found}, but the graph declares {expected}")]
@@ -181,7 +181,7 @@ pub fn run(g: &Graph, inputs: &[(String, Tensor)]) -> Result<Vec<Tensor>, RunErr
                 } else {
                     let t = g.weight(v).map_err(|source| RunError::Weight {
                         name: val.name.clone(),
-                        source,
+                        source: Box::new(source),
                     })?;
                     if t.ty() != val.ty {
                         return Err(RunError::WeightType {

@@ -153,7 +153,7 @@ fn max_pool_ceil_mode() {
     let x = iota(&[1, 1, 4, 4], 1.0);
     let y = eval(
         Op::MaxPool(pool(3, 2, [0; 4], 1, false, false)),
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     assert_f32(&y, &[1, 1, 1, 1], &[11.]);
     let y = eval(Op::MaxPool(pool(3, 2, [0; 4], 1, true, false)), &[x]);
@@ -200,7 +200,7 @@ fn average_pool_count_include_pad_both_ways() {
     let x = f(&[1, 1, 2, 2], &[1., 2., 3., 4.]);
     let y = eval(
         Op::AveragePool(pool(2, 1, [1; 4], 1, false, false)),
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     assert_f32(&y, &[1, 1, 3, 3], &[1., 1.5, 2., 2., 2.5, 3., 3., 3.5, 4.]);
     let y = eval(Op::AveragePool(pool(2, 1, [1; 4], 1, false, true)), &[x]);
@@ -224,7 +224,7 @@ fn average_pool_ceil_mode_never_counts_beyond_padded_input() {
     let x = f(&[1, 1, 4, 4], &[1.0; 16]);
     let y = eval(
         Op::AveragePool(pool(3, 2, [1; 4], 1, true, false)),
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     assert_f32(&y, &[1, 1, 3, 3], &[1.0; 9]);
     let y = eval(Op::AveragePool(pool(3, 2, [1; 4], 1, true, true)), &[x]);
@@ -242,7 +242,7 @@ fn average_pool_ceil_mode_never_counts_beyond_padded_input() {
     for include in [false, true] {
         let y = eval(
             Op::AveragePool(pool(2, 2, [0; 4], 1, true, include)),
-            &[x.clone()],
+            std::slice::from_ref(&x),
         );
         assert_f32(&y, &[1, 1, 2, 2], &[3., 4.5, 7.5, 9.]);
     }
@@ -252,7 +252,7 @@ fn average_pool_ceil_mode_never_counts_beyond_padded_input() {
 fn global_pools() {
     // Channel 0 = [1,2,3,4]: mean 2.5, max 4. Channel 1 = [5,6,7,8]: 6.5, 8.
     let x = iota(&[1, 2, 2, 2], 1.0);
-    let y = eval(Op::GlobalAveragePool, &[x.clone()]);
+    let y = eval(Op::GlobalAveragePool, std::slice::from_ref(&x));
     assert_f32(&y, &[1, 2, 1, 1], &[2.5, 6.5]);
     let y = eval(Op::GlobalMaxPool, &[x]);
     assert_f32(&y, &[1, 2, 1, 1], &[4., 8.]);
