@@ -12,7 +12,7 @@
 //!     "graph tiny {\n  input %x: f32[1,4]\n  %y: f32[1,4] = Relu(%x)\n  output %y\n}\n"
 //! );
 //! let err = dnnc_ir::text::parse("graph g {\n  %y = Relu(%x)\n", "g.dnn").unwrap_err();
-//! assert_eq!(err.to_string(), "g.dnn:3:1: unexpected end of file: expected `}` to close graph `g`");
+//! assert_eq!(err.to_string(), "g.dnn:2:16: unexpected end of file: expected `}` to close graph `g`");
 //! ```
 
 mod error;
