@@ -236,3 +236,42 @@ pub(crate) fn binary(a: Cow<'_, Tensor>, b: &Tensor, op: Binary) -> KResult<Tens
         (a, _) => Err(mismatch(&a)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{erf, erfc};
+
+    #[test]
+    fn erf_matches_reference_values() {
+        // Values from Abramowitz & Stegun / high-precision tables.
+        let cases = [
+            (0.1, 0.112_462_916_018_284_9),
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (2.0, 0.995_322_265_018_952_7),
+            (2.5, 0.999_593_047_982_555),
+            (3.5, 0.999_999_256_901_627_7),
+        ];
+        for (x, e) in cases {
+            assert!((erf(x) - e).abs() < 1e-14, "erf({x}) = {}", erf(x));
+            assert!((erf(-x) + e).abs() < 1e-14, "erf(-{x})");
+        }
+        assert_eq!(erf(0.0), 0.0);
+        assert_eq!(erf(f64::INFINITY), 1.0);
+        assert!(erf(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn erfc_tail_is_relatively_accurate() {
+        let cases = [
+            (3.0, 2.209_049_699_858_544e-5),
+            (5.0, 1.537_459_794_428_035e-12),
+            (10.0, 2.088_487_583_762_545e-45),
+        ];
+        for (x, e) in cases {
+            let r = erfc(x) / e - 1.0;
+            assert!(r.abs() < 1e-12, "erfc({x}) = {} (rel {r})", erfc(x));
+        }
+        assert!((erfc(-1.0) - 1.842_700_792_949_715).abs() < 1e-14);
+    }
+}
