@@ -83,28 +83,30 @@ pub fn print(g: &Graph) -> String {
     let _ = writeln!(out, "graph {} {{", graph_name(&g.name));
     for n in g.topo_order() {
         let node = g.node(n);
-        let first = node.outputs[0];
-        let name = &g.value(first).name;
         out.push_str("  ");
-        match &node.op {
-            Op::Input => {
+        // Source ops always have exactly one result; computational ops are
+        // printed from their result list, which the Graph API lets be empty.
+        let first = node.outputs.first().copied();
+        match (&node.op, first) {
+            (Op::Input | Op::Param(_) | Op::Constant, None) => {}
+            (Op::Input, Some(first)) => {
                 let _ = write!(out, "input {}", typed(g, first));
             }
-            Op::Param(init) => {
+            (Op::Param(init), Some(first)) => {
                 let _ = write!(out, "param {}", typed(g, first));
-                if let Some(i) = init_text(init, name) {
+                if let Some(i) = init_text(init, &g.value(first).name) {
                     let _ = write!(out, " = {i}");
                 }
             }
-            Op::Constant => {
+            (Op::Constant, Some(first)) => {
                 let _ = write!(
                     out,
                     "const {} = {}",
                     typed(g, first),
-                    literal(g.weights.get(name))
+                    literal(g.weights.get(&g.value(first).name))
                 );
             }
-            op => {
+            (op, _) => {
                 let results: Vec<String> = node.outputs.iter().map(|&v| typed(g, v)).collect();
                 let args: Vec<String> = node
                     .inputs
