@@ -127,19 +127,30 @@ pub fn reshape_target(input: &[usize], target: &[i64]) -> Result<Vec<usize>, Str
 
 /// Normalised `(start, step, len)` of an ONNX slice along a dimension.
 pub fn slice_range(dim: usize, start: i64, end: i64, step: i64) -> (i64, i64, usize) {
-    let d = dim as i64;
-    let fix = |v: i64| if v < 0 { v + d } else { v };
-    let (s, e) = (fix(start), fix(end));
-    if step > 0 {
+    // i128 so that extreme starts, ends and steps (ONNX exporters use
+    // i64::MAX / i64::MIN as "to the end") cannot overflow.
+    let d = dim as i128;
+    let fix = |v: i64| {
+        let v = v as i128;
+        if v < 0 {
+            v + d
+        } else {
+            v
+        }
+    };
+    let (s, e, st) = (fix(start), fix(end), step as i128);
+    if st > 0 {
         let s = s.clamp(0, d);
         let e = e.clamp(0, d);
-        let len = if e > s { (e - s + step - 1) / step } else { 0 };
-        (s, step, len as usize)
-    } else {
+        let len = if e > s { (e - s - 1) / st + 1 } else { 0 };
+        (s as i64, step, len as usize)
+    } else if st < 0 {
         let s = s.clamp(-1, d - 1);
         let e = e.clamp(-1, d - 1);
-        let len = if s > e { (s - e + (-step) - 1) / (-step) } else { 0 };
-        (s, step, len as usize)
+        let len = if s > e { (s - e - 1) / (-st) + 1 } else { 0 };
+        (s as i64, step, len as usize)
+    } else {
+        (0, step, 0)
     }
 }
 
@@ -182,6 +193,12 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
             need_dtype(w, &f32_only, "weight")?;
             need_rank(x, 4, "input")?;
             need_rank(w, 4, "weight")?;
+            if c.group == 0
+                || c.strides.contains(&0)
+                || c.dilations.contains(&0)
+            {
+                return Err("group, strides and dilations must be at least 1".into());
+            }
             let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
             let (m, cg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
             if cin % c.group != 0 || cin / c.group != cg {
@@ -278,6 +295,9 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
         }
         Op::MaxPool(p) | Op::AveragePool(p) => {
             let x = ins[0];
+            if p.kernel.contains(&0) || p.strides.contains(&0) || p.dilations.contains(&0) {
+                return Err("kernel, strides and dilations must be at least 1".into());
+            }
             need_dtype(x, &f32_only, "input")?;
             need_rank(x, 4, "input")?;
             let ho = window_out(x.shape[2], p.kernel[0], p.strides[0], p.pads[0], p.pads[2], p.dilations[0], p.ceil_mode);
@@ -387,6 +407,9 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
         Op::Split { axis, split } => {
             let x = ins[0];
             let ax = norm_axis(*axis, x.rank())?;
+            if split.is_empty() {
+                return Err("split needs at least one output".into());
+            }
             let total: usize = split.iter().sum();
             if total != x.shape[ax] {
                 return Err(format!(
@@ -410,6 +433,12 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
             steps,
         } => {
             let x = ins[0];
+            if starts.len() != axes.len() || ends.len() != axes.len() || steps.len() != axes.len() {
+                return Err("starts, ends, axes and steps must have equal lengths".into());
+            }
+            if steps.iter().any(|&s| s == 0 || s == i64::MIN) {
+                return Err(format!("steps {steps:?} must be non-zero and greater than i64::MIN"));
+            }
             let ax = norm_axes(axes, x.rank())?;
             let mut s = x.shape.clone();
             for i in 0..ax.len() {
