@@ -1,8 +1,8 @@
 //! Speed checks on real CNN shapes. Ignored by default (they are slow in
 //! debug builds); run with
 //! `cargo test --release -p dnnc-runtime --test perf -- --ignored --nocapture`.
-//! Bounds are generous (shared CI machines); the printed timings are the
-//! point.
+//! They assert only correctness (shapes, finite softmax outputs); the
+//! printed timings are informal — performance claims come from benchmarks.
 
 mod common;
 use common::*;
@@ -245,7 +245,7 @@ fn time_model(g: &Graph, reps: usize) -> f64 {
 }
 
 #[test]
-#[ignore = "timing; meaningful in release builds only"]
+#[ignore = "slow in debug builds; prints informal timings"]
 fn conv_3x3_64ch_56x56_speed() {
     let op = Op::Conv2d(Conv2d {
         pads: [1; 4],
@@ -271,32 +271,28 @@ fn conv_3x3_64ch_56x56_speed() {
         best * 1e3,
         gflop / best
     );
-    assert!(best < 1.0, "{best} s");
 }
 
 #[test]
-#[ignore = "timing; meaningful in release builds only"]
+#[ignore = "slow in debug builds; prints informal timings"]
 fn resnet18_speed() {
     let g = resnet(false, [2, 2, 2, 2]);
     let t = time_model(&g, 3);
     println!("resnet-18 224x224: {:.3} s", t);
-    assert!(t < 20.0, "{t} s");
 }
 
 #[test]
-#[ignore = "timing; meaningful in release builds only"]
+#[ignore = "slow in debug builds; prints informal timings"]
 fn resnet50_speed() {
     let g = resnet(true, [3, 4, 6, 3]);
     let t = time_model(&g, 2);
     println!("resnet-50 224x224: {:.3} s", t);
-    assert!(t < 40.0, "{t} s");
 }
 
 #[test]
-#[ignore = "timing; meaningful in release builds only"]
+#[ignore = "slow in debug builds; prints informal timings"]
 fn mobilenet_v2_speed() {
     let g = mobilenet_v2();
     let t = time_model(&g, 3);
     println!("mobilenet-v2 224x224: {:.3} s", t);
-    assert!(t < 20.0, "{t} s");
 }
