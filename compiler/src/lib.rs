@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod error;
 pub mod model;
+pub mod onnx;
 
 pub use error::DnncError;
 pub use model::{load_model, load_model_str};

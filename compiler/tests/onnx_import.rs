@@ -1,0 +1,836 @@
+//! ONNX import: small models built with the prost types, error reporting,
+//! the shared real models, and robustness against corrupted bytes.
+
+use dnnc_compiler::onnx::proto::{
+    attribute_proto::AttributeType, tensor_proto::DataType, tensor_shape_proto, type_proto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use dnnc_compiler::onnx::{import_onnx, OnnxError};
+use dnnc_ir::{DType, Graph, Op, Tensor};
+use prost::Message;
+use std::path::PathBuf;
+
+// ----- model-building helpers ----------------------------------------------
+
+fn vi(name: &str, elem: DataType, dims: &[i64]) -> ValueInfoProto {
+    let dim = dims
+        .iter()
+        .map(|&d| tensor_shape_proto::Dimension {
+            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
+            ..Default::default()
+        })
+        .collect();
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem as i32),
+                shape: Some(TensorShapeProto { dim }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn f32s(name: &str, dims: &[i64], v: &[f32]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(DataType::Float as i32),
+        raw_data: Some(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        ..Default::default()
+    }
+}
+
+fn i64s(name: &str, v: &[i64]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: vec![v.len() as i64],
+        data_type: Some(DataType::Int64 as i32),
+        int64_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn attr_i(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(v),
+        ..Default::default()
+    }
+}
+
+fn attr_f(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Float as i32),
+        f: Some(v),
+        ..Default::default()
+    }
+}
+
+fn attr_ints(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Ints as i32),
+        ints: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn attr_s(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(v.as_bytes().to_vec()),
+        ..Default::default()
+    }
+}
+
+fn attr_t(name: &str, t: TensorProto) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Tensor as i32),
+        t: Some(t),
+        ..Default::default()
+    }
+}
+
+fn node(
+    op: &str,
+    name: &str,
+    ins: &[&str],
+    outs: &[&str],
+    attrs: Vec<AttributeProto>,
+) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.into()),
+        name: Some(name.into()),
+        input: ins.iter().map(|s| s.to_string()).collect(),
+        output: outs.iter().map(|s| s.to_string()).collect(),
+        attribute: attrs,
+        ..Default::default()
+    }
+}
+
+fn model(
+    opset: i64,
+    inputs: Vec<ValueInfoProto>,
+    inits: Vec<TensorProto>,
+    nodes: Vec<NodeProto>,
+    outputs: &[&str],
+) -> Vec<u8> {
+    ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(opset),
+        }],
+        graph: Some(GraphProto {
+            name: Some("test".into()),
+            node: nodes,
+            initializer: inits,
+            input: inputs,
+            output: outputs
+                .iter()
+                .map(|o| ValueInfoProto {
+                    name: Some(o.to_string()),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+fn import(bytes: &[u8]) -> Result<Graph, OnnxError> {
+    import_onnx(bytes, "test.onnx")
+}
+
+fn ops(g: &Graph) -> Vec<&'static str> {
+    g.topo_order()
+        .into_iter()
+        .map(|n| g.node(n).op.name())
+        .collect()
+}
+
+fn out_shape(g: &Graph) -> Vec<usize> {
+    g.value(g.outputs()[0]).ty.shape.clone()
+}
+
+// ----- small models ----------------------------------------------------------
+
+#[test]
+fn conv_relu_gemm_imports_with_params_named_after_initializers() {
+    let w: Vec<f32> = (0..2 * 3 * 3 * 3).map(|i| i as f32 * 0.01).collect();
+    let bytes = model(
+        17,
+        vec![vi("x", DataType::Float, &[1, 3, 8, 8])],
+        vec![
+            f32s("conv.w", &[2, 3, 3, 3], &w),
+            f32s("conv.b", &[2], &[0.1, 0.2]),
+            f32s("fc.w", &[4, 32], &[0.5; 128]),
+        ],
+        vec![
+            node(
+                "Conv",
+                "conv",
+                &["x", "conv.w", "conv.b"],
+                &["c"],
+                vec![
+                    attr_ints("kernel_shape", &[3, 3]),
+                    attr_ints("strides", &[2, 2]),
+                    attr_s("auto_pad", "SAME_UPPER"),
+                ],
+            ),
+            node("Relu", "relu", &["c"], &["r"], vec![]),
+            node("Flatten", "flat", &["r"], &["f"], vec![]),
+            node(
+                "Gemm",
+                "fc",
+                &["f", "fc.w"],
+                &["y"],
+                vec![attr_i("transB", 1)],
+            ),
+        ],
+        &["y"],
+    );
+    let g = import(&bytes).unwrap();
+    dnnc_ir::verify(&g).unwrap();
+    assert_eq!(out_shape(&g), vec![1, 4]);
+    assert_eq!(
+        g.value(g.value_by_name("c").unwrap()).ty.shape,
+        vec![1, 2, 4, 4]
+    );
+    let conv = g.node(g.value(g.value_by_name("c").unwrap()).producer);
+    let Op::Conv2d(c) = &conv.op else { panic!() };
+    // SAME_UPPER on 8 with stride 2, kernel 3: total pad 1, extra at the end.
+    assert_eq!(c.pads, [0, 0, 1, 1]);
+    let w = g.value_by_name("conv.w").unwrap();
+    assert!(
+        matches!(&g.node(g.value(w).producer).op, Op::Param(dnnc_ir::Init::External(n)) if n == "conv.w")
+    );
+    assert!(g.weights.contains("conv.w"));
+    g.check_weights_bound().unwrap();
+    assert_eq!(g.name, "test");
+}
+
+#[test]
+fn shape_chain_folds_to_a_constant_reshape() {
+    // y = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1]))
+    let bytes = model(
+        13,
+        vec![vi("x", DataType::Float, &[2, 3, 4])],
+        vec![i64s("axes0", &[0]), i64s("minus1", &[-1])],
+        vec![
+            node("Shape", "shape", &["x"], &["s"], vec![]),
+            node(
+                "Constant",
+                "zero",
+                &[],
+                &["z"],
+                vec![attr_i("value_int", 0)],
+            ),
+            node("Gather", "g", &["s", "z"], &["d0"], vec![attr_i("axis", 0)]),
+            node("Unsqueeze", "u", &["d0", "axes0"], &["d0u"], vec![]),
+            node(
+                "Concat",
+                "cat",
+                &["d0u", "minus1"],
+                &["shape"],
+                vec![attr_i("axis", 0)],
+            ),
+            node("Reshape", "reshape", &["x", "shape"], &["y"], vec![]),
+        ],
+        &["y"],
+    );
+    let g = import(&bytes).unwrap();
+    dnnc_ir::verify(&g).unwrap();
+    assert_eq!(ops(&g), vec!["input", "Reshape"]);
+    assert_eq!(out_shape(&g), vec![2, 12]);
+}
+
+#[test]
+fn opset_versions_change_attribute_sources() {
+    // Clip from attributes (opset 7) and from inputs (opset 11+).
+    let clip7 = model(
+        7,
+        vec![vi("x", DataType::Float, &[4])],
+        vec![],
+        vec![node(
+            "Clip",
+            "clip",
+            &["x"],
+            &["y"],
+            vec![attr_f("min", 0.0), attr_f("max", 6.0)],
+        )],
+        &["y"],
+    );
+    let g = import(&clip7).unwrap();
+    let y = g.outputs()[0];
+    assert!(
+        matches!(g.node(g.value(y).producer).op, Op::Unary(dnnc_ir::op::Unary::Clip { min, max }) if min == 0.0 && max == 6.0)
+    );
+    let clip13 = model(
+        13,
+        vec![vi("x", DataType::Float, &[4])],
+        vec![f32s("lo", &[], &[0.0])],
+        vec![node("Clip", "clip", &["x", "lo", ""], &["y"], vec![])],
+        &["y"],
+    );
+    let g = import(&clip13).unwrap();
+    assert!(
+        matches!(g.node(g.value(g.outputs()[0]).producer).op, Op::Unary(dnnc_ir::op::Unary::Clip { min, max }) if min == 0.0 && max == f32::INFINITY)
+    );
+    // Unused scalar initializer consumed as an attribute is not in the IR.
+    assert!(g.value_by_name("lo").is_none());
+
+    // Softmax before 13 coerces to 2-D at axis 1.
+    let sm = model(
+        11,
+        vec![vi("x", DataType::Float, &[2, 3, 4])],
+        vec![],
+        vec![node("Softmax", "sm", &["x"], &["y"], vec![])],
+        &["y"],
+    );
+    let g = import(&sm).unwrap();
+    dnnc_ir::verify(&g).unwrap();
+    assert_eq!(ops(&g), vec!["input", "Flatten", "Softmax", "Reshape"]);
+    assert_eq!(out_shape(&g), vec![2, 3, 4]);
+}
+
+#[test]
+fn split_slice_pad_squeeze_from_inputs_and_attributes() {
+    let bytes = model(
+        18,
+        vec![vi("x", DataType::Float, &[1, 6, 4, 4])],
+        vec![
+            i64s("starts", &[1]),
+            i64s("ends", &[-1]),
+            i64s("axes", &[2]),
+            i64s("pads", &[1, 1]),
+        ],
+        vec![
+            node(
+                "Split",
+                "split",
+                &["x"],
+                &["a", "b", "c"],
+                vec![attr_i("axis", 1), attr_i("num_outputs", 3)],
+            ),
+            node(
+                "Slice",
+                "slice",
+                &["a", "starts", "ends", "axes"],
+                &["s"],
+                vec![],
+            ),
+            node(
+                "Pad",
+                "pad",
+                &["s", "pads", "", "axes"],
+                &["p"],
+                vec![attr_s("mode", "reflect")],
+            ),
+            node("Max", "max", &["p", "b", "c"], &["m"], vec![]),
+        ],
+        &["m"],
+    );
+    let g = import(&bytes).unwrap();
+    dnnc_ir::verify(&g).unwrap();
+    assert_eq!(out_shape(&g), vec![1, 2, 4, 4]);
+    assert_eq!(ops(&g).iter().filter(|&&o| o == "Max").count(), 2);
+}
+
+#[test]
+fn identity_of_initializer_stays_an_overridable_param() {
+    let bytes = model(
+        17,
+        vec![vi("x", DataType::Float, &[2])],
+        vec![f32s("b", &[2], &[1.0, 2.0])],
+        vec![
+            node("Identity", "id", &["b"], &["b2"], vec![]),
+            node("Add", "add", &["x", "b2"], &["y"], vec![]),
+        ],
+        &["y"],
+    );
+    let g = import(&bytes).unwrap();
+    let b2 = g.value_by_name("b2").unwrap();
+    assert!(
+        matches!(&g.node(g.value(b2).producer).op, Op::Param(dnnc_ir::Init::External(n)) if n == "b2")
+    );
+    assert!(g.value_by_name("b").is_none());
+}
+
+// ----- errors ----------------------------------------------------------------
+
+#[test]
+fn all_unsupported_nodes_are_reported_at_once() {
+    let bytes = model(
+        17,
+        vec![vi("x", DataType::Float, &[1, 3, 8, 8])],
+        vec![],
+        vec![
+            node("Resize", "up", &["x"], &["r"], vec![]),
+            node("Relu", "relu", &["r"], &["a"], vec![]),
+            node("NonMaxSuppression", "", &["a"], &["n"], vec![]),
+            node(
+                "MaxPool",
+                "pool",
+                &["x"],
+                &["p", "idx"],
+                vec![attr_ints("kernel_shape", &[2, 2])],
+            ),
+            node(
+                "Pad",
+                "pad",
+                &["x", "pads"],
+                &["q"],
+                vec![attr_s("mode", "wrap")],
+            ),
+        ],
+        &["n", "p", "q"],
+    );
+    let bytes = {
+        let mut m = ModelProto::decode(&bytes[..]).unwrap();
+        m.graph
+            .as_mut()
+            .unwrap()
+            .initializer
+            .push(i64s("pads", &[0; 8]));
+        m.encode_to_vec()
+    };
+    let err = import(&bytes).unwrap_err();
+    let OnnxError::Unsupported(list) = &err else {
+        panic!("{err}")
+    };
+    let names: Vec<&str> = list.iter().map(|u| u.node.as_str()).collect();
+    assert_eq!(names, vec!["up", "NonMaxSuppression #2", "pool", "pad"]);
+    let text = err.to_string();
+    assert!(text.starts_with("4 unsupported nodes"), "{text}");
+    assert!(
+        text.contains("node `up` (Resize from ai.onnx opset 17): op `Resize` is not supported"),
+        "{text}"
+    );
+    assert!(text.contains("Indices"), "{text}");
+    assert!(text.contains("wrap"), "{text}");
+}
+
+#[test]
+fn custom_domain_and_graph_attributes_are_unsupported() {
+    let mut n = node("FusedConv", "fc", &["x"], &["y"], vec![]);
+    n.domain = Some("com.microsoft".into());
+    let mut ifn = node("Relu", "r", &["x"], &["z"], vec![]);
+    ifn.attribute.push(AttributeProto {
+        name: Some("body".into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(GraphProto::default()),
+        ..Default::default()
+    });
+    let bytes = model(
+        17,
+        vec![vi("x", DataType::Float, &[2])],
+        vec![],
+        vec![n, ifn],
+        &["y", "z"],
+    );
+    let err = import(&bytes).unwrap_err().to_string();
+    assert!(
+        err.contains("domain `com.microsoft` is not supported"),
+        "{err}"
+    );
+    assert!(err.contains("attribute `body` is a GRAPH"), "{err}");
+}
+
+#[test]
+fn malformed_models_give_clear_errors() {
+    let base = || {
+        (
+            vec![vi("x", DataType::Float, &[2])],
+            vec![f32s("w", &[2], &[1.0, 2.0])],
+        )
+    };
+    // Dangling input.
+    let (i, w) = base();
+    let e = import(&model(
+        17,
+        i,
+        w,
+        vec![node("Add", "add", &["x", "nope"], &["y"], vec![])],
+        &["y"],
+    ))
+    .unwrap_err();
+    assert!(matches!(e, OnnxError::Dangling { .. }), "{e}");
+    assert!(e.to_string().contains("`nope`"), "{e}");
+    // Duplicate output names.
+    let (i, w) = base();
+    let e = import(&model(
+        17,
+        i,
+        w,
+        vec![
+            node("Relu", "a", &["x"], &["y"], vec![]),
+            node("Relu", "b", &["x"], &["y"], vec![]),
+        ],
+        &["y"],
+    ))
+    .unwrap_err();
+    assert!(matches!(e, OnnxError::Duplicate { .. }), "{e}");
+    // Inconsistent initializer size.
+    let (i, _) = base();
+    let e = import(&model(
+        17,
+        i,
+        vec![f32s("w", &[3], &[1.0, 2.0])],
+        vec![node("Add", "add", &["x", "w"], &["y"], vec![])],
+        &["y"],
+    ))
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("tensor `w` has dims [3] (3 elements) but its raw_data holds 2"),
+        "{e}"
+    );
+    // External data.
+    let (i, _) = base();
+    let mut ext = f32s("w", &[2], &[]);
+    ext.raw_data = None;
+    ext.data_location = Some(1);
+    let e = import(&model(
+        17,
+        i,
+        vec![ext],
+        vec![node("Add", "add", &["x", "w"], &["y"], vec![])],
+        &["y"],
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(&e, OnnxError::ExternalData { tensor } if tensor == "w"),
+        "{e}"
+    );
+    // IR type error, wrapped with the ONNX node name.
+    let (i, _) = base();
+    let e = import(&model(
+        17,
+        i,
+        vec![f32s("w", &[3], &[1.0; 3])],
+        vec![node("Add", "add", &["x", "w"], &["y"], vec![])],
+        &["y"],
+    ))
+    .unwrap_err();
+    assert!(matches!(e, OnnxError::Graph { .. }), "{e}");
+    assert!(e.to_string().starts_with("node `add` (Add)"), "{e}");
+    // Symbolic input dimension.
+    let mut x = vi("x", DataType::Float, &[1, 2]);
+    if let Some(type_proto::Value::TensorType(t)) = x.r#type.as_mut().unwrap().value.as_mut() {
+        t.shape.as_mut().unwrap().dim[0].value = Some(
+            tensor_shape_proto::dimension::Value::DimParam("batch".into()),
+        );
+    }
+    let e = import(&model(
+        17,
+        vec![x],
+        vec![],
+        vec![node("Relu", "r", &["x"], &["y"], vec![])],
+        &["y"],
+    ))
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("input `x` has symbolic dimension \"batch\" at axis 0"),
+        "{e}"
+    );
+    // Non-constant Reshape shape names the node.
+    let e = import(&model(
+        17,
+        vec![
+            vi("x", DataType::Float, &[2]),
+            vi("s", DataType::Int64, &[1]),
+        ],
+        vec![],
+        vec![node("Reshape", "rs", &["x", "s"], &["y"], vec![])],
+        &["y"],
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(err_has(&e, &["`rs`", "must be a constant"]), "{e}");
+    // Unsupported opset and dtype.
+    let e = import(&model(23, vec![], vec![], vec![], &[]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("opset 23 is not supported"), "{e}");
+    let mut t = f32s("h", &[1], &[]);
+    t.data_type = Some(DataType::Float16 as i32);
+    t.raw_data = Some(vec![0, 0]);
+    let e = import(&model(
+        17,
+        vec![vi("x", DataType::Float, &[1])],
+        vec![t],
+        vec![node("Add", "a", &["x", "h"], &["y"], vec![])],
+        &["y"],
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("FLOAT16"), "{e}");
+    // Not protobuf at all.
+    let e = import(b"\xff\xff\xff\xff garbage").unwrap_err();
+    assert!(matches!(e, OnnxError::Decode { .. }), "{e}");
+}
+
+fn err_has(e: &str, parts: &[&str]) -> bool {
+    parts.iter().all(|p| e.contains(p))
+}
+
+#[test]
+fn constant_tensor_and_int32_indices() {
+    let idx = TensorProto {
+        name: Some("i".into()),
+        dims: vec![2],
+        data_type: Some(DataType::Int32 as i32),
+        int32_data: vec![-1, 0],
+        ..Default::default()
+    };
+    let bytes = model(
+        17,
+        vec![vi("x", DataType::Float, &[3, 2])],
+        vec![],
+        vec![
+            node("Constant", "c", &[], &["i"], vec![attr_t("value", idx)]),
+            node("Gather", "g", &["x", "i"], &["y"], vec![]),
+        ],
+        &["y"],
+    );
+    let g = import(&bytes).unwrap();
+    dnnc_ir::verify(&g).unwrap();
+    let i = g.node(g.value(g.outputs()[0]).producer).inputs[1];
+    let data = g.weights.get(&g.value(i).name).unwrap();
+    assert_eq!(data.dtype(), DType::I64);
+    assert_eq!(
+        data.as_i64().unwrap().iter().copied().collect::<Vec<_>>(),
+        vec![2, 0]
+    );
+    assert!(matches!(data, Tensor::I64(_)));
+}
+
+// ----- the shared real models ------------------------------------------------
+
+fn shared_models() -> Option<Vec<PathBuf>> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/models");
+    let dir = if dir.is_dir() {
+        dir
+    } else {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/models")
+    };
+    if !dir.is_dir() {
+        eprintln!("skipping: shared models not found at {}", dir.display());
+        return None;
+    }
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("model.onnx"))
+        .filter(|p| p.is_file())
+        .collect();
+    v.sort();
+    Some(v)
+}
+
+#[test]
+fn shared_models_import_verify_and_match_meta() {
+    let Some(models) = shared_models() else {
+        return;
+    };
+    for path in models {
+        let t = std::time::Instant::now();
+        let g = dnnc_compiler::onnx::import_onnx_file(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let elapsed = t.elapsed();
+        dnnc_ir::verify(&g).unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
+        g.check_weights_bound().unwrap();
+        let meta: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(path.with_file_name("meta.json")).unwrap(),
+        )
+        .unwrap();
+        let want: Vec<usize> = meta["output_shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap() as usize)
+            .collect();
+        assert_eq!(out_shape(&g), want, "{}", path.display());
+        let names = ops(&g);
+        // Shape chains, Constant nodes and Identity aliases leave no trace.
+        for gone in ["Gather", "Unsqueeze", "const", "Identity"] {
+            assert!(
+                !names.contains(&gone),
+                "{}: {gone} left in the IR",
+                path.display()
+            );
+        }
+        eprintln!(
+            "{}: {} nodes in {elapsed:?}",
+            path.display(),
+            g.node_count()
+        );
+    }
+}
+
+#[test]
+fn shufflenet_shape_chains_fold_away() {
+    let Some(models) = shared_models() else {
+        return;
+    };
+    let Some(path) = models
+        .iter()
+        .find(|p| p.to_string_lossy().contains("shufflenet"))
+    else {
+        eprintln!("skipping: no shufflenet model");
+        return;
+    };
+    let g = dnnc_compiler::onnx::import_onnx_file(path).unwrap();
+    let names = ops(&g);
+    for gone in ["Gather", "Unsqueeze", "const", "Div", "Mul", "Add"] {
+        assert!(!names.contains(&gone), "{gone} left");
+    }
+    // Channel-split Slices keep only the data input; no Mul/Div/Add on i64.
+    for n in g.topo_order() {
+        let node = g.node(n);
+        for &o in &node.outputs {
+            assert_ne!(
+                g.value(o).ty.dtype,
+                DType::I64,
+                "{} computes i64 at run time",
+                g.value(o).name
+            );
+        }
+    }
+    // Concats remain only as the real channel concatenations of f32 data.
+    assert_eq!(names.iter().filter(|&&o| o == "Concat").count(), 16);
+}
+
+// ----- robustness --------------------------------------------------------------
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn check_no_panic(bytes: &[u8], what: &str) {
+    if let Err(OnnxError::Internal { message, .. }) = import(bytes) {
+        panic!("{what}: importer panicked: {message}");
+    }
+}
+
+#[test]
+fn truncated_and_mutated_models_never_panic() {
+    // A small model with every kind of node and a shape chain.
+    let bytes = model(
+        13,
+        vec![vi("x", DataType::Float, &[1, 3, 8, 8])],
+        vec![
+            f32s("w", &[4, 3, 3, 3], &[0.1; 108]),
+            i64s("axes0", &[0]),
+            i64s("m1", &[-1]),
+        ],
+        vec![
+            node(
+                "Conv",
+                "conv",
+                &["x", "w"],
+                &["c"],
+                vec![
+                    attr_ints("pads", &[1, 1, 1, 1]),
+                    attr_ints("strides", &[1, 1]),
+                ],
+            ),
+            node(
+                "MaxPool",
+                "pool",
+                &["c"],
+                &["p"],
+                vec![
+                    attr_ints("kernel_shape", &[2, 2]),
+                    attr_ints("strides", &[2, 2]),
+                ],
+            ),
+            node("Shape", "shape", &["p"], &["s"], vec![]),
+            node(
+                "Constant",
+                "zero",
+                &[],
+                &["z"],
+                vec![attr_i("value_int", 0)],
+            ),
+            node("Gather", "g", &["s", "z"], &["d0"], vec![]),
+            node("Unsqueeze", "u", &["d0", "axes0"], &["d0u"], vec![]),
+            node(
+                "Concat",
+                "cat",
+                &["d0u", "m1"],
+                &["shape"],
+                vec![attr_i("axis", 0)],
+            ),
+            node("Reshape", "rs", &["p", "shape"], &["y"], vec![]),
+        ],
+        &["y"],
+    );
+    import(&bytes).unwrap();
+    for cut in 0..bytes.len() {
+        check_no_panic(&bytes[..cut], &format!("truncated at {cut}"));
+    }
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for round in 0..3000 {
+        let mut m = bytes.clone();
+        for _ in 0..1 + rng.next() % 4 {
+            let i = (rng.next() % m.len() as u64) as usize;
+            m[i] = match rng.next() % 3 {
+                0 => rng.next() as u8,
+                1 => m[i].wrapping_add(1),
+                _ => m[i] ^ (1 << (rng.next() % 8)),
+            };
+        }
+        check_no_panic(&m, &format!("mutation round {round}"));
+    }
+}
+
+#[test]
+fn truncated_real_model_never_panics() {
+    let Some(models) = shared_models() else {
+        return;
+    };
+    let Some(path) = models
+        .iter()
+        .find(|p| p.to_string_lossy().contains("lenet"))
+    else {
+        return;
+    };
+    let bytes = std::fs::read(path).unwrap();
+    let mut rng = Rng(42);
+    for _ in 0..200 {
+        let cut = (rng.next() % bytes.len() as u64) as usize;
+        check_no_panic(&bytes[..cut], &format!("lenet truncated at {cut}"));
+    }
+    for _ in 0..200 {
+        let mut m = bytes.clone();
+        // Mutate the structural prefix and the node section, not only weights.
+        let span = 4096.min(m.len());
+        let i = if rng.next() % 2 == 0 {
+            (rng.next() % span as u64) as usize
+        } else {
+            m.len() - 1 - (rng.next() % span as u64) as usize
+        };
+        m[i] ^= 1 << (rng.next() % 8);
+        check_no_panic(&m, "lenet mutated");
+    }
+}
