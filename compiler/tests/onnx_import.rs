@@ -825,12 +825,51 @@ fn truncated_real_model_never_panics() {
         let mut m = bytes.clone();
         // Mutate the structural prefix and the node section, not only weights.
         let span = 4096.min(m.len());
-        let i = if rng.next() % 2 == 0 {
+        let i = if rng.next() & 1 == 0 {
             (rng.next() % span as u64) as usize
         } else {
             m.len() - 1 - (rng.next() % span as u64) as usize
         };
         m[i] ^= 1 << (rng.next() % 8);
         check_no_panic(&m, "lenet mutated");
+    }
+}
+
+#[test]
+fn shared_models_match_reference_outputs_on_the_interpreter() {
+    let Some(models) = shared_models() else {
+        return;
+    };
+    for path in models {
+        let name = path
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        // The interpreter is unoptimised in debug builds: check the small
+        // model there and all of them in release.
+        if cfg!(debug_assertions) && name != "lenet5" {
+            continue;
+        }
+        let g = dnnc_compiler::onnx::import_onnx_file(&path).unwrap();
+        let x = dnnc_ir::tensor::read_npy(&path.with_file_name("input.npy")).unwrap();
+        let want = dnnc_ir::tensor::read_npy(&path.with_file_name("output.npy")).unwrap();
+        let input = g.value(g.inputs()[0]).name.clone();
+        let t = std::time::Instant::now();
+        let got = dnnc_runtime::run(&g, &[(input, x)]).unwrap();
+        let (got, want) = (got[0].as_f32().unwrap(), want.as_f32().unwrap());
+        assert_eq!(got.shape(), want.shape(), "{name}");
+        let diff = got
+            .iter()
+            .zip(want.iter())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        eprintln!(
+            "{name}: max |dnnc - onnxruntime| = {diff:e} ({:?})",
+            t.elapsed()
+        );
+        assert!(diff < 1e-3, "{name}: max abs diff {diff}");
     }
 }

@@ -150,8 +150,8 @@ pub enum OnnxError {
         node: String,
         /// Its op type.
         op_type: String,
-        /// The builder's error.
-        source: GraphError,
+        /// The builder's error (boxed: it is large and rare).
+        source: Box<GraphError>,
     },
     /// Nodes using ops, attributes or dtypes dnnc does not support.
     #[error("{} unsupported node{} in the model:\n{}", .0.len(), if .0.len() == 1 { "" } else { "s" }, render_list(.0))]

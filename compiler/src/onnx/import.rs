@@ -146,7 +146,7 @@ impl Ctx<'_> {
         NErr::Fatal(OnnxError::Graph {
             node: self.label.clone(),
             op_type: self.op.to_string(),
-            source,
+            source: Box::new(source),
         })
     }
 
@@ -867,7 +867,12 @@ impl Importer {
                             } else {
                                 self.fresh(&out)
                             };
-                            self.apply(cx, Op::Binary(b), &[&acc, next], &[name.clone()])?;
+                            self.apply(
+                                cx,
+                                Op::Binary(b),
+                                &[&acc, next],
+                                std::slice::from_ref(&name),
+                            )?;
                             acc = name;
                         }
                     }
@@ -1305,8 +1310,13 @@ impl Importer {
         }
         let flat = self.fresh(&out);
         let soft = self.fresh(&out);
-        self.apply(cx, Op::Flatten { axis: ax }, &[x], &[flat.clone()])?;
-        self.apply(cx, make(1), &[&flat], &[soft.clone()])?;
+        self.apply(
+            cx,
+            Op::Flatten { axis: ax },
+            &[x],
+            std::slice::from_ref(&flat),
+        )?;
+        self.apply(cx, make(1), &[&flat], std::slice::from_ref(&soft))?;
         let shape = xt.shape.iter().map(|&d| d as i64).collect();
         self.apply(cx, Op::Reshape { shape }, &[&soft], &[out])
     }
