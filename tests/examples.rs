@@ -7,9 +7,13 @@ use dnnc_integration::{examples, stem};
 #[test]
 fn every_example_prints_canonically_and_round_trips() {
     let files = examples();
-    assert!(files.len() >= 6, "expected the six bundled examples, found {files:?}");
+    assert!(
+        files.len() >= 6,
+        "expected the six bundled examples, found {files:?}"
+    );
     for path in files {
-        let g = dnnc_compiler::load_model(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let g =
+            dnnc_compiler::load_model(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let printed = dnnc_ir::text::print(&g);
         let again = dnnc_ir::text::parse(&printed, "printed").expect("printed IR parses");
         assert_eq!(dnnc_ir::text::print(&again), printed, "{}", path.display());

@@ -29,7 +29,10 @@ fn lenet5_text_model_matches_onnxruntime() {
     let text = dnnc_compiler::cli::execute(cli, &mut |s| notes.push(s.to_string()))
         .unwrap_or_else(|e| panic!("dnnc run failed: {e}"));
     assert!(text.contains("%output: f32[1,10]"), "{text}");
-    assert!(notes.is_empty(), "every safetensors tensor should bind: {notes:?}");
+    assert!(
+        notes.is_empty(),
+        "every safetensors tensor should bind: {notes:?}"
+    );
 
     let got = read_npy(&out_dir.join("output.npy")).expect("output written");
     let want = read_npy(&dir.join("output.npy")).expect("reference output");

@@ -150,7 +150,11 @@ pub fn gather_inputs(
     args: &[String],
     notes: &mut dyn FnMut(&str),
 ) -> Result<Vec<(String, Tensor)>, DnncError> {
-    let graph_inputs: Vec<String> = g.inputs().iter().map(|&v| g.value(v).name.clone()).collect();
+    let graph_inputs: Vec<String> = g
+        .inputs()
+        .iter()
+        .map(|&v| g.value(v).name.clone())
+        .collect();
     if args.is_empty() {
         let mut feeds = vec![];
         for (i, &v) in g.inputs().iter().enumerate() {
@@ -177,14 +181,16 @@ pub fn gather_inputs(
             _ if graph_inputs.len() == 1 => (graph_inputs[0].clone(), arg.as_str()),
             _ => {
                 return Err(DnncError::Usage(format!(
-                    "--input {arg}: the model has {} inputs ({}); name them with --input NAME=FILE.npy",
-                    graph_inputs.len(),
-                    graph_inputs.join(", ")
-                )))
+                "--input {arg}: the model has {} inputs ({}); name them with --input NAME=FILE.npy",
+                graph_inputs.len(),
+                graph_inputs.join(", ")
+            )))
             }
         };
         if feeds.iter().any(|(n, _)| *n == name) {
-            return Err(DnncError::Usage(format!("input `{name}` is given more than once")));
+            return Err(DnncError::Usage(format!(
+                "input `{name}` is given more than once"
+            )));
         }
         let t = read_npy(Path::new(file))?;
         feeds.push((name, t));
@@ -255,11 +261,21 @@ pub fn summarize(name: &str, t: &Tensor) -> String {
         }
         Tensor::I64(a) => {
             let head: Vec<String> = a.iter().take(8).map(|x| x.to_string()).collect();
-            let _ = writeln!(s, "  [{}{}]", head.join(", "), if a.len() > 8 { ", ..." } else { "" });
+            let _ = writeln!(
+                s,
+                "  [{}{}]",
+                head.join(", "),
+                if a.len() > 8 { ", ..." } else { "" }
+            );
         }
         Tensor::Bool(a) => {
             let head: Vec<String> = a.iter().take(8).map(|x| x.to_string()).collect();
-            let _ = writeln!(s, "  [{}{}]", head.join(", "), if a.len() > 8 { ", ..." } else { "" });
+            let _ = writeln!(
+                s,
+                "  [{}{}]",
+                head.join(", "),
+                if a.len() > 8 { ", ..." } else { "" }
+            );
         }
         _ => s.push('\n'),
     }

@@ -107,19 +107,31 @@ fn good_model_runs() {
     let s = Scratch::new("good");
     let m = s.file("m.dnn", GOOD.as_bytes());
     let out = dnnc(&[&"run", &m]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("%r: f32[1,3,4,4]"), "{stdout}");
 }
 
 #[test]
 fn unknown_op() {
-    model_case("unknown-op", &with("Relu(%c)", "Frobnicate(%c)"), &["m.dnn:6:", "Frobnicate"]);
+    model_case(
+        "unknown-op",
+        &with("Relu(%c)", "Frobnicate(%c)"),
+        &["m.dnn:6:", "Frobnicate"],
+    );
 }
 
 #[test]
 fn wrong_arity() {
-    model_case("arity", &with("Relu(%c)", "Relu(%c, %c)"), &["m.dnn:6:", "input"]);
+    model_case(
+        "arity",
+        &with("Relu(%c)", "Relu(%c, %c)"),
+        &["m.dnn:6:", "input"],
+    );
 }
 
 #[test]
@@ -142,32 +154,56 @@ fn cycle() {
 
 #[test]
 fn undefined_value() {
-    model_case("undef", &with("Relu(%c)", "Relu(%nope)"), &["m.dnn:6:", "nope"]);
+    model_case(
+        "undef",
+        &with("Relu(%c)", "Relu(%nope)"),
+        &["m.dnn:6:", "nope"],
+    );
 }
 
 #[test]
 fn duplicate_name() {
-    model_case("dup", &with("%r = Relu(%c)", "%c = Relu(%c)"), &["m.dnn:6:", "%c"]);
+    model_case(
+        "dup",
+        &with("%r = Relu(%c)", "%c = Relu(%c)"),
+        &["m.dnn:6:", "%c"],
+    );
 }
 
 #[test]
 fn unknown_attribute() {
-    model_case("attr", &with("{pads=[1,1,1,1]}", "{padz=[1,1,1,1]}"), &["m.dnn:5:", "padz"]);
+    model_case(
+        "attr",
+        &with("{pads=[1,1,1,1]}", "{padz=[1,1,1,1]}"),
+        &["m.dnn:5:", "padz"],
+    );
 }
 
 #[test]
 fn bad_attribute_value() {
-    model_case("attr-val", &with("{pads=[1,1,1,1]}", "{pads=[1,1]}"), &["m.dnn:5:", "pads"]);
+    model_case(
+        "attr-val",
+        &with("{pads=[1,1,1,1]}", "{pads=[1,1]}"),
+        &["m.dnn:5:", "pads"],
+    );
 }
 
 #[test]
 fn bad_initializer() {
-    model_case("init", &with("he(seed=1)", "kaiming(seed=1)"), &["m.dnn:3:", "kaiming"]);
+    model_case(
+        "init",
+        &with("he(seed=1)", "kaiming(seed=1)"),
+        &["m.dnn:3:", "kaiming"],
+    );
 }
 
 #[test]
 fn bad_initializer_argument() {
-    model_case("init-arg", &with("he(seed=1)", "he(sead=1)"), &["m.dnn:3:", "sead"]);
+    model_case(
+        "init-arg",
+        &with("he(seed=1)", "he(sead=1)"),
+        &["m.dnn:3:", "sead"],
+    );
 }
 
 #[test]
@@ -178,12 +214,20 @@ fn truncated_file() {
 
 #[test]
 fn declared_type_differs_from_inferred() {
-    model_case("decl", &with("%r = Relu(%c)", "%r: f32[1,3,5,5] = Relu(%c)"), &["m.dnn:6:", "f32[1,3,4,4]"]);
+    model_case(
+        "decl",
+        &with("%r = Relu(%c)", "%r: f32[1,3,5,5] = Relu(%c)"),
+        &["m.dnn:6:", "f32[1,3,4,4]"],
+    );
 }
 
 #[test]
 fn bad_dtype() {
-    model_case("dtype", &with("%x: f32[1,2,4,4]", "%x: f16[1,2,4,4]"), &["m.dnn:2:", "f16"]);
+    model_case(
+        "dtype",
+        &with("%x: f32[1,2,4,4]", "%x: f16[1,2,4,4]"),
+        &["m.dnn:2:", "f16"],
+    );
 }
 
 #[test]
@@ -202,13 +246,20 @@ fn no_outputs() {
 
 #[test]
 fn output_undefined() {
-    model_case("out-undef", &with("output %r", "output %zz"), &["m.dnn:7:", "zz"]);
+    model_case(
+        "out-undef",
+        &with("output %r", "output %zz"),
+        &["m.dnn:7:", "zz"],
+    );
 }
 
 #[test]
 fn missing_safetensors_tensor() {
     let s = Scratch::new("missing-weight");
-    let m = s.file("m.dnn", with("= he(seed=1)", "= external(\"conv.w\")").as_bytes());
+    let m = s.file(
+        "m.dnn",
+        with("= he(seed=1)", "= external(\"conv.w\")").as_bytes(),
+    );
     let w = s.safetensors("w.safetensors", &[("other", vec![2])]);
     fails_with(&dnnc(&[&"run", &m, &"--weights", &w]), &["conv.w", "%w"]);
     // And with no weights file at all.
@@ -220,7 +271,10 @@ fn safetensors_tensor_of_wrong_shape() {
     let s = Scratch::new("weight-shape");
     let m = s.file("m.dnn", GOOD.as_bytes());
     let w = s.safetensors("w.safetensors", &[("w", vec![3, 2, 5, 5])]);
-    fails_with(&dnnc(&[&"run", &m, &"--weights", &w]), &["f32[3,2,5,5]", "f32[3,2,3,3]", "%w"]);
+    fails_with(
+        &dnnc(&[&"run", &m, &"--weights", &w]),
+        &["f32[3,2,5,5]", "f32[3,2,3,3]", "%w"],
+    );
 }
 
 #[test]
@@ -228,14 +282,20 @@ fn unreadable_safetensors() {
     let s = Scratch::new("bad-st");
     let m = s.file("m.dnn", GOOD.as_bytes());
     let w = s.file("w.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{\"a\":");
-    fails_with(&dnnc(&[&"run", &m, &"--weights", &w]), &["w.safetensors", "safetensors"]);
+    fails_with(
+        &dnnc(&[&"run", &m, &"--weights", &w]),
+        &["w.safetensors", "safetensors"],
+    );
 }
 
 #[test]
 fn missing_weights_file() {
     let s = Scratch::new("no-st");
     let m = s.file("m.dnn", GOOD.as_bytes());
-    fails_with(&dnnc(&[&"run", &m, &"--weights", &s.0.join("nope.safetensors")]), &["nope.safetensors"]);
+    fails_with(
+        &dnnc(&[&"run", &m, &"--weights", &s.0.join("nope.safetensors")]),
+        &["nope.safetensors"],
+    );
 }
 
 #[test]
@@ -243,7 +303,10 @@ fn wrong_input_shape() {
     let s = Scratch::new("in-shape");
     let m = s.file("m.dnn", GOOD.as_bytes());
     let x = s.npy_f32("x.npy", &[1, 2, 5, 5]);
-    fails_with(&dnnc(&[&"run", &m, &"--input", &x]), &["x", "f32[1,2,4,4]", "f32[1,2,5,5]"]);
+    fails_with(
+        &dnnc(&[&"run", &m, &"--input", &x]),
+        &["x", "f32[1,2,4,4]", "f32[1,2,5,5]"],
+    );
 }
 
 #[test]
@@ -258,14 +321,20 @@ fn wrong_input_dtype() {
 fn nonexistent_model_file() {
     let s = Scratch::new("no-model");
     fails_with(&dnnc(&[&"ir", &s.0.join("missing.dnn")]), &["missing.dnn"]);
-    fails_with(&dnnc(&[&"analyze", &s.0.join("missing.dnn")]), &["missing.dnn"]);
+    fails_with(
+        &dnnc(&[&"analyze", &s.0.join("missing.dnn")]),
+        &["missing.dnn"],
+    );
 }
 
 #[test]
 fn nonexistent_input_file() {
     let s = Scratch::new("no-input");
     let m = s.file("m.dnn", GOOD.as_bytes());
-    fails_with(&dnnc(&[&"run", &m, &"--input", &s.0.join("gone.npy")]), &["gone.npy"]);
+    fails_with(
+        &dnnc(&[&"run", &m, &"--input", &s.0.join("gone.npy")]),
+        &["gone.npy"],
+    );
 }
 
 #[test]
@@ -288,11 +357,12 @@ fn truncated_npy() {
 
 #[test]
 fn unknown_input_name() {
-    let two = GOOD.replace(
-        "  input %x: f32[1,2,4,4]\n",
-        "  input %x: f32[1,2,4,4]\n  input %y: f32[1,3,4,4]\n",
-    )
-    .replace("%r = Relu(%c)", "%r = Add(%c, %y)");
+    let two = GOOD
+        .replace(
+            "  input %x: f32[1,2,4,4]\n",
+            "  input %x: f32[1,2,4,4]\n  input %y: f32[1,3,4,4]\n",
+        )
+        .replace("%r = Relu(%c)", "%r = Add(%c, %y)");
     let s = Scratch::new("in-name");
     let m = s.file("m.dnn", two.as_bytes());
     let x = s.npy_f32("x.npy", &[1, 2, 4, 4]);
@@ -308,7 +378,10 @@ fn duplicate_input() {
     let s = Scratch::new("in-dup");
     let m = s.file("m.dnn", GOOD.as_bytes());
     let x = s.npy_f32("x.npy", &[1, 2, 4, 4]);
-    fails_with(&dnnc(&[&"run", &m, &"--input", &x, &"--input", &x]), &["more than once"]);
+    fails_with(
+        &dnnc(&[&"run", &m, &"--input", &x, &"--input", &x]),
+        &["more than once"],
+    );
 }
 
 #[test]
@@ -331,6 +404,10 @@ fn bad_cli_arguments() {
 
 #[test]
 fn text_after_graph_and_garbage() {
-    model_case("trailing", &format!("{GOOD}graph again {{}}\n"), &["m.dnn:9:"]);
+    model_case(
+        "trailing",
+        &format!("{GOOD}graph again {{}}\n"),
+        &["m.dnn:9:"],
+    );
     model_case("garbage", "this is not a model", &["m.dnn:1:"]);
 }

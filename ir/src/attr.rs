@@ -129,7 +129,10 @@ impl AttrReader {
         match self.take(key) {
             None => Ok(default),
             Some(AttrValue::Int(v)) => Ok(v),
-            Some(v) => Err(AttrError::at(key, format!("expected an integer, found `{v}`"))),
+            Some(v) => Err(AttrError::at(
+                key,
+                format!("expected an integer, found `{v}`"),
+            )),
         }
     }
 
@@ -137,7 +140,10 @@ impl AttrReader {
     pub fn usize_min(&mut self, key: &str, default: usize, min: usize) -> Result<usize, AttrError> {
         let v = self.int(key, default as i64)?;
         if v < min as i64 {
-            return Err(AttrError::at(key, format!("must be at least {min}, found {v}")));
+            return Err(AttrError::at(
+                key,
+                format!("must be at least {min}, found {v}"),
+            ));
         }
         Ok(v as usize)
     }
@@ -157,7 +163,10 @@ impl AttrReader {
             None => Ok(default),
             Some(AttrValue::Float(v)) => Ok(v),
             Some(AttrValue::Int(v)) => Ok(v as f32),
-            Some(v) => Err(AttrError::at(key, format!("expected a number, found `{v}`"))),
+            Some(v) => Err(AttrError::at(
+                key,
+                format!("expected a number, found `{v}`"),
+            )),
         }
     }
 
@@ -203,7 +212,10 @@ impl AttrReader {
         v.iter()
             .map(|&x| {
                 if x < min as i64 {
-                    Err(AttrError::at(key, format!("values must be at least {min}, found {x}")))
+                    Err(AttrError::at(
+                        key,
+                        format!("values must be at least {min}, found {x}"),
+                    ))
                 } else {
                     Ok(x as usize)
                 }
@@ -212,7 +224,12 @@ impl AttrReader {
     }
 
     /// A bare word from a fixed set, or `default` when absent.
-    pub fn word(&mut self, key: &str, default: &str, allowed: &[&str]) -> Result<String, AttrError> {
+    pub fn word(
+        &mut self,
+        key: &str,
+        default: &str,
+        allowed: &[&str],
+    ) -> Result<String, AttrError> {
         let w = match self.take(key) {
             None => default.to_string(),
             Some(AttrValue::Word(w)) => w,

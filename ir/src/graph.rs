@@ -404,10 +404,9 @@ impl Graph {
         let mut unused = vec![];
         for (name, t) in tensors {
             let target = external.get(&name).copied().or_else(|| {
-                self.by_name
-                    .get(&name)
-                    .copied()
-                    .filter(|v| matches!(self.dag[self.values[v.index()].producer].op, Op::Param(_)))
+                self.by_name.get(&name).copied().filter(|v| {
+                    matches!(self.dag[self.values[v.index()].producer].op, Op::Param(_))
+                })
             });
             let Some(v) = target else {
                 unused.push(name);
@@ -469,7 +468,14 @@ impl Graph {
         }
         for (user, slot) in users {
             self.dag[user].inputs[slot] = new;
-            self.dag.add_edge(new_src, user, Use { value: new, operand: slot });
+            self.dag.add_edge(
+                new_src,
+                user,
+                Use {
+                    value: new,
+                    operand: slot,
+                },
+            );
         }
         for o in self.outputs.iter_mut() {
             if *o == old {

@@ -13,7 +13,11 @@ pub fn norm_axis(axis: i64, rank: usize) -> Result<usize, String> {
     if axis < -r || axis >= r {
         return Err(format!("axis {axis} is out of range for rank {rank}"));
     }
-    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
 }
 
 /// numpy broadcasting of two shapes.
@@ -21,8 +25,16 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> 
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
@@ -68,8 +80,11 @@ pub fn window_out(
     dilation: usize,
     ceil_mode: bool,
 ) -> Option<usize> {
-    let extent = dilation * (kernel - 1) + 1;
-    let padded = input + pad_begin + pad_end;
+    if kernel == 0 || stride == 0 || dilation == 0 {
+        return None;
+    }
+    let extent = dilation.checked_mul(kernel - 1)?.checked_add(1)?;
+    let padded = input.checked_add(pad_begin)?.checked_add(pad_end)?;
     if padded < extent {
         return None;
     }
@@ -80,7 +95,7 @@ pub fn window_out(
         span / stride + 1
     };
     // A window must start inside the input or its leading padding.
-    if ceil_mode && (out - 1) * stride >= input + pad_begin {
+    if ceil_mode && (out - 1).checked_mul(stride)? >= input.checked_add(pad_begin)? {
         out -= 1;
     }
     Some(out)
@@ -100,21 +115,23 @@ pub fn reshape_target(input: &[usize], target: &[i64]) -> Result<Vec<usize>, Str
                 }
                 out.push(1);
             }
-            0 => out.push(
-                *input
-                    .get(i)
-                    .ok_or_else(|| format!("shape dimension {i} is 0 but the input has rank {}", input.len()))?,
-            ),
+            0 => out.push(*input.get(i).ok_or_else(|| {
+                format!(
+                    "shape dimension {i} is 0 but the input has rank {}",
+                    input.len()
+                )
+            })?),
             d if d > 0 => out.push(d as usize),
             d => return Err(format!("shape dimension {d} is negative")),
         }
     }
-    let known: usize = out.iter().product();
+    let known = out
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| format!("shape {target:?} has too many elements"))?;
     if let Some(i) = infer_at {
         if known == 0 || !numel.is_multiple_of(known) {
-            return Err(format!(
-                "cannot reshape {numel} elements into {target:?}"
-            ));
+            return Err(format!("cannot reshape {numel} elements into {target:?}"));
         }
         out[i] = numel / known;
     } else if known != numel {
@@ -175,28 +192,31 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
         return Err(if lo == hi {
             format!("{} takes {lo} inputs, found {}", op.name(), ins.len())
         } else if hi == usize::MAX {
-            format!("{} takes at least {lo} inputs, found {}", op.name(), ins.len())
+            format!(
+                "{} takes at least {lo} inputs, found {}",
+                op.name(),
+                ins.len()
+            )
         } else {
-            format!("{} takes {lo} to {hi} inputs, found {}", op.name(), ins.len())
+            format!(
+                "{} takes {lo} to {hi} inputs, found {}",
+                op.name(),
+                ins.len()
+            )
         });
     }
     let f32_only = [DType::F32];
     let numeric = [DType::F32, DType::I64];
     let one = |t: TensorType| Ok(vec![t]);
     match op {
-        Op::Input | Op::Param(_) | Op::Constant => {
-            Err("source ops declare their type".to_string())
-        }
+        Op::Input | Op::Param(_) | Op::Constant => Err("source ops declare their type".to_string()),
         Op::Conv2d(c) => {
             let (x, w) = (ins[0], ins[1]);
             need_dtype(x, &f32_only, "input")?;
             need_dtype(w, &f32_only, "weight")?;
             need_rank(x, 4, "input")?;
             need_rank(w, 4, "weight")?;
-            if c.group == 0
-                || c.strides.contains(&0)
-                || c.dilations.contains(&0)
-            {
+            if c.group == 0 || c.strides.contains(&0) || c.dilations.contains(&0) {
                 return Err("group, strides and dilations must be at least 1".into());
             }
             let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
@@ -222,8 +242,24 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
                     return Err(format!("bias must be f32[{m}], found {b}"));
                 }
             }
-            let ho = window_out(h, kh, c.strides[0], c.pads[0], c.pads[2], c.dilations[0], false);
-            let wo = window_out(wd, kw, c.strides[1], c.pads[1], c.pads[3], c.dilations[1], false);
+            let ho = window_out(
+                h,
+                kh,
+                c.strides[0],
+                c.pads[0],
+                c.pads[2],
+                c.dilations[0],
+                false,
+            );
+            let wo = window_out(
+                wd,
+                kw,
+                c.strides[1],
+                c.pads[1],
+                c.pads[3],
+                c.dilations[1],
+                false,
+            );
             match (ho, wo) {
                 (Some(ho), Some(wo)) => one(TensorType::f32(vec![n, m, ho, wo])),
                 _ => Err(format!(
@@ -252,9 +288,7 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
             let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
             let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
             if k != k2 {
-                return Err(format!(
-                    "inner dimensions differ: {a} x {b} ({k} vs {k2})"
-                ));
+                return Err(format!("inner dimensions differ: {a} x {b} ({k} vs {k2})"));
             }
             let mut out = broadcast_shapes(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
             if !a1 {
@@ -300,8 +334,24 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
             }
             need_dtype(x, &f32_only, "input")?;
             need_rank(x, 4, "input")?;
-            let ho = window_out(x.shape[2], p.kernel[0], p.strides[0], p.pads[0], p.pads[2], p.dilations[0], p.ceil_mode);
-            let wo = window_out(x.shape[3], p.kernel[1], p.strides[1], p.pads[1], p.pads[3], p.dilations[1], p.ceil_mode);
+            let ho = window_out(
+                x.shape[2],
+                p.kernel[0],
+                p.strides[0],
+                p.pads[0],
+                p.pads[2],
+                p.dilations[0],
+                p.ceil_mode,
+            );
+            let wo = window_out(
+                x.shape[3],
+                p.kernel[1],
+                p.strides[1],
+                p.pads[1],
+                p.pads[3],
+                p.dilations[1],
+                p.ceil_mode,
+            );
             match (ho, wo) {
                 (Some(ho), Some(wo)) => one(TensorType::f32(vec![x.shape[0], x.shape[1], ho, wo])),
                 _ => Err(format!(
@@ -352,12 +402,19 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
         }
         Op::Binary(b) => {
             let (x, y) = (ins[0], ins[1]);
-            let allowed: &[DType] = if *b == Binary::Pow { &f32_only } else { &numeric };
+            let allowed: &[DType] = if *b == Binary::Pow {
+                &f32_only
+            } else {
+                &numeric
+            };
             need_dtype(x, allowed, "A")?;
             if x.dtype != y.dtype {
                 return Err(format!("operand dtypes differ: {} vs {}", x.dtype, y.dtype));
             }
-            one(TensorType::new(x.dtype, broadcast_shapes(&x.shape, &y.shape)?))
+            one(TensorType::new(
+                x.dtype,
+                broadcast_shapes(&x.shape, &y.shape)?,
+            ))
         }
         Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             need_dtype(ins[0], &f32_only, "input")?;
@@ -391,7 +448,9 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
             s[ax] = 0;
             for (i, t) in ins.iter().enumerate() {
                 if t.dtype != first.dtype || t.rank() != first.rank() {
-                    return Err(format!("input {i} is {t}, incompatible with input 0 {first}"));
+                    return Err(format!(
+                        "input {i} is {t}, incompatible with input 0 {first}"
+                    ));
                 }
                 for d in 0..t.rank() {
                     if d != ax && t.shape[d] != first.shape[d] {
@@ -437,7 +496,9 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
                 return Err("starts, ends, axes and steps must have equal lengths".into());
             }
             if steps.iter().any(|&s| s == 0 || s == i64::MIN) {
-                return Err(format!("steps {steps:?} must be non-zero and greater than i64::MIN"));
+                return Err(format!(
+                    "steps {steps:?} must be non-zero and greater than i64::MIN"
+                ));
             }
             let ax = norm_axes(axes, x.rank())?;
             let mut s = x.shape.clone();
@@ -446,9 +507,10 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
             }
             one(TensorType::new(x.dtype, s))
         }
-        Op::Reshape { shape } => {
-            one(TensorType::new(ins[0].dtype, reshape_target(&ins[0].shape, shape)?))
-        }
+        Op::Reshape { shape } => one(TensorType::new(
+            ins[0].dtype,
+            reshape_target(&ins[0].shape, shape)?,
+        )),
         Op::Flatten { axis } => {
             let x = ins[0];
             let r = x.rank() as i64;
@@ -469,7 +531,10 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
                     x.rank()
                 ));
             }
-            one(TensorType::new(x.dtype, perm.iter().map(|&p| x.shape[p]).collect::<Vec<_>>()))
+            one(TensorType::new(
+                x.dtype,
+                perm.iter().map(|&p| x.shape[p]).collect::<Vec<_>>(),
+            ))
         }
         Op::Squeeze { axes } => {
             let x = ins[0];
@@ -495,7 +560,13 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
             let ax = norm_axes(axes, r)?;
             let mut src = x.shape.iter();
             let s: Vec<usize> = (0..r)
-                .map(|i| if ax.contains(&i) { 1 } else { *src.next().expect("rank") })
+                .map(|i| {
+                    if ax.contains(&i) {
+                        1
+                    } else {
+                        *src.next().expect("rank")
+                    }
+                })
                 .collect();
             one(TensorType::new(x.dtype, s))
         }
@@ -512,11 +583,15 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
             let mut s = Vec::with_capacity(r);
             for i in 0..r {
                 let (b, e) = (pads[i], pads[i + r]);
-                let n = x.shape[i] as i64 + b + e;
+                let n = (x.shape[i] as i64)
+                    .checked_add(b)
+                    .and_then(|n| n.checked_add(e))
+                    .ok_or_else(|| format!("pads {pads:?} overflow axis {i}"))?;
                 if n < 0 {
                     return Err(format!("pads {pads:?} crop axis {i} below zero"));
                 }
-                if *mode == PadMode::Reflect && (b.max(e) >= x.shape[i] as i64 && (b > 0 || e > 0)) {
+                if *mode == PadMode::Reflect && (b.max(e) >= x.shape[i] as i64 && (b > 0 || e > 0))
+                {
                     return Err(format!(
                         "reflect padding {} on axis {i} needs a dimension larger than it, found {}",
                         b.max(e),
@@ -545,7 +620,10 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
                 return Err(format!("shape {shape:?} has a negative dimension"));
             }
             let target: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
-            one(TensorType::new(x.dtype, broadcast_shapes(&x.shape, &target)?))
+            one(TensorType::new(
+                x.dtype,
+                broadcast_shapes(&x.shape, &target)?,
+            ))
         }
         Op::Identity | Op::Dropout { .. } => one(ins[0].clone()),
     }
@@ -601,7 +679,10 @@ mod tests {
 
     #[test]
     fn broadcasting_and_matmul() {
-        assert_eq!(broadcast_shapes(&[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
+        assert_eq!(
+            broadcast_shapes(&[2, 1, 3], &[4, 1]).unwrap(),
+            vec![2, 4, 3]
+        );
         assert!(broadcast_shapes(&[2, 3], &[4]).is_err());
         let out = infer(&Op::MatMul, &[&t(&[5, 2, 3]), &t(&[3, 4])]).unwrap();
         assert_eq!(out[0].shape, vec![5, 2, 4]);

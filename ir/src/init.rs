@@ -4,6 +4,7 @@
 //! description produces bit-identical weights on every machine and every
 //! version of dnnc, independent of any RNG crate's stream stability.
 
+use crate::attr::fmt_f32;
 use crate::types::TensorType;
 use ndarray::ArrayD;
 use std::fmt;
@@ -109,12 +110,22 @@ impl fmt::Display for Init {
         match self {
             Init::Zeros => f.write_str("zeros"),
             Init::Ones => f.write_str("ones"),
-            Init::Constant(v) => write!(f, "constant(value={v:?})"),
+            Init::Constant(v) => write!(f, "constant(value={})", fmt_f32(*v)),
             Init::Uniform { low, high, seed } => {
-                write!(f, "uniform(low={low:?}, high={high:?}, seed={seed})")
+                write!(
+                    f,
+                    "uniform(low={}, high={}, seed={seed})",
+                    fmt_f32(*low),
+                    fmt_f32(*high)
+                )
             }
             Init::Normal { mean, std, seed } => {
-                write!(f, "normal(mean={mean:?}, std={std:?}, seed={seed})")
+                write!(
+                    f,
+                    "normal(mean={}, std={}, seed={seed})",
+                    fmt_f32(*mean),
+                    fmt_f32(*std)
+                )
             }
             Init::Xavier { seed } => write!(f, "xavier(seed={seed})"),
             Init::He { seed } => write!(f, "he(seed={seed})"),
@@ -188,7 +199,10 @@ mod tests {
         let n = a.len() as f64;
         let var = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>() / n;
         let expected = 2.0 / (32.0 * 9.0);
-        assert!((var - expected).abs() / expected < 0.05, "var {var} vs {expected}");
+        assert!(
+            (var - expected).abs() / expected < 0.05,
+            "var {var} vs {expected}"
+        );
         let c = Init::He { seed: 8 }.materialize(&ty).unwrap();
         assert_ne!(a, c);
     }

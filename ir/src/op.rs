@@ -613,7 +613,11 @@ impl Op {
                 ("value", f(*value)),
             ],
             Op::Dropout { ratio } => vec![("ratio", f(*ratio))],
-            Op::MatMul | Op::GlobalAveragePool | Op::GlobalMaxPool | Op::Binary(_) | Op::Identity => {
+            Op::MatMul
+            | Op::GlobalAveragePool
+            | Op::GlobalMaxPool
+            | Op::Binary(_)
+            | Op::Identity => {
                 vec![]
             }
         }
@@ -664,13 +668,20 @@ impl Op {
                         a.flag("count_include_pad", false)?
                     },
                 };
-                let extent = |i: usize| (p.kernel[i] - 1) * p.dilations[i] + 1;
+                let extent = |i: usize| {
+                    (p.kernel[i] - 1)
+                        .saturating_mul(p.dilations[i])
+                        .saturating_add(1)
+                };
                 if p.pads[0] >= extent(0)
                     || p.pads[2] >= extent(0)
                     || p.pads[1] >= extent(1)
                     || p.pads[3] >= extent(1)
                 {
-                    return Err(AttrError::at("pads", "padding must be smaller than the window"));
+                    return Err(AttrError::at(
+                        "pads",
+                        "padding must be smaller than the window",
+                    ));
                 }
                 if max {
                     Op::MaxPool(p)

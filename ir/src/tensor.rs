@@ -275,9 +275,7 @@ pub fn read_safetensors(path: &Path) -> Result<Vec<(String, Tensor)>, TensorIoEr
             }
             Dtype::BOOL => {
                 let v: Vec<bool> = data.iter().map(|&b| b != 0).collect();
-                Tensor::Bool(
-                    ArrayD::from_shape_vec(shape, v).map_err(|e| st_err(e.to_string()))?,
-                )
+                Tensor::Bool(ArrayD::from_shape_vec(shape, v).map_err(|e| st_err(e.to_string()))?)
             }
             other => {
                 return Err(st_err(format!(

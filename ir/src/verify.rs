@@ -43,40 +43,72 @@ pub fn verify(g: &Graph) -> Result<(), Vec<VerifyError>> {
         for &v in &node.outputs {
             let val = g.value(v);
             if val.producer != n {
-                err(&mut errs, &name, format!("value %{} has the wrong producer", val.name));
+                err(
+                    &mut errs,
+                    &name,
+                    format!("value %{} has the wrong producer", val.name),
+                );
             }
             if !names.insert(val.name.clone()) {
-                err(&mut errs, &name, format!("value %{} is defined twice", val.name));
+                err(
+                    &mut errs,
+                    &name,
+                    format!("value %{} is defined twice", val.name),
+                );
             }
             if g.value_by_name(&val.name) != Some(v) {
-                err(&mut errs, &name, format!("value %{} is missing from the name table", val.name));
+                err(
+                    &mut errs,
+                    &name,
+                    format!("value %{} is missing from the name table", val.name),
+                );
             }
         }
         if node.outputs.len() != node.op.num_outputs() {
             err(
                 &mut errs,
                 &name,
-                format!("{} results, op has {}", node.outputs.len(), node.op.num_outputs()),
+                format!(
+                    "{} results, op has {}",
+                    node.outputs.len(),
+                    node.op.num_outputs()
+                ),
             );
         }
         let (lo, hi) = node.op.arity();
         if node.inputs.len() < lo || node.inputs.len() > hi {
-            err(&mut errs, &name, format!("{} has {} inputs", node.op.name(), node.inputs.len()));
+            err(
+                &mut errs,
+                &name,
+                format!("{} has {} inputs", node.op.name(), node.inputs.len()),
+            );
         }
         let mut edges: Vec<(usize, u32)> = dag
             .edges_directed(n, Direction::Incoming)
             .map(|e| (e.weight().operand, e.weight().value.0))
             .collect();
         edges.sort();
-        let expected: Vec<(usize, u32)> =
-            node.inputs.iter().enumerate().map(|(i, v)| (i, v.0)).collect();
+        let expected: Vec<(usize, u32)> = node
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i, v.0))
+            .collect();
         if edges != expected {
-            err(&mut errs, &name, "operand list and incoming edges disagree".into());
+            err(
+                &mut errs,
+                &name,
+                "operand list and incoming edges disagree".into(),
+            );
             continue;
         }
         for &v in &node.inputs {
             if !dag.contains_node(g.value(v).producer) {
-                err(&mut errs, &name, format!("uses undefined value %{}", g.value(v).name));
+                err(
+                    &mut errs,
+                    &name,
+                    format!("uses undefined value %{}", g.value(v).name),
+                );
             }
         }
         match &node.op {
@@ -119,7 +151,11 @@ pub fn verify(g: &Graph) -> Result<(), Vec<VerifyError>> {
     }
     for &o in g.outputs() {
         if o.index() >= g.value_count() || !dag.contains_node(g.value(o).producer) {
-            err(&mut errs, "graph", format!("output #{} is not defined", o.0));
+            err(
+                &mut errs,
+                "graph",
+                format!("output #{} is not defined", o.0),
+            );
         }
     }
     if g.outputs().is_empty() {

@@ -461,8 +461,8 @@ fn bad_constant_literals() {
 
 #[test]
 fn arithmetic_overflow_in_inference_is_an_error_not_a_panic() {
-    // These reach overflowing arithmetic in op.rs / infer.rs; the parser
-    // turns the panic into a diagnostic on the node.
+    // Extreme attribute values must give a diagnostic on the node, never an
+    // arithmetic-overflow panic in op.rs / infer.rs.
     let node = |n: &str| format!("graph g {{\n  input %x: f32[1,1,4,4]\n  {n}\n  output %y\n}}");
     let cases = [
         "%y = Pad(%x) {pads=[9223372036854775807,0,0,0,9223372036854775807,0,0,0]}",
@@ -475,8 +475,17 @@ fn arithmetic_overflow_in_inference_is_an_error_not_a_panic() {
     for c in cases {
         let e = err(&node(c));
         assert_eq!((e.line(), e.column()), (3, 3), "{e}");
+        eprintln!("{e}");
         assert!(
-            e.message().contains("too large") || e.message().contains("too many"),
+            [
+                "too large",
+                "too many",
+                "overflow",
+                "does not fit",
+                "greater than"
+            ]
+            .iter()
+            .any(|m| e.message().contains(m)),
             "{e}"
         );
     }
