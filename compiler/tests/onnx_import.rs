@@ -1315,3 +1315,23 @@ fn dtypes_casts_and_shape_helpers_fold() {
     );
     assert_eq!(ops(&g).iter().filter(|&&o| o == "const").count(), 1);
 }
+
+#[test]
+fn imported_shufflenet_prints_and_reparses() {
+    let Some(models) = shared_models() else {
+        return;
+    };
+    let Some(path) = models.iter().find(|p| {
+        p.parent()
+            .is_some_and(|d| d.ends_with("shufflenet_v2_x1_0"))
+    }) else {
+        return;
+    };
+    let g = dnnc_compiler::onnx::import_onnx_file(path).unwrap();
+    let text = dnnc_ir::text::print(&g);
+    let back = dnnc_ir::text::parse(&text, "shufflenet.dnn").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(back.node_count(), g.node_count());
+    assert_eq!(dnnc_ir::text::print(&back), text);
+    let line = text.lines().find(|l| l.contains("Reshape")).unwrap();
+    eprintln!("{line}");
+}

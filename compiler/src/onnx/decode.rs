@@ -477,3 +477,111 @@ pub(crate) fn input_type(vi: &ValueInfoProto) -> Result<TensorType, OnnxError> {
     }
     Ok(TensorType::new(dtype, dims))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(dt: DataType, dims: &[i64]) -> TensorProto {
+        TensorProto {
+            name: Some("t".into()),
+            dims: dims.to_vec(),
+            data_type: Some(dt as i32),
+            ..Default::default()
+        }
+    }
+
+    fn ok(t: &TensorProto) -> Known {
+        match decode_tensor(t, "t").unwrap() {
+            Decoded::Ok(k) => k,
+            Decoded::UnsupportedDtype(d) => panic!("{d}"),
+        }
+    }
+
+    #[test]
+    fn typed_fields_and_raw_data_decode_alike() {
+        let mut a = tp(DataType::Float, &[2]);
+        a.float_data = vec![1.5, -2.0];
+        let mut b = tp(DataType::Float, &[2]);
+        b.raw_data = Some(
+            [1.5f32, -2.0]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect(),
+        );
+        assert_eq!(ok(&a).t, ok(&b).t);
+        let mut i32raw = tp(DataType::Int32, &[2]);
+        i32raw.raw_data = Some([-7i32, 9].iter().flat_map(|x| x.to_le_bytes()).collect());
+        let k = ok(&i32raw);
+        assert_eq!((k.orig, k.t.dtype()), (DataType::Int32, DType::I64));
+        assert_eq!(
+            k.t.as_i64().unwrap().iter().copied().collect::<Vec<_>>(),
+            vec![-7, 9]
+        );
+        let mut boolean = tp(DataType::Bool, &[3]);
+        boolean.int32_data = vec![1, 0, 1];
+        assert_eq!(
+            ok(&boolean)
+                .t
+                .as_bool()
+                .unwrap()
+                .iter()
+                .filter(|&&b| b)
+                .count(),
+            2
+        );
+        let mut d = tp(DataType::Double, &[]);
+        d.raw_data = Some(0.25f64.to_le_bytes().to_vec());
+        assert_eq!(ok(&d).f32s(), vec![0.25]);
+    }
+
+    #[test]
+    fn sizes_dtypes_and_locations_are_checked() {
+        let mut short = tp(DataType::Int64, &[3]);
+        short.int64_data = vec![1, 2];
+        let e = decode_tensor(&short, "t").err().unwrap().to_string();
+        assert!(e.contains("int64_data holds 2"), "{e}");
+        let mut ragged = tp(DataType::Float, &[1]);
+        ragged.raw_data = Some(vec![0; 5]);
+        assert!(decode_tensor(&ragged, "t").is_err());
+        assert!(decode_tensor(&tp(DataType::Float, &[-1]), "t").is_err());
+        assert!(decode_tensor(&tp(DataType::Float, &[1 << 30, 1 << 30]), "t").is_err());
+        assert!(matches!(
+            decode_tensor(&tp(DataType::Uint8, &[1]), "t").unwrap(),
+            Decoded::UnsupportedDtype(d) if d == "UINT8"
+        ));
+        let mut ext = tp(DataType::Float, &[1]);
+        ext.data_location = Some(DataLocation::External as i32);
+        assert!(matches!(
+            decode_tensor(&ext, "t"),
+            Err(OnnxError::ExternalData { .. })
+        ));
+    }
+
+    #[test]
+    fn attributes_without_type_field_are_inferred_and_leftovers_reported() {
+        let a = AttributeProto {
+            name: Some("k".into()),
+            ints: vec![3, 3],
+            ..Default::default()
+        };
+        let b = AttributeProto {
+            name: Some("weird".into()),
+            f: Some(1.0),
+            ..Default::default()
+        };
+        let mut attrs = Attrs::new(&[a, b]).unwrap();
+        assert_eq!(attrs.ints_opt("k").unwrap(), Some(vec![3, 3]));
+        assert!(attrs
+            .int_opt("weird")
+            .unwrap_err()
+            .contains("should be INT"));
+        let c = AttributeProto {
+            name: Some("extra".into()),
+            i: Some(1),
+            ..Default::default()
+        };
+        let e = Attrs::new(&[c]).unwrap().finish("Relu").unwrap_err();
+        assert_eq!(e, "attribute `extra` of Relu is not supported");
+    }
+}

@@ -35,8 +35,17 @@ pub(crate) fn fold_ir(op: &Op, inputs: &[&Tensor]) -> Result<Folded, GraphError>
     let names: Vec<String> = (0..op.num_outputs()).map(|i| format!("out{i}")).collect();
     let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
     let outs = g.add_node(op.clone(), &ids, &refs)?;
-    let total: usize = outs.iter().map(|&v| g.value(v).ty.numel()).sum();
-    if total > FOLD_LIMIT {
+    let total: u128 = outs
+        .iter()
+        .map(|&v| {
+            g.value(v)
+                .ty
+                .shape
+                .iter()
+                .fold(1u128, |a, &d| a.saturating_mul(d as u128))
+        })
+        .fold(0u128, |a, n| a.saturating_add(n));
+    if total > FOLD_LIMIT as u128 {
         return Ok(Folded::Declined(format!(
             "its constant result would have {total} elements, more than dnnc folds at import"
         )));
