@@ -790,7 +790,12 @@ fn truncated_and_mutated_models_never_panic() {
         check_no_panic(&bytes[..cut], &format!("truncated at {cut}"));
     }
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    for round in 0..3000 {
+    // ONNX_FUZZ_ROUNDS raises the count for a longer local soak.
+    let rounds: usize = std::env::var("ONNX_FUZZ_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000);
+    for round in 0..rounds {
         let mut m = bytes.clone();
         for _ in 0..1 + rng.next() % 4 {
             let i = (rng.next() % m.len() as u64) as usize;
