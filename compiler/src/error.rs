@@ -12,6 +12,9 @@ pub enum DnncError {
     /// The model text did not parse; carries spans for a caret snippet.
     #[error(transparent)]
     Parse(Box<ParseError>),
+    /// The ONNX model could not be imported; names the node(s).
+    #[error("{0}")]
+    Onnx(#[from] crate::onnx::OnnxError),
     /// A graph-level problem (weights binding, types).
     #[error("{0}")]
     Graph(#[from] GraphError),

@@ -4,16 +4,14 @@ use crate::error::DnncError;
 use dnnc_ir::Graph;
 use std::path::Path;
 
-/// Loads a model file into a verified graph. `.dnn` (or any other
-/// extension) is the native text format; `.onnx` is recognised and routed
-/// to the ONNX frontend once it exists.
+/// Loads a model file into a verified graph: `.onnx` goes through the ONNX
+/// frontend, anything else is read as the native text format.
 pub fn load_model(path: &Path) -> Result<Graph, DnncError> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     if ext.eq_ignore_ascii_case("onnx") {
-        return Err(DnncError::Unsupported(format!(
-            "`{}`: ONNX import is not available in this build yet; use a .dnn text model",
-            path.display()
-        )));
+        let g = crate::onnx::import_onnx_file(path)?;
+        dnnc_ir::verify(&g).map_err(DnncError::Verify)?;
+        return Ok(g);
     }
     let bytes = std::fs::read(path).map_err(|source| DnncError::Io {
         action: "read",
