@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cpu;
 pub mod interp;
 mod kernels;
 
