@@ -29,7 +29,18 @@ impl fmt::Display for AttrValue {
         match self {
             AttrValue::Int(v) => write!(f, "{v}"),
             AttrValue::Float(v) => write!(f, "{}", fmt_f32(*v)),
-            AttrValue::Word(w) => f.write_str(w),
+            // Words that would not lex back as a bare identifier (Einsum
+            // equations, RNN activation lists, keywords) are quoted.
+            AttrValue::Word(w) => {
+                let bare = w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !matches!(w.as_str(), "inf" | "nan" | "true" | "false");
+                if bare {
+                    f.write_str(w)
+                } else {
+                    f.write_str(&crate::init::quote(w))
+                }
+            }
             AttrValue::Ints(v) => {
                 f.write_str("[")?;
                 for (i, x) in v.iter().enumerate() {
@@ -242,6 +253,31 @@ impl AttrReader {
                 key,
                 format!("`{w}` is not one of {}", allowed.join(", ")),
             ))
+        }
+    }
+
+    /// A word (bare or quoted) of any spelling, or `None` when absent; the
+    /// caller validates it.
+    pub fn word_any(&mut self, key: &str) -> Result<Option<String>, AttrError> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(AttrValue::Word(w)) => Ok(Some(w)),
+            Some(v) => Err(AttrError::at(key, format!("expected a word, found `{v}`"))),
+        }
+    }
+
+    /// A list of floats (integers are widened), or `default` when absent.
+    pub fn floats(&mut self, key: &str, default: &[f32]) -> Result<Vec<f32>, AttrError> {
+        match self.take(key) {
+            None => Ok(default.to_vec()),
+            Some(AttrValue::Floats(v)) => Ok(v),
+            Some(AttrValue::Ints(v)) => Ok(v.into_iter().map(|x| x as f32).collect()),
+            Some(AttrValue::Float(v)) => Ok(vec![v]),
+            Some(AttrValue::Int(v)) => Ok(vec![v as f32]),
+            Some(v) => Err(AttrError::at(
+                key,
+                format!("expected a list of numbers, found `{v}`"),
+            )),
         }
     }
 

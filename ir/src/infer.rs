@@ -1,7 +1,10 @@
 //! Shape and dtype inference for every op. The graph builder calls this for
 //! each node, so an ill-typed graph cannot be constructed.
 
-use crate::op::{Binary, Op, PadMode, Unary};
+use crate::op::{
+    Binary, CellKind, Compare, ConvTranspose2d, EinsumSpec, Op, PadMode, RangeParams, Recurrent,
+    Unary,
+};
 use crate::types::{DType, TensorType};
 
 /// Inference failure, in words suitable for a user.
@@ -394,7 +397,7 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
         }
         Op::Unary(u) => {
             let allowed: &[DType] = match u {
-                Unary::Neg | Unary::Abs | Unary::Relu => &numeric,
+                Unary::Neg | Unary::Abs | Unary::Relu | Unary::Sign => &numeric,
                 _ => &f32_only,
             };
             need_dtype(ins[0], allowed, "input")?;
@@ -626,7 +629,347 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
             ))
         }
         Op::Identity | Op::Dropout { .. } => one(ins[0].clone()),
+        Op::ConvTranspose2d(c) => {
+            let (x, w) = (ins[0], ins[1]);
+            need_dtype(x, &f32_only, "input")?;
+            need_dtype(w, &f32_only, "weight")?;
+            need_rank(x, 4, "input")?;
+            need_rank(w, 4, "weight")?;
+            let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+            let (wc, mg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+            let m = conv_transpose_channels(cin, wc, mg, c.group)?;
+            if let Some(b) = ins.get(2) {
+                need_dtype(b, &f32_only, "bias")?;
+                if b.shape != [m] {
+                    return Err(format!("bias must be f32[{m}], found {b}"));
+                }
+            }
+            let ho = conv_transpose_out(h, kh, 0, c)?;
+            let wo = conv_transpose_out(wd, kw, 1, c)?;
+            one(TensorType::f32(vec![n, m, ho, wo]))
+        }
+        Op::InstanceNormalization { .. } => {
+            let x = ins[0];
+            need_dtype(x, &f32_only, "input")?;
+            if x.rank() < 3 {
+                return Err(format!("input must have rank at least 3, found {x}"));
+            }
+            let c = x.shape[1];
+            for (t, what) in ins[1..].iter().zip(["scale", "bias"]) {
+                need_dtype(t, &f32_only, what)?;
+                if t.shape != [c] {
+                    return Err(format!("{what} must be f32[{c}], found {t}"));
+                }
+            }
+            one(x.clone())
+        }
+        Op::LayerNormalization { axis, .. } => {
+            let x = ins[0];
+            need_dtype(x, &f32_only, "input")?;
+            let ax = norm_axis(*axis, x.rank())?;
+            let norm_shape = &x.shape[ax..];
+            for (t, what) in ins[1..].iter().zip(["scale", "bias"]) {
+                need_dtype(t, &f32_only, what)?;
+                if !broadcasts_to(&t.shape, norm_shape) {
+                    return Err(format!(
+                        "{what} {t} does not broadcast to the normalised shape {norm_shape:?}"
+                    ));
+                }
+            }
+            one(x.clone())
+        }
+        Op::PRelu => {
+            let (x, s) = (ins[0], ins[1]);
+            need_dtype(x, &f32_only, "input")?;
+            need_dtype(s, &f32_only, "slope")?;
+            if !broadcasts_to(&s.shape, &x.shape) {
+                return Err(format!("slope {s} does not broadcast to the input {x}"));
+            }
+            one(x.clone())
+        }
+        Op::Shape { start, end } => {
+            let (s, e) = shape_range(ins[0].rank(), *start, *end);
+            one(TensorType::new(DType::I64, vec![e.saturating_sub(s)]))
+        }
+        Op::ConstantOfShape { shape, value } => {
+            checked_numel(shape)?;
+            one(TensorType::new(value.dtype(), shape.clone()))
+        }
+        Op::Range(r) => {
+            let dtype = match r {
+                RangeParams::F32 { .. } => DType::F32,
+                RangeParams::I64 { .. } => DType::I64,
+            };
+            one(TensorType::new(dtype, vec![r.len()?]))
+        }
+        Op::Tile { repeats } => {
+            let x = ins[0];
+            if repeats.len() != x.rank() {
+                return Err(format!(
+                    "repeats {repeats:?} has {} entries for rank-{} input",
+                    repeats.len(),
+                    x.rank()
+                ));
+            }
+            let s = x
+                .shape
+                .iter()
+                .zip(repeats)
+                .map(|(&d, &r)| d.checked_mul(r))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| format!("tiling {x} by {repeats:?} overflows"))?;
+            checked_numel(&s)?;
+            one(TensorType::new(x.dtype, s))
+        }
+        Op::Where => {
+            let (c, x, y) = (ins[0], ins[1], ins[2]);
+            need_dtype(c, &[DType::Bool], "condition")?;
+            if x.dtype != y.dtype {
+                return Err(format!("X and Y dtypes differ: {} vs {}", x.dtype, y.dtype));
+            }
+            let s = broadcast_shapes(&broadcast_shapes(&c.shape, &x.shape)?, &y.shape)?;
+            one(TensorType::new(x.dtype, s))
+        }
+        Op::Compare(k) => {
+            let (x, y) = (ins[0], ins[1]);
+            let allowed: &[DType] = if *k == Compare::Equal {
+                &[DType::F32, DType::I64, DType::Bool]
+            } else {
+                &numeric
+            };
+            need_dtype(x, allowed, "A")?;
+            if x.dtype != y.dtype {
+                return Err(format!("operand dtypes differ: {} vs {}", x.dtype, y.dtype));
+            }
+            one(TensorType::new(
+                DType::Bool,
+                broadcast_shapes(&x.shape, &y.shape)?,
+            ))
+        }
+        Op::Not => {
+            need_dtype(ins[0], &[DType::Bool], "input")?;
+            one(ins[0].clone())
+        }
+        Op::Logical(_) => {
+            let (x, y) = (ins[0], ins[1]);
+            need_dtype(x, &[DType::Bool], "A")?;
+            need_dtype(y, &[DType::Bool], "B")?;
+            one(TensorType::new(
+                DType::Bool,
+                broadcast_shapes(&x.shape, &y.shape)?,
+            ))
+        }
+        Op::Cast { to } => one(TensorType::new(*to, ins[0].shape.clone())),
+        Op::Einsum { equation } => {
+            let spec = EinsumSpec::parse(equation)?;
+            for t in ins {
+                need_dtype(t, &f32_only, "every operand")?;
+            }
+            let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
+            let sizes = einsum_sizes(&spec, &shapes)?;
+            let out: Vec<usize> = spec
+                .output
+                .iter()
+                .map(|c| sizes.iter().find(|(l, _)| l == c).map_or(1, |&(_, d)| d))
+                .collect();
+            one(TensorType::f32(out))
+        }
+        Op::Resize(r) => {
+            let x = ins[0];
+            need_dtype(x, &f32_only, "input")?;
+            if r.sizes.len() != x.rank() {
+                return Err(format!(
+                    "sizes {:?} has {} entries for rank-{} input",
+                    r.sizes,
+                    r.sizes.len(),
+                    x.rank()
+                ));
+            }
+            if !r.scales.is_empty() && r.scales.len() != x.rank() {
+                return Err(format!(
+                    "scales has {} entries for rank-{} input",
+                    r.scales.len(),
+                    x.rank()
+                ));
+            }
+            if let Some(i) = (0..x.rank()).find(|&i| x.shape[i] == 0 && r.sizes[i] > 0) {
+                return Err(format!("cannot resize empty axis {i} of {x}"));
+            }
+            checked_numel(&r.sizes)?;
+            one(TensorType::f32(r.sizes.clone()))
+        }
+        Op::Recurrent(r) => infer_recurrent(r, ins),
     }
+}
+
+/// Whether `from` broadcasts to exactly `to` (unidirectional numpy rules).
+pub fn broadcasts_to(from: &[usize], to: &[usize]) -> bool {
+    from.len() <= to.len()
+        && from
+            .iter()
+            .rev()
+            .zip(to.iter().rev())
+            .all(|(&f, &t)| f == t || f == 1)
+}
+
+/// Element count of a shape, or an error when it overflows.
+fn checked_numel(shape: &[usize]) -> Result<usize, String> {
+    shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| format!("shape {shape:?} has too many elements"))
+}
+
+/// `[start, end)` of ONNX `Shape` on a rank-`rank` input: negative values
+/// count from the end, then both clamp to `[0, rank]`.
+pub fn shape_range(rank: usize, start: i64, end: i64) -> (usize, usize) {
+    let r = rank as i128;
+    let fix = |v: i64| {
+        let v = v as i128;
+        (if v < 0 { v + r } else { v }).clamp(0, r) as usize
+    };
+    (fix(start), fix(end))
+}
+
+/// Output channels of a transposed convolution, checking that the weight
+/// `[C, M/g, kH, kW]` fits `cin` input channels in `group` groups.
+pub fn conv_transpose_channels(
+    cin: usize,
+    wc: usize,
+    mg: usize,
+    group: usize,
+) -> Result<usize, String> {
+    if group == 0 {
+        return Err("group must be at least 1".into());
+    }
+    if wc != cin || !cin.is_multiple_of(group) {
+        return Err(format!(
+            "input has {cin} channels but the weight's first dimension is {wc} (group {group}); ConvTranspose weights are [C, M/group, kH, kW]"
+        ));
+    }
+    mg.checked_mul(group)
+        .ok_or_else(|| "output channel count overflows".to_string())
+}
+
+/// Output size of a transposed convolution along spatial axis `i` (0 = H):
+/// `stride*(in-1) + output_padding + (k-1)*dilation + 1 - pads`.
+pub fn conv_transpose_out(
+    input: usize,
+    kernel: usize,
+    i: usize,
+    c: &ConvTranspose2d,
+) -> Result<usize, String> {
+    let (s, d, op) = (c.strides[i], c.dilations[i], c.output_padding[i]);
+    let (pb, pe) = (c.pads[i], c.pads[i + 2]);
+    if s == 0 || d == 0 {
+        return Err("strides and dilations must be at least 1".into());
+    }
+    if kernel == 0 {
+        return Err("kernel has a zero dimension".into());
+    }
+    if input == 0 {
+        return Ok(0);
+    }
+    let full = s
+        .checked_mul(input - 1)
+        .and_then(|v| v.checked_add(op))
+        .and_then(|v| v.checked_add((kernel - 1).checked_mul(d)?))
+        .and_then(|v| v.checked_add(1))
+        .ok_or_else(|| "output size overflows".to_string())?;
+    full.checked_sub(pb)
+        .and_then(|v| v.checked_sub(pe))
+        .filter(|&v| v > 0)
+        .ok_or_else(|| format!("pads {pb}+{pe} remove the whole {full}-long output along axis {i}"))
+}
+
+/// The size of every index letter of an Einsum, checking that each
+/// operand has one letter per axis and that a letter's sizes agree
+/// (a size-1 axis broadcasts, as in numpy).
+pub fn einsum_sizes(spec: &EinsumSpec, shapes: &[&[usize]]) -> Result<Vec<(u8, usize)>, String> {
+    if spec.inputs.len() != shapes.len() {
+        return Err(format!(
+            "the equation has {} operands but {} inputs are given",
+            spec.inputs.len(),
+            shapes.len()
+        ));
+    }
+    let mut sizes: Vec<(u8, usize)> = vec![];
+    for (k, (letters, shape)) in spec.inputs.iter().zip(shapes).enumerate() {
+        if letters.len() != shape.len() {
+            return Err(format!(
+                "operand {k} has rank {} but the equation gives it {} indices",
+                shape.len(),
+                letters.len()
+            ));
+        }
+        for (&c, &d) in letters.iter().zip(shape.iter()) {
+            match sizes.iter_mut().find(|(l, _)| *l == c) {
+                None => sizes.push((c, d)),
+                Some((_, s)) if *s == d || d == 1 => {}
+                Some((_, s)) if *s == 1 => *s = d,
+                Some((_, s)) => {
+                    return Err(format!(
+                        "index `{}` has size {s} in one place and {d} in operand {k}",
+                        c as char
+                    ))
+                }
+            }
+        }
+    }
+    checked_numel(&sizes.iter().map(|&(_, d)| d).collect::<Vec<_>>())
+        .map_err(|_| "the Einsum index space is too large".to_string())?;
+    Ok(sizes)
+}
+
+fn infer_recurrent(r: &Recurrent, ins: &[&TensorType]) -> InferResult {
+    let lstm = matches!(r.cell, CellKind::Lstm { .. });
+    for (i, t) in ins.iter().enumerate() {
+        need_dtype(t, &[DType::F32], &format!("input {i}"))?;
+    }
+    let x = ins[0];
+    need_rank(x, 3, "X")?;
+    let (seq, batch, input) = (x.shape[0], x.shape[1], x.shape[2]);
+    let (dirs, h, g) = (r.direction.count(), r.hidden_size, r.cell.gates());
+    if r.activations.len() != dirs * r.cell.activations_per_direction() {
+        return Err(format!(
+            "{} activations given; {} needed",
+            r.activations.len(),
+            dirs * r.cell.activations_per_direction()
+        ));
+    }
+    let gh = g
+        .checked_mul(h)
+        .ok_or_else(|| "hidden size overflows".to_string())?;
+    let gh2 = gh
+        .checked_mul(2)
+        .ok_or_else(|| "hidden size overflows".to_string())?;
+    let h3 = h
+        .checked_mul(3)
+        .ok_or_else(|| "hidden size overflows".to_string())?;
+    let mut expect: Vec<(&str, Vec<usize>)> = vec![
+        ("W", vec![dirs, gh, input]),
+        ("R", vec![dirs, gh, h]),
+        ("B", vec![dirs, gh2]),
+        ("initial_h", vec![dirs, batch, h]),
+    ];
+    if lstm {
+        expect.push(("initial_c", vec![dirs, batch, h]));
+        expect.push(("P", vec![dirs, h3]));
+    }
+    for (t, (what, shape)) in ins[1..].iter().zip(&expect) {
+        if t.shape != *shape {
+            return Err(format!(
+                "{what} must be f32{shape:?} (directions {dirs}, hidden {h}), found {t}"
+            ));
+        }
+    }
+    checked_numel(&[seq, dirs, batch, h])?;
+    let state = TensorType::f32(vec![dirs, batch, h]);
+    let mut out = vec![TensorType::f32(vec![seq, dirs, batch, h]), state.clone()];
+    if lstm {
+        out.push(state);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -6,8 +6,10 @@
 //! them, so adding an op means adding it here, to `infer`, and to the
 //! interpreter.
 
+use crate::attr::fmt_f32;
 use crate::attr::{AttrError, AttrReader, AttrValue};
 use crate::init::Init;
+use crate::types::DType;
 
 /// 2-D convolution attributes (ONNX `Conv` on NCHW data).
 #[derive(Clone, Debug, PartialEq)]
@@ -176,6 +178,25 @@ pub enum Unary {
     Reciprocal,
     /// Gauss error function.
     Erf,
+    /// `gamma * x` if positive else `gamma * alpha * (e^x - 1)`.
+    Selu {
+        /// Negative saturation.
+        alpha: f32,
+        /// Output scale.
+        gamma: f32,
+    },
+    /// -1, 0 or 1 (f32 and i64; NaN stays NaN).
+    Sign,
+    /// Round down.
+    Floor,
+    /// Round up.
+    Ceil,
+    /// Round to nearest, ties to even.
+    Round,
+    /// Sine.
+    Sin,
+    /// Cosine.
+    Cos,
 }
 
 /// Elementwise two-input ops with numpy broadcasting.
@@ -195,6 +216,445 @@ pub enum Binary {
     Max,
     /// `min(a, b)`.
     Min,
+}
+
+/// 2-D transposed convolution attributes (ONNX `ConvTranspose` on NCHW
+/// data). `output_shape` and `auto_pad` are resolved to explicit `pads` at
+/// import, so the output size is always
+/// `stride*(in-1) + output_padding + (k-1)*dilation + 1 - pad_begin - pad_end`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvTranspose2d {
+    /// `[stride_h, stride_w]`.
+    pub strides: [usize; 2],
+    /// `[top, left, bottom, right]`, cropped from the full output.
+    pub pads: [usize; 4],
+    /// `[dilation_h, dilation_w]`.
+    pub dilations: [usize; 2],
+    /// Number of groups.
+    pub group: usize,
+    /// `[extra_h, extra_w]` rows/columns added at the bottom/right.
+    pub output_padding: [usize; 2],
+}
+
+impl Default for ConvTranspose2d {
+    fn default() -> Self {
+        ConvTranspose2d {
+            strides: [1, 1],
+            pads: [0; 4],
+            dilations: [1, 1],
+            group: 1,
+            output_padding: [0, 0],
+        }
+    }
+}
+
+/// A scalar literal of one of the IR's dtypes: the fill of
+/// `ConstantOfShape`, whose dtype it also determines.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    /// An f32 value.
+    F32(f32),
+    /// An i64 value.
+    I64(i64),
+    /// A bool value.
+    Bool(bool),
+}
+
+impl Scalar {
+    /// The dtype of the value.
+    pub fn dtype(self) -> DType {
+        match self {
+            Scalar::F32(_) => DType::F32,
+            Scalar::I64(_) => DType::I64,
+            Scalar::Bool(_) => DType::Bool,
+        }
+    }
+}
+
+/// Static `Range`: `start + i * delta` for
+/// `i < max(ceil((limit - start) / delta), 0)`, in the variant's dtype.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RangeParams {
+    /// f32 range.
+    F32 {
+        /// First value.
+        start: f32,
+        /// Exclusive bound.
+        limit: f32,
+        /// Step (non-zero).
+        delta: f32,
+    },
+    /// i64 range.
+    I64 {
+        /// First value.
+        start: i64,
+        /// Exclusive bound.
+        limit: i64,
+        /// Step (non-zero).
+        delta: i64,
+    },
+}
+
+impl RangeParams {
+    /// Number of elements produced, or an error for a zero or NaN step or
+    /// an absurd length.
+    pub fn len(&self) -> Result<usize, String> {
+        match *self {
+            RangeParams::F32 {
+                start,
+                limit,
+                delta,
+            } => {
+                if delta == 0.0 || !delta.is_finite() || !start.is_finite() || !limit.is_finite() {
+                    return Err(format!(
+                        "Range needs finite start, limit and a finite non-zero delta, found {start}, {limit}, {delta}"
+                    ));
+                }
+                // ONNX computes the count in the input type.
+                let n = ((limit - start) / delta).ceil();
+                if n <= 0.0 {
+                    Ok(0)
+                } else if n > (1u64 << 40) as f32 {
+                    Err(format!("Range of {n} elements is too large"))
+                } else {
+                    Ok(n as usize)
+                }
+            }
+            RangeParams::I64 {
+                start,
+                limit,
+                delta,
+            } => {
+                if delta == 0 {
+                    return Err("Range delta cannot be 0".into());
+                }
+                let (span, d) = (limit as i128 - start as i128, delta as i128);
+                // ceil(span / d) for either sign of d.
+                let n = if (span > 0) == (d > 0) && span != 0 {
+                    (span.abs() + d.abs() - 1) / d.abs()
+                } else {
+                    0
+                };
+                if n > 1i128 << 40 {
+                    Err(format!("Range of {n} elements is too large"))
+                } else {
+                    Ok(n as usize)
+                }
+            }
+        }
+    }
+
+    /// Whether the range is empty (or invalid).
+    pub fn is_empty(&self) -> bool {
+        self.len().map_or(true, |n| n == 0)
+    }
+}
+
+/// Elementwise comparisons producing bool (numpy broadcasting).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Compare {
+    /// `a == b` (f32, i64 or bool operands).
+    Equal,
+    /// `a < b` (f32 or i64).
+    Less,
+    /// `a > b` (f32 or i64).
+    Greater,
+}
+
+/// Elementwise two-input boolean ops (numpy broadcasting).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Logical {
+    /// `a && b`.
+    And,
+    /// `a || b`.
+    Or,
+}
+
+/// Interpolation of `Resize`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ResizeMode {
+    /// Nearest neighbour, rounded by [`NearestMode`].
+    Nearest,
+    /// n-linear over the resized axes.
+    Linear,
+}
+
+/// How `Resize` maps an output coordinate back to the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CoordMode {
+    /// `(x + 0.5) / scale - 0.5`.
+    HalfPixel,
+    /// Like half_pixel, but 0 when the output axis has length 1.
+    PytorchHalfPixel,
+    /// `x * (in - 1) / (out - 1)` (0 when `out == 1`).
+    AlignCorners,
+    /// `x / scale`.
+    Asymmetric,
+}
+
+/// Rounding of a fractional source coordinate in nearest mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NearestMode {
+    /// Round half down.
+    RoundPreferFloor,
+    /// Round half up.
+    RoundPreferCeil,
+    /// Always down.
+    Floor,
+    /// Always up.
+    Ceil,
+}
+
+/// Static `Resize`: output sizes are attributes; `scales`, when present
+/// (one per axis), are the factors ONNX uses in the coordinate transform
+/// (which can differ from `sizes / in` once sizes were floored).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resize {
+    /// Output shape, one entry per input axis.
+    pub sizes: Vec<usize>,
+    /// Per-axis scale for the coordinate transform; empty = `sizes / in`.
+    pub scales: Vec<f32>,
+    /// Interpolation.
+    pub mode: ResizeMode,
+    /// Coordinate transform.
+    pub coord: CoordMode,
+    /// Rounding in nearest mode.
+    pub nearest: NearestMode,
+}
+
+/// Direction a recurrent layer scans its sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RnnDirection {
+    /// `t = 0 .. seq`.
+    Forward,
+    /// `t = seq-1 .. 0`.
+    Reverse,
+    /// Both, forward first on the direction axis.
+    Bidirectional,
+}
+
+impl RnnDirection {
+    /// Number of directions (the leading dim of W, R, B and the states).
+    pub fn count(self) -> usize {
+        match self {
+            RnnDirection::Bidirectional => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Activation functions a recurrent cell may use.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RnnActivation {
+    /// `max(x, 0)`.
+    Relu,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// Logistic sigmoid.
+    Sigmoid,
+    /// `max(0, min(1, alpha * x + beta))`.
+    HardSigmoid {
+        /// Slope.
+        alpha: f32,
+        /// Offset.
+        beta: f32,
+    },
+}
+
+impl RnnActivation {
+    /// Text spelling: the ONNX name, HardSigmoid with its parameters.
+    pub fn spelling(self) -> String {
+        match self {
+            RnnActivation::Relu => "Relu".into(),
+            RnnActivation::Tanh => "Tanh".into(),
+            RnnActivation::Sigmoid => "Sigmoid".into(),
+            RnnActivation::HardSigmoid { alpha, beta } => {
+                format!("HardSigmoid({};{})", fmt_f32(alpha), fmt_f32(beta))
+            }
+        }
+    }
+
+    /// Parses [`RnnActivation::spelling`]; a bare `HardSigmoid` takes
+    /// ONNX's defaults (0.2, 0.5).
+    pub fn parse(s: &str) -> Result<RnnActivation, String> {
+        let s = s.trim();
+        Ok(match s {
+            "Relu" => RnnActivation::Relu,
+            "Tanh" => RnnActivation::Tanh,
+            "Sigmoid" => RnnActivation::Sigmoid,
+            "HardSigmoid" => RnnActivation::HardSigmoid {
+                alpha: 0.2,
+                beta: 0.5,
+            },
+            _ => {
+                let params = s
+                    .strip_prefix("HardSigmoid(")
+                    .and_then(|r| r.strip_suffix(')'))
+                    .and_then(|r| r.split_once(';'))
+                    .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+                match params {
+                    Some((alpha, beta)) => RnnActivation::HardSigmoid { alpha, beta },
+                    None => {
+                        return Err(format!(
+                            "unsupported activation `{s}` (dnnc supports Relu, Tanh, Sigmoid and HardSigmoid)"
+                        ))
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// Which recurrent cell, with its cell-specific options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CellKind {
+    /// ONNX `RNN`: `H = f(X W^T + H R^T + Wb + Rb)`; gates: 1.
+    Rnn,
+    /// ONNX `GRU`, gates `z, r, h`.
+    Gru {
+        /// Apply R_h before multiplying by the reset gate.
+        linear_before_reset: bool,
+    },
+    /// ONNX `LSTM`, gates `i, o, f, c`.
+    Lstm {
+        /// Couple the forget gate to the input gate (`f = 1 - i`).
+        input_forget: bool,
+    },
+}
+
+impl CellKind {
+    /// Gates stacked in W and R (1, 3 or 4).
+    pub fn gates(self) -> usize {
+        match self {
+            CellKind::Rnn => 1,
+            CellKind::Gru { .. } => 3,
+            CellKind::Lstm { .. } => 4,
+        }
+    }
+
+    /// Activation functions per direction (1, 2 or 3).
+    pub fn activations_per_direction(self) -> usize {
+        match self {
+            CellKind::Rnn => 1,
+            CellKind::Gru { .. } => 2,
+            CellKind::Lstm { .. } => 3,
+        }
+    }
+
+    /// ONNX's default activations for one direction.
+    pub fn default_activations(self) -> &'static [RnnActivation] {
+        match self {
+            CellKind::Rnn => &[RnnActivation::Tanh],
+            CellKind::Gru { .. } => &[RnnActivation::Sigmoid, RnnActivation::Tanh],
+            CellKind::Lstm { .. } => &[
+                RnnActivation::Sigmoid,
+                RnnActivation::Tanh,
+                RnnActivation::Tanh,
+            ],
+        }
+    }
+}
+
+/// A recurrent layer (ONNX RNN, GRU or LSTM with `layout = 0`). Inputs are
+/// fixed: `X[seq,batch,in]`, `W[dirs,G*hid,in]`, `R[dirs,G*hid,hid]`,
+/// `B[dirs,2*G*hid]`, `initial_h[dirs,batch,hid]`, and for LSTM
+/// `initial_c[dirs,batch,hid]` and optionally `P[dirs,3*hid]`; the importer
+/// supplies zeros for omitted ones. Results: `Y[seq,dirs,batch,hid]`,
+/// `Y_h[dirs,batch,hid]` and, for LSTM, `Y_c[dirs,batch,hid]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recurrent {
+    /// The cell.
+    pub cell: CellKind,
+    /// Hidden size.
+    pub hidden_size: usize,
+    /// Scan direction.
+    pub direction: RnnDirection,
+    /// Activations, `activations_per_direction` for each direction in turn.
+    pub activations: Vec<RnnActivation>,
+    /// Gate pre-activations are clipped to `[-clip, clip]` (`inf`: none).
+    pub clip: f32,
+}
+
+/// Parsed form of an Einsum equation (explicit or implicit, no ellipsis).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EinsumSpec {
+    /// Index letters of each operand, in axis order (may repeat: diagonal).
+    pub inputs: Vec<Vec<u8>>,
+    /// Index letters of the result (distinct).
+    pub output: Vec<u8>,
+}
+
+impl EinsumSpec {
+    /// Parses an equation such as `bij,bjk->bik` (spaces ignored). Without
+    /// `->` the output is the letters used exactly once, sorted (numpy's
+    /// implicit mode).
+    pub fn parse(eq: &str) -> Result<EinsumSpec, String> {
+        let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
+        if eq.contains("...") || eq.contains('.') {
+            return Err(format!(
+                "Einsum equation `{eq}`: ellipsis (`...`) is not supported"
+            ));
+        }
+        let (lhs, rhs) = match eq.split_once("->") {
+            Some((l, r)) => (l, Some(r)),
+            None => (eq.as_str(), None),
+        };
+        let letters = |s: &str| -> Result<Vec<u8>, String> {
+            s.bytes()
+                .map(|b| {
+                    if b.is_ascii_alphabetic() {
+                        Ok(b)
+                    } else {
+                        Err(format!(
+                            "Einsum equation `{eq}`: unexpected character `{}`",
+                            b as char
+                        ))
+                    }
+                })
+                .collect()
+        };
+        let inputs = lhs.split(',').map(letters).collect::<Result<Vec<_>, _>>()?;
+        let output = match rhs {
+            Some(r) => {
+                let out = letters(r)?;
+                for (i, c) in out.iter().enumerate() {
+                    if out[..i].contains(c) {
+                        return Err(format!(
+                            "Einsum equation `{eq}`: output index `{}` is repeated",
+                            *c as char
+                        ));
+                    }
+                    if !inputs.iter().any(|op| op.contains(c)) {
+                        return Err(format!(
+                            "Einsum equation `{eq}`: output index `{}` appears in no operand",
+                            *c as char
+                        ));
+                    }
+                }
+                out
+            }
+            None => {
+                let mut once: Vec<u8> = (b'A'..=b'z')
+                    .filter(|c| inputs.iter().flatten().filter(|&x| x == c).count() == 1)
+                    .collect();
+                once.sort_unstable();
+                once
+            }
+        };
+        Ok(EinsumSpec { inputs, output })
+    }
+
+    /// Every distinct index letter: the output's first, then the summed
+    /// ones in order of appearance.
+    pub fn all_indices(&self) -> Vec<u8> {
+        let mut all = self.output.clone();
+        for &c in self.inputs.iter().flatten() {
+            if !all.contains(&c) {
+                all.push(c);
+            }
+        }
+        all
+    }
 }
 
 /// One IR operation.
@@ -324,6 +784,69 @@ pub enum Op {
         /// Drop probability (unused at inference).
         ratio: f32,
     },
+    /// 2-D transposed convolution: `x[N,C,H,W]`, `w[C,M/g,kH,kW]`,
+    /// optional `b[M]`.
+    ConvTranspose2d(ConvTranspose2d),
+    /// Per-(image, channel) normalisation over the spatial axes: inputs
+    /// x `[N,C,...]`, scale `[C]`, bias `[C]`.
+    InstanceNormalization {
+        /// Added to the variance.
+        epsilon: f32,
+    },
+    /// Normalisation over axes `axis..`: inputs x, scale, optional bias
+    /// (both broadcast to `x.shape[axis..]`); only the `Y` result.
+    LayerNormalization {
+        /// First normalised axis (negative counts from the end).
+        axis: i64,
+        /// Added to the variance.
+        epsilon: f32,
+    },
+    /// `x` if positive else `slope * x`; slope broadcasts to x.
+    PRelu,
+    /// The input's shape `[start, end)` as i64 (ONNX clamping rules).
+    Shape {
+        /// First axis (negative counts from the end).
+        start: i64,
+        /// End axis, exclusive; `i64::MAX` = to the end.
+        end: i64,
+    },
+    /// A tensor of static `shape` filled with `value` (no inputs).
+    ConstantOfShape {
+        /// Result shape.
+        shape: Vec<usize>,
+        /// Fill value; its dtype is the result's.
+        value: Scalar,
+    },
+    /// A static arithmetic sequence (no inputs).
+    Range(RangeParams),
+    /// Repeat the input `repeats[i]` times along axis `i`.
+    Tile {
+        /// One count per axis.
+        repeats: Vec<usize>,
+    },
+    /// `cond ? x : y` with numpy broadcasting of all three.
+    Where,
+    /// Elementwise comparison to bool.
+    Compare(Compare),
+    /// Boolean negation.
+    Not,
+    /// Elementwise boolean and/or.
+    Logical(Logical),
+    /// Conversion between dtypes with ONNX rules (float to int truncates,
+    /// non-zero is true).
+    Cast {
+        /// Target dtype.
+        to: DType,
+    },
+    /// Einstein summation over f32 operands.
+    Einsum {
+        /// The equation, whitespace removed.
+        equation: String,
+    },
+    /// Static resize (nearest or n-linear).
+    Resize(Resize),
+    /// RNN, GRU or LSTM layer (multi-result).
+    Recurrent(Recurrent),
 }
 
 /// Coarse grouping of ops for analyses and fusion decisions.
@@ -396,6 +919,34 @@ pub const OP_NAMES: &[&str] = &[
     "Expand",
     "Identity",
     "Dropout",
+    "Selu",
+    "Sign",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sin",
+    "Cos",
+    "ConvTranspose2d",
+    "InstanceNormalization",
+    "LayerNormalization",
+    "PRelu",
+    "Shape",
+    "ConstantOfShape",
+    "Range",
+    "Tile",
+    "Where",
+    "Equal",
+    "Less",
+    "Greater",
+    "Not",
+    "And",
+    "Or",
+    "Cast",
+    "Einsum",
+    "Resize",
+    "RNN",
+    "GRU",
+    "LSTM",
 ];
 
 fn arr2(v: Vec<usize>) -> [usize; 2] {
@@ -404,6 +955,15 @@ fn arr2(v: Vec<usize>) -> [usize; 2] {
 
 fn arr4(v: Vec<usize>) -> [usize; 4] {
     [v[0], v[1], v[2], v[3]]
+}
+
+fn non_negative(v: Vec<i64>, key: &str) -> Result<Vec<usize>, AttrError> {
+    v.into_iter()
+        .map(|x| {
+            usize::try_from(x)
+                .map_err(|_| AttrError::at(key, format!("values must be non-negative, found {x}")))
+        })
+        .collect()
 }
 
 fn ints(v: &[usize]) -> AttrValue {
@@ -444,6 +1004,13 @@ impl Op {
                 Unary::Abs => "Abs",
                 Unary::Reciprocal => "Reciprocal",
                 Unary::Erf => "Erf",
+                Unary::Selu { .. } => "Selu",
+                Unary::Sign => "Sign",
+                Unary::Floor => "Floor",
+                Unary::Ceil => "Ceil",
+                Unary::Round => "Round",
+                Unary::Sin => "Sin",
+                Unary::Cos => "Cos",
             },
             Op::Binary(b) => match b {
                 Binary::Add => "Add",
@@ -474,6 +1041,33 @@ impl Op {
             Op::Expand { .. } => "Expand",
             Op::Identity => "Identity",
             Op::Dropout { .. } => "Dropout",
+            Op::ConvTranspose2d(_) => "ConvTranspose2d",
+            Op::InstanceNormalization { .. } => "InstanceNormalization",
+            Op::LayerNormalization { .. } => "LayerNormalization",
+            Op::PRelu => "PRelu",
+            Op::Shape { .. } => "Shape",
+            Op::ConstantOfShape { .. } => "ConstantOfShape",
+            Op::Range(_) => "Range",
+            Op::Tile { .. } => "Tile",
+            Op::Where => "Where",
+            Op::Compare(c) => match c {
+                Compare::Equal => "Equal",
+                Compare::Less => "Less",
+                Compare::Greater => "Greater",
+            },
+            Op::Not => "Not",
+            Op::Logical(l) => match l {
+                Logical::And => "And",
+                Logical::Or => "Or",
+            },
+            Op::Cast { .. } => "Cast",
+            Op::Einsum { .. } => "Einsum",
+            Op::Resize(_) => "Resize",
+            Op::Recurrent(r) => match r.cell {
+                CellKind::Rnn => "RNN",
+                CellKind::Gru { .. } => "GRU",
+                CellKind::Lstm { .. } => "LSTM",
+            },
         }
     }
 
@@ -486,10 +1080,22 @@ impl Op {
     pub fn arity(&self) -> (usize, usize) {
         match self {
             Op::Input | Op::Param(_) | Op::Constant => (0, 0),
-            Op::Conv2d(_) | Op::Gemm(_) => (2, 3),
-            Op::MatMul | Op::Binary(_) | Op::Gather { .. } => (2, 2),
+            Op::ConstantOfShape { .. } | Op::Range(_) => (0, 0),
+            Op::Conv2d(_) | Op::Gemm(_) | Op::ConvTranspose2d(_) => (2, 3),
+            Op::LayerNormalization { .. } => (2, 3),
+            Op::MatMul
+            | Op::Binary(_)
+            | Op::Gather { .. }
+            | Op::PRelu
+            | Op::Compare(_)
+            | Op::Logical(_) => (2, 2),
+            Op::InstanceNormalization { .. } | Op::Where => (3, 3),
             Op::BatchNormalization { .. } => (5, 5),
-            Op::Concat { .. } => (1, usize::MAX),
+            Op::Concat { .. } | Op::Einsum { .. } => (1, usize::MAX),
+            Op::Recurrent(r) => match r.cell {
+                CellKind::Lstm { .. } => (6, 7),
+                _ => (5, 5),
+            },
             _ => (1, 1),
         }
     }
@@ -498,6 +1104,10 @@ impl Op {
     pub fn num_outputs(&self) -> usize {
         match self {
             Op::Split { split, .. } => split.len(),
+            Op::Recurrent(r) => match r.cell {
+                CellKind::Lstm { .. } => 3,
+                _ => 2,
+            },
             _ => 1,
         }
     }
@@ -506,7 +1116,12 @@ impl Op {
     pub fn class(&self) -> OpClass {
         match self {
             Op::Input | Op::Param(_) | Op::Constant => OpClass::Source,
-            Op::Conv2d(_) | Op::MatMul | Op::Gemm(_) => OpClass::Contraction,
+            Op::Conv2d(_)
+            | Op::MatMul
+            | Op::Gemm(_)
+            | Op::ConvTranspose2d(_)
+            | Op::Einsum { .. }
+            | Op::Recurrent(_) => OpClass::Contraction,
             Op::MaxPool(_)
             | Op::AveragePool(_)
             | Op::GlobalAveragePool
@@ -514,15 +1129,30 @@ impl Op {
             | Op::Lrn(_)
             | Op::Softmax { .. }
             | Op::LogSoftmax { .. }
-            | Op::Reduce { .. } => OpClass::Reduction,
-            Op::BatchNormalization { .. } | Op::Unary(_) | Op::Binary(_) => OpClass::Elementwise,
+            | Op::Reduce { .. }
+            | Op::InstanceNormalization { .. }
+            | Op::LayerNormalization { .. } => OpClass::Reduction,
+            Op::BatchNormalization { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::PRelu
+            | Op::Where
+            | Op::Compare(_)
+            | Op::Not
+            | Op::Logical(_)
+            | Op::Cast { .. }
+            | Op::Range(_) => OpClass::Elementwise,
             Op::Concat { .. }
             | Op::Split { .. }
             | Op::Slice { .. }
             | Op::Transpose { .. }
             | Op::Pad { .. }
             | Op::Gather { .. }
-            | Op::Expand { .. } => OpClass::DataMovement,
+            | Op::Expand { .. }
+            | Op::Shape { .. }
+            | Op::ConstantOfShape { .. }
+            | Op::Tile { .. }
+            | Op::Resize(_) => OpClass::DataMovement,
             Op::Reshape { .. }
             | Op::Flatten { .. }
             | Op::Squeeze { .. }
@@ -582,6 +1212,7 @@ impl Op {
                     "approximate",
                     Word(if tanh_approx { "tanh" } else { "none" }.into()),
                 )],
+                Unary::Selu { alpha, gamma } => vec![("alpha", f(alpha)), ("gamma", f(gamma))],
                 _ => vec![],
             },
             Op::Softmax { axis } | Op::LogSoftmax { axis } => vec![("axis", Int(*axis))],
@@ -613,11 +1244,132 @@ impl Op {
                 ("value", f(*value)),
             ],
             Op::Dropout { ratio } => vec![("ratio", f(*ratio))],
+            Op::ConvTranspose2d(c) => vec![
+                ("strides", ints(&c.strides)),
+                ("pads", ints(&c.pads)),
+                ("dilations", ints(&c.dilations)),
+                ("group", Int(c.group as i64)),
+                ("output_padding", ints(&c.output_padding)),
+            ],
+            Op::InstanceNormalization { epsilon } => vec![("epsilon", f(*epsilon))],
+            Op::LayerNormalization { axis, epsilon } => {
+                vec![("axis", Int(*axis)), ("epsilon", f(*epsilon))]
+            }
+            Op::Shape { start, end } => vec![("start", Int(*start)), ("end", Int(*end))],
+            Op::ConstantOfShape { shape, value } => vec![
+                ("shape", ints(shape)),
+                (
+                    "value",
+                    match *value {
+                        Scalar::F32(v) => f(v),
+                        Scalar::I64(v) => Int(v),
+                        Scalar::Bool(v) => Int(v as i64),
+                    },
+                ),
+                ("dtype", Word(value.dtype().name().into())),
+            ],
+            Op::Range(r) => match *r {
+                RangeParams::F32 {
+                    start,
+                    limit,
+                    delta,
+                } => vec![
+                    ("start", f(start)),
+                    ("limit", f(limit)),
+                    ("delta", f(delta)),
+                    ("dtype", Word("f32".into())),
+                ],
+                RangeParams::I64 {
+                    start,
+                    limit,
+                    delta,
+                } => vec![
+                    ("start", Int(start)),
+                    ("limit", Int(limit)),
+                    ("delta", Int(delta)),
+                    ("dtype", Word("i64".into())),
+                ],
+            },
+            Op::Tile { repeats } => vec![("repeats", ints(repeats))],
+            Op::Cast { to } => vec![("to", Word(to.name().into()))],
+            Op::Einsum { equation } => vec![("equation", Word(equation.clone()))],
+            Op::Resize(r) => vec![
+                ("sizes", ints(&r.sizes)),
+                ("scales", Floats(r.scales.clone())),
+                (
+                    "mode",
+                    Word(
+                        match r.mode {
+                            ResizeMode::Nearest => "nearest",
+                            ResizeMode::Linear => "linear",
+                        }
+                        .into(),
+                    ),
+                ),
+                (
+                    "coordinate_transformation_mode",
+                    Word(
+                        match r.coord {
+                            CoordMode::HalfPixel => "half_pixel",
+                            CoordMode::PytorchHalfPixel => "pytorch_half_pixel",
+                            CoordMode::AlignCorners => "align_corners",
+                            CoordMode::Asymmetric => "asymmetric",
+                        }
+                        .into(),
+                    ),
+                ),
+                (
+                    "nearest_mode",
+                    Word(
+                        match r.nearest {
+                            NearestMode::RoundPreferFloor => "round_prefer_floor",
+                            NearestMode::RoundPreferCeil => "round_prefer_ceil",
+                            NearestMode::Floor => "floor",
+                            NearestMode::Ceil => "ceil",
+                        }
+                        .into(),
+                    ),
+                ),
+            ],
+            Op::Recurrent(r) => {
+                let acts: Vec<String> = r.activations.iter().map(|a| a.spelling()).collect();
+                let mut v = vec![
+                    ("hidden_size", Int(r.hidden_size as i64)),
+                    (
+                        "direction",
+                        Word(
+                            match r.direction {
+                                RnnDirection::Forward => "forward",
+                                RnnDirection::Reverse => "reverse",
+                                RnnDirection::Bidirectional => "bidirectional",
+                            }
+                            .into(),
+                        ),
+                    ),
+                    ("activations", Word(acts.join(","))),
+                    ("clip", f(r.clip)),
+                ];
+                match r.cell {
+                    CellKind::Rnn => {}
+                    CellKind::Gru {
+                        linear_before_reset,
+                    } => v.push(("linear_before_reset", Int(linear_before_reset as i64))),
+                    CellKind::Lstm { input_forget } => {
+                        v.push(("input_forget", Int(input_forget as i64)))
+                    }
+                }
+                v
+            }
             Op::MatMul
             | Op::GlobalAveragePool
             | Op::GlobalMaxPool
             | Op::Binary(_)
-            | Op::Identity => {
+            | Op::Identity
+            | Op::PRelu
+            | Op::Where
+            | Op::Compare(_)
+            | Op::Not
+            | Op::Logical(_) => {
                 vec![]
             }
         }
@@ -845,6 +1597,224 @@ impl Op {
             "Dropout" => Op::Dropout {
                 ratio: a.float("ratio", 0.5)?,
             },
+            "Selu" => Op::Unary(Unary::Selu {
+                alpha: a.float("alpha", 1.673_263_2)?,
+                gamma: a.float("gamma", 1.050_701)?,
+            }),
+            "Sign" => Op::Unary(Unary::Sign),
+            "Floor" => Op::Unary(Unary::Floor),
+            "Ceil" => Op::Unary(Unary::Ceil),
+            "Round" => Op::Unary(Unary::Round),
+            "Sin" => Op::Unary(Unary::Sin),
+            "Cos" => Op::Unary(Unary::Cos),
+            "ConvTranspose2d" => Op::ConvTranspose2d(ConvTranspose2d {
+                strides: arr2(a.usizes_n("strides", 2, 1, 1)?),
+                pads: arr4(a.usizes_n("pads", 4, 0, 0)?),
+                dilations: arr2(a.usizes_n("dilations", 2, 1, 1)?),
+                group: a.usize_min("group", 1, 1)?,
+                output_padding: arr2(a.usizes_n("output_padding", 2, 0, 0)?),
+            }),
+            "InstanceNormalization" => Op::InstanceNormalization {
+                epsilon: a.float("epsilon", 1e-5)?,
+            },
+            "LayerNormalization" => Op::LayerNormalization {
+                axis: a.int("axis", -1)?,
+                epsilon: a.float("epsilon", 1e-5)?,
+            },
+            "PRelu" => Op::PRelu,
+            "Shape" => Op::Shape {
+                start: a.int("start", 0)?,
+                end: a.int("end", i64::MAX)?,
+            },
+            "ConstantOfShape" => {
+                let shape = non_negative(a.ints("shape", &[])?, "shape")?;
+                let dtype = a.word("dtype", "f32", &["f32", "i64", "bool"])?;
+                let value = match dtype.as_str() {
+                    "i64" => Scalar::I64(a.int("value", 0)?),
+                    "bool" => Scalar::Bool(a.flag("value", false)?),
+                    _ => Scalar::F32(a.float("value", 0.0)?),
+                };
+                Op::ConstantOfShape { shape, value }
+            }
+            "Range" => {
+                let dtype = a.word("dtype", "f32", &["f32", "i64"])?;
+                let r = if dtype == "i64" {
+                    RangeParams::I64 {
+                        start: a.int("start", 0)?,
+                        limit: a.int("limit", 0)?,
+                        delta: a.int("delta", 1)?,
+                    }
+                } else {
+                    RangeParams::F32 {
+                        start: a.float("start", 0.0)?,
+                        limit: a.float("limit", 0.0)?,
+                        delta: a.float("delta", 1.0)?,
+                    }
+                };
+                r.len().map_err(|m| AttrError::at("delta", m))?;
+                Op::Range(r)
+            }
+            "Tile" => Op::Tile {
+                repeats: non_negative(a.ints_required("repeats")?, "repeats")?,
+            },
+            "Where" => Op::Where,
+            "Equal" => Op::Compare(Compare::Equal),
+            "Less" => Op::Compare(Compare::Less),
+            "Greater" => Op::Compare(Compare::Greater),
+            "Not" => Op::Not,
+            "And" => Op::Logical(Logical::And),
+            "Or" => Op::Logical(Logical::Or),
+            "Cast" => {
+                let to = a
+                    .word_any("to")?
+                    .ok_or_else(|| AttrError::at("to", "is required"))?;
+                Op::Cast {
+                    to: DType::from_name(&to).ok_or_else(|| {
+                        AttrError::at("to", format!("`{to}` is not one of f32, i64, bool"))
+                    })?,
+                }
+            }
+            "Einsum" => {
+                let eq = a
+                    .word_any("equation")?
+                    .ok_or_else(|| AttrError::at("equation", "is required"))?;
+                EinsumSpec::parse(&eq).map_err(|m| AttrError::at("equation", m))?;
+                Op::Einsum {
+                    equation: eq.chars().filter(|c| !c.is_whitespace()).collect(),
+                }
+            }
+            "Resize" => {
+                let sizes = non_negative(a.ints_required("sizes")?, "sizes")?;
+                let scales = a.floats("scales", &[])?;
+                if !scales.is_empty() && scales.len() != sizes.len() {
+                    return Err(AttrError::at(
+                        "scales",
+                        format!("has {} entries but sizes has {}", scales.len(), sizes.len()),
+                    ));
+                }
+                if scales.iter().any(|&s| !(s > 0.0 && s.is_finite())) {
+                    return Err(AttrError::at(
+                        "scales",
+                        "scales must be positive and finite",
+                    ));
+                }
+                let mode = match a.word_any("mode")?.as_deref().unwrap_or("nearest") {
+                    "nearest" => ResizeMode::Nearest,
+                    "linear" => ResizeMode::Linear,
+                    m => {
+                        return Err(AttrError::at(
+                            "mode",
+                            format!("`{m}` is not supported (dnnc supports nearest and linear; cubic is not implemented)"),
+                        ))
+                    }
+                };
+                let coord = match a
+                    .word_any("coordinate_transformation_mode")?
+                    .as_deref()
+                    .unwrap_or("half_pixel")
+                {
+                    "half_pixel" => CoordMode::HalfPixel,
+                    "pytorch_half_pixel" => CoordMode::PytorchHalfPixel,
+                    "align_corners" => CoordMode::AlignCorners,
+                    "asymmetric" => CoordMode::Asymmetric,
+                    m => {
+                        return Err(AttrError::at(
+                            "coordinate_transformation_mode",
+                            format!("`{m}` is not supported (dnnc supports half_pixel, pytorch_half_pixel, align_corners and asymmetric)"),
+                        ))
+                    }
+                };
+                let nearest = match a
+                    .word(
+                        "nearest_mode",
+                        "round_prefer_floor",
+                        &["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"],
+                    )?
+                    .as_str()
+                {
+                    "round_prefer_ceil" => NearestMode::RoundPreferCeil,
+                    "floor" => NearestMode::Floor,
+                    "ceil" => NearestMode::Ceil,
+                    _ => NearestMode::RoundPreferFloor,
+                };
+                Op::Resize(Resize {
+                    sizes,
+                    scales,
+                    mode,
+                    coord,
+                    nearest,
+                })
+            }
+            "RNN" | "GRU" | "LSTM" => {
+                let cell = match name {
+                    "RNN" => CellKind::Rnn,
+                    "GRU" => CellKind::Gru {
+                        linear_before_reset: a.flag("linear_before_reset", false)?,
+                    },
+                    _ => CellKind::Lstm {
+                        input_forget: a.flag("input_forget", false)?,
+                    },
+                };
+                let hidden_size = a
+                    .ints_opt("hidden_size")?
+                    .and_then(|v| (v.len() == 1 && v[0] >= 1).then_some(v[0] as usize))
+                    .ok_or_else(|| {
+                        AttrError::at("hidden_size", "is required and must be a positive integer")
+                    })?;
+                let direction = match a
+                    .word(
+                        "direction",
+                        "forward",
+                        &["forward", "reverse", "bidirectional"],
+                    )?
+                    .as_str()
+                {
+                    "reverse" => RnnDirection::Reverse,
+                    "bidirectional" => RnnDirection::Bidirectional,
+                    _ => RnnDirection::Forward,
+                };
+                let per = cell.activations_per_direction();
+                let want = per * direction.count();
+                let activations = match a.word_any("activations")? {
+                    None => cell
+                        .default_activations()
+                        .iter()
+                        .copied()
+                        .cycle()
+                        .take(want)
+                        .collect(),
+                    Some(w) => w
+                        .split(',')
+                        .map(RnnActivation::parse)
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|m| AttrError::at("activations", m))?,
+                };
+                if activations.len() != want {
+                    return Err(AttrError::at(
+                        "activations",
+                        format!(
+                            "{name} with direction {} needs {want} activations, found {}",
+                            match direction {
+                                RnnDirection::Forward => "forward",
+                                RnnDirection::Reverse => "reverse",
+                                RnnDirection::Bidirectional => "bidirectional",
+                            },
+                            activations.len()
+                        ),
+                    ));
+                }
+                let clip = a.float("clip", f32::INFINITY)?;
+                if clip.is_nan() || clip <= 0.0 {
+                    return Err(AttrError::at("clip", "must be positive"));
+                }
+                Op::Recurrent(Recurrent {
+                    cell,
+                    hidden_size,
+                    direction,
+                    activations,
+                    clip,
+                })
+            }
             _ => return Ok(None),
         };
         a.finish(name)?;
@@ -874,6 +1844,11 @@ mod tests {
                 "Transpose" => attrs.push(("perm".into(), AttrValue::Ints(vec![1, 0]))),
                 "Unsqueeze" => attrs.push(("axes".into(), AttrValue::Ints(vec![0]))),
                 "Pad" => attrs.push(("pads".into(), AttrValue::Ints(vec![1, 1]))),
+                "Tile" => attrs.push(("repeats".into(), AttrValue::Ints(vec![2]))),
+                "Cast" => attrs.push(("to".into(), AttrValue::Word("i64".into()))),
+                "Einsum" => attrs.push(("equation".into(), AttrValue::Word("ij, jk".into()))),
+                "Resize" => attrs.push(("sizes".into(), AttrValue::Ints(vec![1, 4]))),
+                "RNN" | "GRU" | "LSTM" => attrs.push(("hidden_size".into(), AttrValue::Int(3))),
                 _ => {}
             }
             let op = Op::from_attrs(name, AttrReader::new(attrs))

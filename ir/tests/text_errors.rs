@@ -149,7 +149,7 @@ fn unknown_op_suggests_close_names() {
     check(src, "unknown op `Conv`", 3, 8);
     assert_eq!(
         err(src).help().unwrap().to_string(),
-        "did you mean `Conv2d`?"
+        "did you mean one of `Conv2d`, `ConvTranspose2d`?"
     );
     let e = err("graph g {\n  input %x: f32[1]\n  %y = Frobnicate(%x)\n  output %y\n}");
     assert!(e.help().unwrap().to_string().contains("docs/ir.md"));

@@ -89,9 +89,61 @@ graph all_ops {
   %dropout = Dropout(%identity) {ratio=0.25}
   const %ci: i64[2,2] = [1, -2, 9223372036854775807, -9223372036854775808]
   const %cb: bool[3] = [true, false, true]
+  %selu = Selu(%x)
+  %sign = Sign(%idx)
+  %floor = Floor(%selu)
+  %ceil = Ceil(%floor)
+  %round = Round(%ceil)
+  %sin = Sin(%round)
+  %cos = Cos(%sin)
+  param %tw: f32[4,2,3,3] = he(seed=5)
+  %convt = ConvTranspose2d(%x, %tw) {strides=[2,2], pads=[1,1,1,1], output_padding=[1,1], group=2}
+  param %ones4: f32[4] = ones
+  %inorm = InstanceNormalization(%x, %ones4, %b) {epsilon=1e-3}
+  param %ln_s: f32[8] = ones
+  %lnorm = LayerNormalization(%x, %ln_s) {axis=-1}
+  param %slope: f32[4,1,1] = constant(value=0.25)
+  %prelu = PRelu(%x, %slope)
+  %shape = Shape(%x) {start=1}
+  %zeros = ConstantOfShape() {shape=[2,3]}
+  %mask = ConstantOfShape() {shape=[2,1], value=true, dtype=bool}
+  %seven = ConstantOfShape() {shape=[], value=7, dtype=i64}
+  %rng = Range() {start=0, limit=5, delta=3, dtype=i64}
+  %frng = Range() {start=0.5, limit=-1.0, delta=-0.5}
+  %tile = Tile(%m) {repeats=[2,1]}
+  %where = Where(%mask, %m, %zeros)
+  %eq = Equal(%m, %zeros)
+  %lt = Less(%idx, %rng)
+  %gt = Greater(%m, %zeros)
+  %not = Not(%eq)
+  %or = Or(%gt, %mask)
+  %and = And(%not, %or)
+  %cast = Cast(%and) {to=f32}
+  %einsum = Einsum(%m, %mw) {equation="ij,jk->ik"}
+  %resize = Resize(%x) {sizes=[1,4,16,4], mode=linear, coordinate_transformation_mode=align_corners}
+  input %seq: f32[3,2,5]
+  param %rw: f32[2,6,5] = xavier(seed=6)
+  param %rr: f32[2,6,6] = xavier(seed=7)
+  param %rb: f32[2,12] = zeros
+  param %rh: f32[2,2,6] = zeros
+  %rnn_y, %rnn_h = RNN(%seq, %rw, %rr, %rb, %rh) {hidden_size=6, direction=bidirectional, activations="Relu,HardSigmoid(0.1;0.6)"}
+  param %gw: f32[1,9,5] = xavier(seed=8)
+  param %gr: f32[1,9,3] = xavier(seed=9)
+  param %gbias: f32[1,18] = zeros
+  param %gh: f32[1,2,3] = zeros
+  %gru_y, %gru_h = GRU(%seq, %gw, %gr, %gbias, %gh) {hidden_size=3, linear_before_reset=1, clip=5.0}
+  param %lw: f32[1,8,5] = xavier(seed=10)
+  param %lr: f32[1,8,2] = xavier(seed=11)
+  param %lb: f32[1,16] = zeros
+  param %lh: f32[1,2,2] = zeros
+  param %lp: f32[1,6] = zeros
+  %lstm_y, %lstm_h, %lstm_c = LSTM(%seq, %lw, %lr, %lb, %lh, %lh, %lp) {hidden_size=2, direction=reverse}
   output %dwconv, %mm, %gemm, %maxp, %avgp, %gmp, %rmean, %rsum, %rmax, %s1, %s2
   output %slice, %reshape, %flatten, %transpose, %squeeze, %unsqueeze, %pad, %padc
   output %gather, %dropout, %softmax, %logsoftmax, %ci, %cb
+  output %cos, %sign, %convt, %inorm, %lnorm, %prelu, %shape, %seven, %frng, %tile
+  output %where, %lt, %cast, %einsum, %resize, %rnn_y, %rnn_h, %gru_y, %gru_h
+  output %lstm_y, %lstm_h, %lstm_c
 }
 "#;
 
@@ -106,7 +158,7 @@ fn every_op_round_trips() {
     for op in dnnc_ir::op::OP_NAMES {
         assert!(used.contains(op), "{op} is not exercised");
     }
-    assert_eq!(g.outputs().len(), 25);
+    assert_eq!(g.outputs().len(), 47);
     insta::assert_snapshot!("all_ops_canonical", text);
 }
 

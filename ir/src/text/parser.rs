@@ -700,9 +700,9 @@ impl<'a> Parser<'a> {
                     }
                 }
             }
-            Tok::Str(_) => Err(self
-                .unexpected(&t, expected)
-                .help("attribute words are written bare, e.g. `mode=reflect`")),
+            // Quoted words carry text that is not an identifier (Einsum
+            // equations, activation lists).
+            Tok::Str(w) => Ok((AttrValue::Word(w.clone()), t.span)),
             _ => Err(self.unexpected(&t, expected)),
         }
     }
