@@ -6,7 +6,7 @@
 //! them to hypothetical shapes (other batch sizes, other tilings).
 
 use dnnc_ir::infer::norm_axis;
-use dnnc_ir::op::{Op, ReduceKind};
+use dnnc_ir::op::{CellKind, EinsumSpec, Op, Recurrent, ReduceKind, ResizeMode};
 use dnnc_ir::TensorType;
 use serde::Serialize;
 
@@ -189,7 +189,129 @@ pub fn node_cost(op: &Op, ins: &[&TensorType], outs: &[&TensorType]) -> Cost {
         | Op::Unsqueeze { .. }
         | Op::Identity
         | Op::Dropout { .. } => Cost::ZERO,
+        Op::ConvTranspose2d(c) => {
+            // Scatter form: every input pixel meets every tap of its
+            // group's (M/g) x kH x kW kernels once.
+            let w = &ins[1].shape;
+            let taps = prod(w[1..].iter().map(|&d| d as u64));
+            let red = prod([(w[0] / c.group.max(1)) as u64, w[2] as u64, w[3] as u64]);
+            Cost::new(numel(ins[0]).saturating_mul(taps), ceil_log2(red))
+        }
+        Op::Einsum { equation } => einsum(equation, ins),
+        Op::Recurrent(r) => recurrent(r, ins),
+        Op::InstanceNormalization { .. } | Op::LayerNormalization { .. } => {
+            let x = ins[0];
+            let len = match op {
+                Op::LayerNormalization { axis, .. } => norm_axis(*axis, x.rank())
+                    .map(|a| prod(x.shape[a..].iter().map(|&d| d as u64)))
+                    .unwrap_or(1),
+                _ => prod(x.shape[2.min(x.rank())..].iter().map(|&d| d as u64)),
+            }
+            .max(1);
+            normalization(out_elems / len, len)
+        }
+        Op::Resize(r) => {
+            let x = ins[0];
+            let k = x.shape.iter().zip(&r.sizes).filter(|(a, b)| a != b).count() as u32;
+            match r.mode {
+                ResizeMode::Nearest => elementwise,
+                // 2^k weighted taps summed per output.
+                ResizeMode::Linear => {
+                    Cost::new(out_elems.saturating_mul(1u64 << k.min(63)), u64::from(k))
+                }
+            }
+        }
+        Op::PRelu
+        | Op::Where
+        | Op::Compare(_)
+        | Op::Not
+        | Op::Logical(_)
+        | Op::Cast { .. }
+        | Op::Range(_)
+        | Op::Shape { .. }
+        | Op::ConstantOfShape { .. }
+        | Op::Tile { .. } => elementwise,
     }
+}
+
+/// Normalisation of `rows` groups of `len` values (InstanceNorm,
+/// LayerNorm), decomposed into dnnc-style ops: mean, `x - mean`, square,
+/// mean (the variance), `+ eps` and `sqrt` per row, divide, scale, shift.
+pub fn normalization(rows: u64, len: u64) -> Cost {
+    let elems = rows.saturating_mul(len);
+    let ew = Cost::new(elems, 1);
+    let per_row = Cost::new(rows, 1);
+    mean_reduction(rows, len)
+        .then(ew) // x - mean
+        .then(ew) // square
+        .then(mean_reduction(rows, len)) // variance
+        .then(per_row) // + eps
+        .then(per_row) // sqrt
+        .then(ew) // divide
+        .then(ew) // * scale
+        .then(ew) // + bias
+}
+
+/// Einsum: one multiply-accumulate per point of the full index space per
+/// extra operand (at least one), depth a product tree over the operands
+/// plus a sum tree over the contracted indices.
+fn einsum(equation: &str, ins: &[&TensorType]) -> Cost {
+    let Ok(spec) = EinsumSpec::parse(equation) else {
+        return Cost::ZERO;
+    };
+    let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
+    let Ok(sizes) = dnnc_ir::infer::einsum_sizes(&spec, &shapes) else {
+        return Cost::ZERO;
+    };
+    let space = prod(sizes.iter().map(|&(_, d)| d as u64));
+    let contracted = prod(
+        sizes
+            .iter()
+            .filter(|(c, _)| !spec.output.contains(c))
+            .map(|&(_, d)| d as u64),
+    );
+    let per_point = (ins.len() as u64).saturating_sub(1).max(1);
+    Cost::new(
+        space.saturating_mul(per_point),
+        ceil_log2(ins.len() as u64) + ceil_log2(contracted),
+    )
+}
+
+/// RNN / GRU / LSTM: per direction and step, the gate products
+/// `[x, h] . [W; R]^T` (`batch * G * hid * (in + hid)` MACs) plus a fixed
+/// number of elementwise operations per hidden unit; the steps are
+/// sequential, so depth grows linearly with the sequence length while the
+/// directions run in parallel.
+pub fn recurrent(r: &Recurrent, ins: &[&TensorType]) -> Cost {
+    let Some(x) = ins.first() else {
+        return Cost::ZERO;
+    };
+    let (seq, batch, input) = match x.shape[..] {
+        [s, b, i] => (s as u64, b as u64, i as u64),
+        _ => return Cost::ZERO,
+    };
+    let (h, g) = (r.hidden_size as u64, r.cell.gates() as u64);
+    let dirs = r.direction.count() as u64;
+    let red = input.saturating_add(h);
+    let macs = prod([batch, g, h, red]);
+    // (elementwise ops per hidden unit, extra depth per step)
+    let (ew, step_depth) = match r.cell {
+        // activation
+        CellKind::Rnn => (1, 1),
+        // z, r, h activations; r * h; (1 - z) * h~ + z * h (3 ops); the
+        // candidate's recurrent product waits for r.
+        CellKind::Gru { .. } => (7, 1 + 1 + ceil_log2(h) + 1 + 2),
+        // i, o, f, c activations; C = f * C + i * c (3 ops); h(C); o * h(C).
+        CellKind::Lstm { .. } => (9, 1 + 2 + 1 + 1),
+    };
+    let per_step = Cost::new(
+        macs.saturating_add(prod([batch, h, ew])),
+        ceil_log2(red).saturating_add(step_depth),
+    );
+    Cost::new(
+        prod([per_step.work, seq, dirs]),
+        per_step.depth.saturating_mul(seq),
+    )
 }
 
 #[cfg(test)]
@@ -214,5 +336,7 @@ mod tests {
         assert_eq!(log_softmax(2, 10), Cost::new(98, 12));
         // size 5 window: 4 adds per element + 5 elementwise passes.
         assert_eq!(lrn(10, 5), Cost::new(90, 3 + 5));
+        // 2 rows of 4: two means (2*3 + 2 each), 5 passes over 8, 2 per row.
+        assert_eq!(normalization(2, 4), Cost::new(16 + 40 + 4, 3 + 3 + 5 + 2));
     }
 }

@@ -92,11 +92,27 @@ fn unary_f32(u: Unary) -> fn(f32) -> f32 {
         Unary::Abs => f32::abs,
         Unary::Reciprocal => |x| 1.0 / x,
         Unary::Erf => |x| erf(x as f64) as f32,
+        // ONNX Sign: -1, 0 or 1; NaN (and -0) pass through.
+        Unary::Sign => |x| {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        },
+        Unary::Floor => f32::floor,
+        Unary::Ceil => f32::ceil,
+        Unary::Round => f32::round_ties_even,
+        Unary::Sin => f32::sin,
+        Unary::Cos => f32::cos,
         // Parameterised ops are handled by the caller.
         Unary::LeakyRelu { .. }
         | Unary::Clip { .. }
         | Unary::HardSigmoid { .. }
-        | Unary::Elu { .. } => |x| x,
+        | Unary::Elu { .. }
+        | Unary::Selu { .. } => |x| x,
     }
 }
 
@@ -134,6 +150,13 @@ pub(crate) fn unary(t: Tensor, u: Unary) -> KResult<Tensor> {
                 Unary::Elu { alpha } => {
                     a.mapv_inplace(|x| if x > 0.0 { x } else { alpha * x.exp_m1() })
                 }
+                Unary::Selu { alpha, gamma } => a.mapv_inplace(|x| {
+                    if x > 0.0 {
+                        gamma * x
+                    } else {
+                        gamma * alpha * x.exp_m1()
+                    }
+                }),
                 _ => a.mapv_inplace(unary_f32(u)),
             }
             Ok(Tensor::F32(a))
@@ -143,6 +166,7 @@ pub(crate) fn unary(t: Tensor, u: Unary) -> KResult<Tensor> {
                 Unary::Relu => a.mapv_inplace(|x| x.max(0)),
                 Unary::Neg => a.mapv_inplace(i64::wrapping_neg),
                 Unary::Abs => a.mapv_inplace(i64::wrapping_abs),
+                Unary::Sign => a.mapv_inplace(i64::signum),
                 _ => return Err(format!("input must be f32, found {}", Tensor::I64(a).ty())),
             }
             Ok(Tensor::I64(a))
@@ -235,6 +259,24 @@ pub(crate) fn binary(a: Cow<'_, Tensor>, b: &Tensor, op: Binary) -> KResult<Tens
         }
         (a, _) => Err(mismatch(&a)),
     }
+}
+
+/// ONNX PRelu: `x` where positive, else `slope * x`; the slope broadcasts
+/// unidirectionally to `x`, whose buffer is updated in place.
+pub(crate) fn prelu(mut x: ArrayD<f32>, slope: &ArrayD<f32>) -> KResult<ArrayD<f32>> {
+    let sv = slope.broadcast(x.raw_dim()).ok_or_else(|| {
+        format!(
+            "slope {:?} does not broadcast to the input {:?}",
+            slope.shape(),
+            x.shape()
+        )
+    })?;
+    Zip::from(&mut x).and(&sv).for_each(|v, &s| {
+        if *v < 0.0 {
+            *v *= s
+        }
+    });
+    Ok(x)
 }
 
 #[cfg(test)]

@@ -3,12 +3,18 @@
 //! than a panic; the interpreter attaches the node's name to it.
 
 mod conv;
+mod convt;
+mod einsum;
 mod elementwise;
+mod generate;
 mod linalg;
+mod logic;
 mod movement;
 mod norm;
 mod pool;
 mod reduce;
+mod resize;
+mod rnn;
 
 use dnnc_ir::{Op, Tensor};
 use ndarray::{ArrayD, CowArray, IxDyn};
@@ -232,6 +238,81 @@ pub(crate) fn exec(op: &Op, args: Vec<Cow<'_, Tensor>>) -> KResult<Vec<Tensor>> 
         Op::Gather { axis } => one(movement::gather(arg(&args, 0)?, arg(&args, 1)?, *axis)?),
         Op::Expand { shape } => one(movement::expand(arg(&args, 0)?, shape)?),
         Op::Identity | Op::Dropout { .. } => one(split_first(args)?.0),
+        Op::ConvTranspose2d(c) => {
+            let bias = match args.get(2) {
+                Some(b) => Some(f32_of(b, "bias")?),
+                None => None,
+            };
+            one(Tensor::F32(convt::conv_transpose2d(
+                f32_of(arg(&args, 0)?, "input")?,
+                f32_of(arg(&args, 1)?, "weight")?,
+                bias,
+                c,
+            )?))
+        }
+        Op::InstanceNormalization { epsilon } => one(Tensor::F32(norm::instance_norm(
+            f32_of(arg(&args, 0)?, "input")?,
+            f32_of(arg(&args, 1)?, "scale")?,
+            f32_of(arg(&args, 2)?, "bias")?,
+            *epsilon,
+        )?)),
+        Op::LayerNormalization { axis, epsilon } => {
+            let bias = match args.get(2) {
+                Some(b) => Some(f32_of(b, "bias")?),
+                None => None,
+            };
+            one(Tensor::F32(norm::layer_norm(
+                f32_of(arg(&args, 0)?, "input")?,
+                f32_of(arg(&args, 1)?, "scale")?,
+                bias,
+                *axis,
+                *epsilon,
+            )?))
+        }
+        Op::PRelu => {
+            let (x, rest) = split_first(args)?;
+            let slope = f32_of(arg(&rest, 0)?, "slope")?;
+            one(Tensor::F32(elementwise::prelu(
+                into_f32(x, "input")?,
+                slope,
+            )?))
+        }
+        Op::Shape { start, end } => one(generate::shape(arg(&args, 0)?, *start, *end)?),
+        Op::ConstantOfShape { shape, value } => one(generate::constant_of_shape(shape, *value)?),
+        Op::Range(r) => one(generate::range(r)?),
+        Op::Tile { repeats } => one(generate::tile(arg(&args, 0)?, repeats)?),
+        Op::Where => one(logic::where_(
+            arg(&args, 0)?,
+            arg(&args, 1)?,
+            arg(&args, 2)?,
+        )?),
+        Op::Compare(k) => one(logic::compare(arg(&args, 0)?, arg(&args, 1)?, *k)?),
+        Op::Not => one(logic::not(split_first(args)?.0)?),
+        Op::Logical(k) => one(logic::logical(arg(&args, 0)?, arg(&args, 1)?, *k)?),
+        Op::Cast { to } => one(logic::cast(split_first(args)?.0, *to)),
+        Op::Einsum { equation } => {
+            let ops: Vec<&ArrayD<f32>> = args
+                .iter()
+                .enumerate()
+                .map(|(k, t)| f32_of(t, &format!("operand {k}")))
+                .collect::<KResult<_>>()?;
+            one(Tensor::F32(einsum::einsum(equation, &ops)?))
+        }
+        Op::Resize(r) => one(Tensor::F32(resize::resize(
+            f32_of(arg(&args, 0)?, "input")?,
+            r,
+        )?)),
+        Op::Recurrent(r) => {
+            let ins: Vec<&ArrayD<f32>> = args
+                .iter()
+                .enumerate()
+                .map(|(k, t)| f32_of(t, &format!("input {k}")))
+                .collect::<KResult<_>>()?;
+            Ok(rnn::recurrent(r, &ins)?
+                .into_iter()
+                .map(Tensor::F32)
+                .collect())
+        }
     }
 }
 

@@ -98,3 +98,99 @@ pub(crate) fn softmax(mut x: ArrayD<f32>, axis: i64, log: bool) -> KResult<Array
     }
     Ok(x)
 }
+
+/// Mean and `1 / sqrt(var + eps)` of a lane, in f64 (two passes, so a
+/// large mean does not cancel the variance).
+fn moments(v: impl Iterator<Item = f32> + Clone, n: usize, eps: f32) -> (f64, f64) {
+    let n = n.max(1) as f64;
+    let mean = v.clone().map(f64::from).sum::<f64>() / n;
+    let var = v.map(|x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
+    (mean, 1.0 / (var + eps as f64).sqrt())
+}
+
+/// ONNX InstanceNormalization: per (image, channel), normalise over the
+/// remaining axes, then `* scale[c] + bias[c]`.
+pub(crate) fn instance_norm(
+    x: &ArrayD<f32>,
+    scale: &ArrayD<f32>,
+    bias: &ArrayD<f32>,
+    eps: f32,
+) -> KResult<ArrayD<f32>> {
+    let s = x.shape();
+    if s.len() < 3 {
+        return Err(format!("input must have rank at least 3, found {s:?}"));
+    }
+    let c = s[1];
+    for (t, what) in [(scale, "scale"), (bias, "bias")] {
+        if t.shape() != [c] {
+            return Err(format!(
+                "{what} must have shape [{c}], found {:?}",
+                t.shape()
+            ));
+        }
+    }
+    let inner: usize = s[2..].iter().product();
+    let xc = standard(x);
+    let xs = flat(&xc)?;
+    let mut out = vec![0.0f32; xs.len()];
+    if inner > 0 {
+        let (sc, bc) = (standard(scale), standard(bias));
+        let (sc, bc) = (flat(&sc)?, flat(&bc)?);
+        for (k, (src, dst)) in xs
+            .chunks_exact(inner)
+            .zip(out.chunks_exact_mut(inner))
+            .enumerate()
+        {
+            let ci = k % c;
+            let (mean, inv) = moments(src.iter().copied(), inner, eps);
+            let (a, b) = (inv * sc[ci] as f64, bc[ci] as f64);
+            for (o, &v) in dst.iter_mut().zip(src) {
+                *o = ((v as f64 - mean) * a + b) as f32;
+            }
+        }
+    }
+    from_vec(s.to_vec(), out)
+}
+
+/// ONNX LayerNormalization (result `Y` only): normalise over axes
+/// `axis..`, then `* scale + bias`, both broadcast to those axes.
+pub(crate) fn layer_norm(
+    x: &ArrayD<f32>,
+    scale: &ArrayD<f32>,
+    bias: Option<&ArrayD<f32>>,
+    axis: i64,
+    eps: f32,
+) -> KResult<ArrayD<f32>> {
+    let s = x.shape();
+    let ax = norm_axis(axis, s.len())?;
+    let inner_shape = ndarray::IxDyn(&s[ax..]);
+    let inner: usize = s[ax..].iter().product();
+    let bcast = |t: &ArrayD<f32>, what: &str| -> KResult<Vec<f32>> {
+        t.broadcast(inner_shape.clone())
+            .map(|v| v.iter().copied().collect())
+            .ok_or_else(|| {
+                format!(
+                    "{what} {:?} does not broadcast to the normalised shape {:?}",
+                    t.shape(),
+                    &s[ax..]
+                )
+            })
+    };
+    let sc = bcast(scale, "scale")?;
+    let bc = match bias {
+        Some(b) => bcast(b, "bias")?,
+        None => vec![0.0; inner],
+    };
+    let xc = standard(x);
+    let xs = flat(&xc)?;
+    let mut out = vec![0.0f32; xs.len()];
+    if inner > 0 {
+        for (src, dst) in xs.chunks_exact(inner).zip(out.chunks_exact_mut(inner)) {
+            let (mean, inv) = moments(src.iter().copied(), inner, eps);
+            for (k, (o, &v)) in dst.iter_mut().zip(src).enumerate() {
+                *o = ((v as f64 - mean) * inv * sc[k] as f64 + bc[k] as f64) as f32;
+            }
+        }
+    }
+    from_vec(s.to_vec(), out)
+}
