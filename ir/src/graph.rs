@@ -485,6 +485,84 @@ impl Graph {
         Ok(())
     }
 
+    /// Replaces a node's op and operand list in place, keeping its handle,
+    /// creation sequence and result names, so a rewrite (e.g. a conv gaining
+    /// a folded bias) does not move the node in the printed order. The new
+    /// op must infer exactly the node's current result types.
+    pub fn rewrite_node(
+        &mut self,
+        id: NodeId,
+        op: Op,
+        inputs: &[ValueId],
+    ) -> Result<(), GraphError> {
+        let name = self.node_name(id).to_string();
+        let type_err = |message: String| GraphError::Type {
+            node: name.clone(),
+            op: op.name().into(),
+            message,
+        };
+        for v in inputs {
+            if v.index() >= self.values.len()
+                || !self.dag.contains_node(self.values[v.index()].producer)
+            {
+                return Err(GraphError::UnknownValue(format!("#{}", v.0)));
+            }
+        }
+        let tys: Vec<&TensorType> = inputs.iter().map(|v| &self.values[v.index()].ty).collect();
+        let out_tys = infer(&op, &tys).map_err(&type_err)?;
+        let cur: Vec<&TensorType> = self.dag[id]
+            .outputs
+            .iter()
+            .map(|v| &self.values[v.index()].ty)
+            .collect();
+        if out_tys.iter().collect::<Vec<_>>() != cur {
+            return Err(type_err(
+                "the rewrite would change the node's result types".into(),
+            ));
+        }
+        for &v in inputs {
+            let src = self.values[v.index()].producer;
+            if src == id || petgraph::algo::has_path_connecting(&self.dag, id, src, None) {
+                return Err(GraphError::Cycle(name));
+            }
+        }
+        let old: Vec<_> = self
+            .dag
+            .edges_directed(id, Direction::Incoming)
+            .map(|e| e.id())
+            .collect();
+        for e in old {
+            self.dag.remove_edge(e);
+        }
+        for (operand, &v) in inputs.iter().enumerate() {
+            let src = self.values[v.index()].producer;
+            self.dag.add_edge(src, id, Use { value: v, operand });
+        }
+        let node = &mut self.dag[id];
+        node.op = op;
+        node.inputs = inputs.to_vec();
+        Ok(())
+    }
+
+    /// Renames a value (e.g. so a graph output keeps its name after the node
+    /// producing it was folded away). Moves bound weight data along.
+    pub fn rename_value(&mut self, v: ValueId, name: &str) -> Result<(), GraphError> {
+        if v.index() >= self.values.len() {
+            return Err(GraphError::UnknownValue(format!("#{}", v.0)));
+        }
+        if self.values[v.index()].name == name {
+            return Ok(());
+        }
+        self.check_fresh(name)?;
+        let old = std::mem::replace(&mut self.values[v.index()].name, name.to_string());
+        self.by_name.remove(&old);
+        self.by_name.insert(name.to_string(), v);
+        if let Some(t) = self.weights.remove(&old) {
+            self.weights.insert(name, t);
+        }
+        Ok(())
+    }
+
     /// Removes a node whose results are unused. Its values' names are freed.
     pub fn remove_node(&mut self, id: NodeId) -> Result<(), GraphError> {
         let outs = self.dag[id].outputs.clone();

@@ -3,10 +3,18 @@
 //! Analyses and rewrites over the dnnc IR. At present: the Work-Depth
 //! analysis in [`wd`], the machine-independent half of dnnc's cost model
 //! (work, critical-path depth, average parallelism, Brent's bounds, and the
-//! figures of every convolution algorithm per Conv2d node).
+//! figures of every convolution algorithm per Conv2d node), and the
+//! optimisation [`pipeline`]: [`simplify`], [`fold_bn`] (`fold-batchnorm`)
+//! and the [`fusion`] overlay that groups nodes into kernels.
 
 #![warn(missing_docs)]
 
+pub mod fold_bn;
+pub mod fusion;
+pub mod pipeline;
+pub mod simplify;
 pub mod wd;
 
+pub use fusion::{fuse, print_kernels, verify_kernels, Kernel, KernelGraph, KernelKind};
+pub use pipeline::{Pass, PassError, PassStats, Pipeline, PipelineResult};
 pub use wd::{analyze, render_json, render_table, Analysis, ConvAlgos, Cost, NodeCost};
