@@ -1034,6 +1034,68 @@ mod tests {
     }
 
     #[test]
+    fn extended_ops_shapes_and_errors() {
+        use crate::op::{CellKind, ConvTranspose2d, Recurrent, RnnActivation, RnnDirection};
+        let ct = Op::ConvTranspose2d(ConvTranspose2d {
+            strides: [2, 2],
+            pads: [1, 1, 1, 1],
+            output_padding: [1, 1],
+            group: 2,
+            ..ConvTranspose2d::default()
+        });
+        // 2*(8-1) + 1 + 2 + 1 - 2 = 16; M = 3 per group x 2.
+        let out = infer(&ct, &[&t(&[1, 4, 8, 8]), &t(&[4, 3, 3, 3])]).unwrap();
+        assert_eq!(out[0].shape, vec![1, 6, 16, 16]);
+        let e = infer(&ct, &[&t(&[1, 4, 8, 8]), &t(&[2, 3, 3, 3])]).unwrap_err();
+        assert!(e.contains("[C, M/group, kH, kW]"), "{e}");
+        let crop = Op::ConvTranspose2d(ConvTranspose2d {
+            pads: [2, 0, 2, 0],
+            ..ConvTranspose2d::default()
+        });
+        let e = infer(&crop, &[&t(&[1, 1, 1, 1]), &t(&[1, 1, 3, 1])]).unwrap_err();
+        assert!(e.contains("remove the whole"), "{e}");
+
+        let b = TensorType::new(DType::Bool, vec![2, 1]);
+        let out = infer(&Op::Where, &[&b, &t(&[3]), &t(&[])]).unwrap();
+        assert_eq!(out[0], t(&[2, 3]));
+        let e = infer(&Op::Where, &[&t(&[2, 1]), &t(&[3]), &t(&[])]).unwrap_err();
+        assert!(e.contains("condition must be bool"), "{e}");
+        let i = TensorType::new(DType::I64, vec![3]);
+        let e = infer(&Op::Where, &[&b, &t(&[3]), &i]).unwrap_err();
+        assert!(e.contains("dtypes differ"), "{e}");
+
+        let lstm = Op::Recurrent(Recurrent {
+            cell: CellKind::Lstm {
+                input_forget: false,
+            },
+            hidden_size: 2,
+            direction: RnnDirection::Bidirectional,
+            activations: vec![RnnActivation::Tanh; 6],
+            clip: f32::INFINITY,
+        });
+        let (x, w, r, bb, h) = (
+            t(&[5, 3, 4]),
+            t(&[2, 8, 4]),
+            t(&[2, 8, 2]),
+            t(&[2, 16]),
+            t(&[2, 3, 2]),
+        );
+        let out = infer(&lstm, &[&x, &w, &r, &bb, &h, &h]).unwrap();
+        assert_eq!(out, vec![t(&[5, 2, 3, 2]), h.clone(), h.clone()]);
+        let e = infer(&lstm, &[&x, &w, &r, &bb, &h, &h, &t(&[2, 5])]).unwrap_err();
+        assert!(e.contains("P must be f32[2, 6]"), "{e}");
+        let e = infer(&lstm, &[&x, &t(&[1, 8, 4]), &r, &bb, &h, &h]).unwrap_err();
+        assert!(e.contains("W must be"), "{e}");
+
+        let shape = Op::Shape {
+            start: -2,
+            end: i64::MAX,
+        };
+        let out = infer(&shape, &[&t(&[2, 3, 4])]).unwrap();
+        assert_eq!(out[0], TensorType::new(DType::I64, vec![2]));
+    }
+
+    #[test]
     fn reshape_and_slice_rules() {
         assert_eq!(reshape_target(&[2, 3, 4], &[0, -1]).unwrap(), vec![2, 12]);
         assert!(reshape_target(&[2, 3], &[4, -1]).is_err());
