@@ -57,10 +57,17 @@ pub enum Command {
         #[arg(long, value_name = "P")]
         procs: Option<usize>,
     },
-    /// Print the canonical text IR.
+    /// Print the canonical text IR (unoptimised unless --after is given).
     Ir {
         /// Model file.
         model: PathBuf,
+        /// List the optimisation pipeline's passes, in order, and exit.
+        #[arg(long, conflicts_with = "after")]
+        passes: bool,
+        /// Run the pipeline up to and including PASS and print the result
+        /// (for `fusion`, the IR grouped into kernels).
+        #[arg(long, value_name = "PASS")]
+        after: Option<String>,
     },
     /// Print the graph in Graphviz dot format.
     Dot {
@@ -118,9 +125,49 @@ pub fn execute(cli: Cli, notes: &mut dyn FnMut(&str)) -> Result<String, DnncErro
                 dnnc_passes::wd::render_table(&a, procs)
             })
         }
-        Command::Ir { model } => Ok(dnnc_ir::text::print(&load_model(&model)?)),
+        Command::Ir {
+            model,
+            passes,
+            after,
+        } => ir_command(&model, passes, after.as_deref(), notes),
         Command::Dot { model } => Ok(dnnc_ir::dot::to_dot(&load_model(&model)?)),
     }
+}
+
+/// `dnnc ir`: the pipeline's pass list, the IR after a pass, or the
+/// unoptimised IR. An unknown pass name is checked before the model loads.
+fn ir_command(
+    model: &Path,
+    passes: bool,
+    after: Option<&str>,
+    notes: &mut dyn FnMut(&str),
+) -> Result<String, DnncError> {
+    let mut pipeline = dnnc_passes::Pipeline::default();
+    if passes {
+        return Ok(pipeline.describe());
+    }
+    let Some(after) = after else {
+        return Ok(dnnc_ir::text::print(&load_model(model)?));
+    };
+    if !pipeline.names().contains(&after) {
+        return Err(dnnc_passes::PassError::UnknownPass {
+            name: after.to_string(),
+            valid: pipeline.names().iter().map(|s| s.to_string()).collect(),
+        }
+        .into());
+    }
+    let mut g = load_model(model)?;
+    pipeline.verify = true;
+    let result = pipeline.run_until(&mut g, after)?;
+    for (pass, stats) in &result.stats {
+        for n in &stats.notes {
+            notes(&format!("note: {pass}: {n}"));
+        }
+    }
+    Ok(match &result.kernels {
+        Some(kg) if after == "fusion" => dnnc_passes::print_kernels(&g, kg),
+        _ => dnnc_ir::text::print(&g),
+    })
 }
 
 /// Loads a safetensors file and binds its tensors to parameters by name.

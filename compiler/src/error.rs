@@ -37,6 +37,9 @@ pub enum DnncError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// An optimisation pass failed, or `--after` named no pass.
+    #[error("{0}")]
+    Pass(#[from] dnnc_passes::PassError),
     /// A command-line argument is invalid in a way clap cannot see.
     #[error("{0}")]
     Usage(String),

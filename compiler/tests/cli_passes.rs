@@ -1,0 +1,100 @@
+//! `dnnc ir --passes` and `dnnc ir --after PASS` through the real binary:
+//! the pass list, dumps after each pass, and exit code 2 with the valid
+//! names for an unknown pass.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn example(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name)
+}
+
+fn dnnc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dnnc"))
+        .args(args)
+        .output()
+        .expect("run dnnc")
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+#[test]
+fn passes_lists_the_pipeline_in_order() {
+    let lenet = example("lenet5.dnn");
+    let out = stdout(&dnnc(&["ir", lenet.to_str().unwrap(), "--passes"]));
+    let names: Vec<&str> = out
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(names, ["simplify", "fold-batchnorm", "fusion"], "{out}");
+    assert!(
+        out.lines().all(|l| l.split_whitespace().count() > 2),
+        "{out}"
+    );
+}
+
+#[test]
+fn unknown_pass_exits_2_listing_valid_names() {
+    let lenet = example("lenet5.dnn");
+    let o = dnnc(&["ir", lenet.to_str().unwrap(), "--after", "fuse"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("unknown pass `fuse`; the passes are: simplify, fold-batchnorm, fusion"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn after_prints_the_ir_at_that_point() {
+    let lenet = example("lenet5.dnn");
+    let lenet = lenet.to_str().unwrap();
+    let plain = stdout(&dnnc(&["ir", lenet]));
+    assert!(!plain.contains("# kernel"));
+    // LeNet-5 has nothing to simplify or fold.
+    assert_eq!(stdout(&dnnc(&["ir", lenet, "--after", "simplify"])), plain);
+    assert_eq!(
+        stdout(&dnnc(&["ir", lenet, "--after", "fold-batchnorm"])),
+        plain
+    );
+    let fused = stdout(&dnnc(&["ir", lenet, "--after", "fusion"]));
+    assert!(
+        fused.contains("  # kernel relu1 [Conv2d+Relu] contraction\n"),
+        "{fused}"
+    );
+    assert_eq!(fused.matches("# kernel").count(), 8, "{fused}");
+}
+
+#[test]
+fn fold_batchnorm_removes_every_batchnorm_of_resnet18() {
+    let r = example("resnet18.dnn");
+    let r = r.to_str().unwrap();
+    assert!(stdout(&dnnc(&["ir", r])).contains("BatchNormalization"));
+    let folded = stdout(&dnnc(&["ir", r, "--after", "fold-batchnorm"]));
+    assert!(!folded.contains("BatchNormalization"), "{folded}");
+    assert!(folded.contains("param %conv1.weight.fold: f32[64,3,7,7]\n"));
+}
+
+#[test]
+fn passes_conflicts_with_after() {
+    let lenet = example("lenet5.dnn");
+    let o = dnnc(&[
+        "ir",
+        lenet.to_str().unwrap(),
+        "--passes",
+        "--after",
+        "fusion",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}
