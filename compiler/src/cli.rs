@@ -74,11 +74,40 @@ pub enum Command {
         /// Model file.
         model: PathBuf,
     },
+    /// Run ONNX backend conformance tests on the interpreter: one line per
+    /// test, then `N passed, N failed, N unsupported`. Exit status 1 when a
+    /// test failed (unsupported ones do not count).
+    OnnxTest {
+        /// Test folders (with model.onnx and test_data_set_N/), or folders
+        /// of test folders such as onnx's `backend/test/data/node`.
+        #[arg(required = true, value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+    },
 }
 
 /// Runs a parsed command line, returning what it prints on stdout.
 /// Progress notes go to `notes` (stderr in the binary).
 pub fn execute(cli: Cli, notes: &mut dyn FnMut(&str)) -> Result<String, DnncError> {
+    execute_with_status(cli, notes).map(|(text, _)| text)
+}
+
+/// Like [`execute`], also returning the process exit status for commands
+/// whose success is not all-or-nothing (`onnx-test` exits 1 when a test
+/// failed yet still prints its report).
+pub fn execute_with_status(
+    cli: Cli,
+    notes: &mut dyn FnMut(&str),
+) -> Result<(String, i32), DnncError> {
+    let mut status = 0;
+    let text = execute_command(cli, notes, &mut status)?;
+    Ok((text, status))
+}
+
+fn execute_command(
+    cli: Cli,
+    notes: &mut dyn FnMut(&str),
+    status: &mut i32,
+) -> Result<String, DnncError> {
     match cli.command {
         Command::Run {
             model,
@@ -131,6 +160,12 @@ pub fn execute(cli: Cli, notes: &mut dyn FnMut(&str)) -> Result<String, DnncErro
             after,
         } => ir_command(&model, passes, after.as_deref(), notes),
         Command::Dot { model } => Ok(dnnc_ir::dot::to_dot(&load_model(&model)?)),
+        Command::OnnxTest { dirs } => {
+            let report = crate::conformance::run_dirs(&dirs, &mut |_| {})
+                .map_err(|e| DnncError::Usage(e.to_string()))?;
+            *status = report.exit_code();
+            Ok(report.render())
+        }
     }
 }
 

@@ -26,22 +26,26 @@ pub mod proto;
 pub use error::{OnnxError, UnsupportedNode};
 pub use import::{OPSET_RANGE, SUPPORTED_OPS};
 
-use dnnc_ir::Graph;
+use dnnc_ir::{Graph, Tensor};
 use prost::Message;
 use std::path::Path;
 
 /// Imports an ONNX model held in memory. `file_name` names it in errors and
 /// gives the graph its name when the model's graph has none.
 pub fn import_onnx(bytes: &[u8], file_name: &str) -> Result<Graph, OnnxError> {
-    let run = || {
-        let model = proto::ModelProto::decode(bytes).map_err(|e| OnnxError::Decode {
-            file: file_name.to_string(),
-            message: e.to_string(),
-        })?;
-        import::import_model(&model, file_name)
-    };
+    let model = proto::ModelProto::decode(bytes).map_err(|e| OnnxError::Decode {
+        file: file_name.to_string(),
+        message: e.to_string(),
+    })?;
+    import_model_proto(&model, file_name)
+}
+
+/// Imports an already decoded `ModelProto`, so tools (the conformance
+/// runner) can adjust a model, e.g. pin its input shapes, before import.
+pub fn import_model_proto(model: &proto::ModelProto, file_name: &str) -> Result<Graph, OnnxError> {
     // The importer validates what it reads, but a malformed model must
     // never take the process down: a panic is reported as an internal error.
+    let run = || import::import_model(model, file_name);
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
         Ok(r) => r,
         Err(payload) => {
@@ -55,6 +59,19 @@ pub fn import_onnx(bytes: &[u8], file_name: &str) -> Result<Graph, OnnxError> {
                 message,
             })
         }
+    }
+}
+
+/// Decodes a `TensorProto` (an initializer, or a test-data `.pb` file) into
+/// a dnnc tensor. `Ok(None)` means its data type has no dnnc equivalent;
+/// INT32 data comes back as i64 and DOUBLE as f32, as in the importer.
+pub fn decode_tensor_proto(
+    tp: &proto::TensorProto,
+    name: &str,
+) -> Result<Option<Tensor>, OnnxError> {
+    match decode::decode_tensor(tp, name)? {
+        decode::Decoded::Ok(k) => Ok(Some(k.t)),
+        decode::Decoded::UnsupportedDtype(_) => Ok(None),
     }
 }
 
