@@ -214,7 +214,7 @@ fn cast_edge_cases() {
 #[test]
 fn shape_with_start_and_end() {
     let x = f(&[2, 3, 4, 5], &[0.0; 120]);
-    let shape = |start: i64, end: i64| eval(Op::Shape { start, end }, &[x.clone()]);
+    let shape = |start: i64, end: i64| eval(Op::Shape { start, end }, std::slice::from_ref(&x));
     assert_i64(&shape(0, i64::MAX), &[4], &[2, 3, 4, 5]);
     assert_i64(&shape(-1, i64::MAX), &[1], &[5]);
     assert_i64(&shape(1, -1), &[2], &[3, 4]);
@@ -627,7 +627,7 @@ fn einsum_matmul_forms_match_loops() {
     );
     // A^T from a transpose-only equation.
     assert_f32(
-        &einsum("ij->ji", &[a.clone()]),
+        &einsum("ij->ji", std::slice::from_ref(&a)),
         &[3, 2],
         &[1., 4., 2., 5., 3., 6.],
     );
@@ -691,7 +691,11 @@ fn einsum_batched_and_multi_index_contractions_match_loops() {
     assert_f32(&einsum("i,ij,j->", &[u, a, v]), &[], &[-18.]);
     // Diagonal of a square matrix (repeated index) and its trace.
     let sq = iota(&[3, 3], 0.0);
-    assert_f32(&einsum("ii->i", &[sq.clone()]), &[3], &[0., 4., 8.]);
+    assert_f32(
+        &einsum("ii->i", std::slice::from_ref(&sq)),
+        &[3],
+        &[0., 4., 8.],
+    );
     assert_f32(&einsum("ii", &[sq]), &[], &[12.]);
 }
 
@@ -737,7 +741,7 @@ fn resize(
             coord,
             nearest,
         }),
-        &[x.clone()],
+        std::slice::from_ref(x),
     )
 }
 
@@ -865,7 +869,7 @@ fn resize_to_one_pixel_and_explicit_scales() {
         nearest: NearestMode::Floor,
     };
     assert_f32(
-        &eval(Op::Resize(mk(vec![0.6])), &[row.clone()]),
+        &eval(Op::Resize(mk(vec![0.6])), std::slice::from_ref(&row)),
         &[2],
         &[1., 2.],
     );
@@ -940,7 +944,7 @@ fn rnn_bidirectional_matches_scalar_recurrence() {
     let mut bw = [0.0f32; 3];
     let mut h = -0.2f32;
     for t in (0..3).rev() {
-        h = (xs[t] * -1.0 + h * 0.4 + 0.0 - 0.1).tanh();
+        h = (-xs[t] + h * 0.4 - 0.1).tanh(); // w -1, wb 0, rb -0.1
         bw[t] = h;
     }
     // Y[t, dir, batch, hidden].
