@@ -874,6 +874,21 @@ fn resize_to_one_pixel_and_explicit_scales() {
         &[1., 2.],
     );
     assert_f32(&eval(Op::Resize(mk(vec![])), &[row]), &[2], &[1., 3.]);
+    // With explicit scales the transform's resized length is `in * scale`,
+    // unfloored (ONNX's reference): 2x4 by 0.6 -> 1x2, align_corners on the
+    // width reads x * 3 / (2.4 - 1) = 0, 2.142857 -> [1, 3 + 1/7].
+    let x = iota(&[2, 4], 1.0);
+    let y = eval(
+        Op::Resize(Resize {
+            sizes: vec![1, 2],
+            scales: vec![0.6, 0.6],
+            mode: ResizeMode::Linear,
+            coord: CoordMode::AlignCorners,
+            nearest: NearestMode::RoundPreferFloor,
+        }),
+        &[x],
+    );
+    assert_f32(&y, &[1, 2], &[1., 3. + 1. / 7.]);
     // Unsupported modes are rejected by name.
     let e = build(
         "Resize",

@@ -9,11 +9,14 @@ use dnnc_ir::op::{CoordMode, NearestMode, Resize, ResizeMode};
 use ndarray::ArrayD;
 
 /// The input coordinate (before rounding or clamping) that output position
-/// `x` of an axis of `len_in -> len_out` reads, with scale `scale`.
+/// `x` of an axis of length `len_in` reads, with scale `scale`. `len_out`
+/// is the resized length the formulas use: the output size when sizes were
+/// given, `len_in * scale` (unfloored, as in ONNX's reference) when scales
+/// were.
 pub(crate) fn source_coord(
     x: usize,
     len_in: usize,
-    len_out: usize,
+    len_out: f32,
     scale: f32,
     mode: CoordMode,
 ) -> f32 {
@@ -21,17 +24,17 @@ pub(crate) fn source_coord(
     match mode {
         CoordMode::HalfPixel => (x + 0.5) / scale - 0.5,
         CoordMode::PytorchHalfPixel => {
-            if len_out > 1 {
+            if len_out > 1.0 {
                 (x + 0.5) / scale - 0.5
             } else {
                 0.0
             }
         }
         CoordMode::AlignCorners => {
-            if len_out == 1 {
+            if len_out == 1.0 {
                 0.0
             } else {
-                x * (len_in as f32 - 1.0) / (len_out as f32 - 1.0)
+                x * (len_in as f32 - 1.0) / (len_out - 1.0)
             }
         }
         CoordMode::Asymmetric => x / scale,
@@ -64,10 +67,19 @@ fn nearest_index(c: f32, len_in: usize, mode: NearestMode) -> usize {
 }
 
 /// The taps of every output position along one axis.
-fn axis_taps(len_in: usize, len_out: usize, scale: f32, p: &Resize) -> Vec<Vec<(usize, f32)>> {
+fn axis_taps(
+    len_in: usize,
+    len_out: usize,
+    scale: Option<f32>,
+    p: &Resize,
+) -> Vec<Vec<(usize, f32)>> {
+    let (len_f, scale) = match scale {
+        Some(s) => (len_in as f32 * s, s),
+        None => (len_out as f32, len_out as f32 / len_in as f32),
+    };
     (0..len_out)
         .map(|x| {
-            let c = source_coord(x, len_in, len_out, scale, p.coord);
+            let c = source_coord(x, len_in, len_f, scale, p.coord);
             match p.mode {
                 ResizeMode::Nearest => vec![(nearest_index(c, len_in, p.nearest), 1.0)],
                 ResizeMode::Linear => {
@@ -110,14 +122,7 @@ pub(crate) fn resize(x: &ArrayD<f32>, p: &Resize) -> KResult<ArrayD<f32>> {
         return Err(format!("cannot resize the empty input {s:?}"));
     }
     let taps: Vec<Vec<Vec<(usize, f32)>>> = (0..r)
-        .map(|d| {
-            let scale = if p.scales.is_empty() {
-                p.sizes[d] as f32 / s[d] as f32
-            } else {
-                p.scales[d]
-            };
-            axis_taps(s[d], p.sizes[d], scale, p)
-        })
+        .map(|d| axis_taps(s[d], p.sizes[d], p.scales.get(d).copied(), p))
         .collect();
     let xc = standard(x);
     let src = flat(&xc)?;
