@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod codegen;
 pub mod conformance;
 pub mod error;
 pub mod model;

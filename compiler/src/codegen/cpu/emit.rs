@@ -1,0 +1,237 @@
+//! A thin layer over Cranelift's `FunctionBuilder` for the code the CPU
+//! backend generates: buffer pointers from the argument array, counted
+//! loops, f32x4 constants and lane-wise selects.
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::types::{F32, F32X4, I32, I32X4, I64};
+use cranelift_codegen::ir::{Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_frontend::{FunctionBuilder, Variable};
+
+/// The generated function being built, with the kernel's buffer pointers
+/// loaded in its entry block.
+pub(crate) struct Emit<'a> {
+    /// The Cranelift builder.
+    pub b: FunctionBuilder<'a>,
+    /// Buffer pointers, in the step's argument order.
+    pub bufs: Vec<Value>,
+    /// The native GEMM helper, imported into this function.
+    pub sgemm: FuncRef,
+    /// Block every error path jumps to, with the error code as parameter.
+    pub fail: cranelift_codegen::ir::Block,
+    /// The target's frontend configuration (for memcpy libcalls).
+    pub cfg: cranelift_codegen::isa::TargetFrontendConfig,
+}
+
+/// Memory flags for buffer accesses: in bounds by construction.
+pub(crate) fn mem() -> MemFlagsData {
+    MemFlagsData::new().with_notrap()
+}
+
+fn le() -> MemFlagsData {
+    MemFlagsData::new().with_endianness(Endianness::Little)
+}
+
+impl<'a> Emit<'a> {
+    /// An i64 constant.
+    pub fn ci(&mut self, v: i64) -> Value {
+        self.b.ins().iconst(I64, v)
+    }
+
+    /// An f32 scalar constant.
+    pub fn cf(&mut self, v: f32) -> Value {
+        self.b.ins().f32const(v)
+    }
+
+    /// An f32x4 with `v` in every lane.
+    pub fn vf(&mut self, v: f32) -> Value {
+        let s = self.b.ins().f32const(v);
+        self.b.ins().splat(F32X4, s)
+    }
+
+    /// An i32x4 with `v` in every lane.
+    pub fn vi(&mut self, v: i32) -> Value {
+        let s = self.b.ins().iconst(I32, v as i64);
+        self.b.ins().splat(I32X4, s)
+    }
+
+    /// Reinterprets f32x4 bits as i32x4.
+    pub fn as_int(&mut self, v: Value) -> Value {
+        self.b.ins().bitcast(I32X4, le(), v)
+    }
+
+    /// Reinterprets i32x4 bits as f32x4.
+    pub fn as_float(&mut self, v: Value) -> Value {
+        self.b.ins().bitcast(F32X4, le(), v)
+    }
+
+    /// Lane-wise `cond ? x : y` for an f32x4 comparison `a cc b`.
+    pub fn fsel(&mut self, cc: FloatCC, a: Value, b: Value, x: Value, y: Value) -> Value {
+        let m = self.b.ins().fcmp(cc, a, b);
+        let m = self.as_float(m);
+        self.b.ins().bitselect(m, x, y)
+    }
+
+    /// Lane-wise select with a mask already computed (i32x4 from `fcmp`
+    /// or integer compares).
+    pub fn msel(&mut self, mask: Value, x: Value, y: Value) -> Value {
+        let m = self.as_float(mask);
+        self.b.ins().bitselect(m, x, y)
+    }
+
+    /// Address of element `idx` (i64) of `elem_bytes`-byte elements at `base`.
+    pub fn addr(&mut self, base: Value, idx: Value, elem_bytes: usize) -> Value {
+        let off = match elem_bytes {
+            1 => idx,
+            _ => self.b.ins().imul_imm_s(idx, elem_bytes as i64),
+        };
+        self.b.ins().iadd(base, off)
+    }
+
+    /// Loads an f32 at element `idx` of `base`.
+    pub fn load_f32(&mut self, base: Value, idx: Value) -> Value {
+        let a = self.addr(base, idx, 4);
+        self.b.ins().load(F32, mem(), a, 0)
+    }
+
+    /// Stores an f32 at element `idx` of `base`.
+    pub fn store_f32(&mut self, v: Value, base: Value, idx: Value) {
+        let a = self.addr(base, idx, 4);
+        self.b.ins().store(mem(), v, a, 0);
+    }
+
+    /// Loads four consecutive f32s starting at element `idx`.
+    pub fn load_v(&mut self, base: Value, idx: Value) -> Value {
+        let a = self.addr(base, idx, 4);
+        self.b.ins().load(F32X4, mem(), a, 0)
+    }
+
+    /// Stores four consecutive f32s starting at element `idx`.
+    pub fn store_v(&mut self, v: Value, base: Value, idx: Value) {
+        let a = self.addr(base, idx, 4);
+        self.b.ins().store(mem(), v, a, 0);
+    }
+
+    /// Loads one element of `ty` (F32, I64 or I8) at element `idx`.
+    pub fn load_ty(&mut self, ty: Type, base: Value, idx: Value) -> Value {
+        let a = self.addr(base, idx, ty.bytes() as usize);
+        self.b.ins().load(ty, mem(), a, 0)
+    }
+
+    /// Stores one element of its own type at element `idx`.
+    pub fn store_ty(&mut self, v: Value, base: Value, idx: Value) {
+        let ty = self.b.func.dfg.value_type(v);
+        let a = self.addr(base, idx, ty.bytes() as usize);
+        self.b.ins().store(mem(), v, a, 0);
+    }
+
+    /// A fresh mutable variable of type `ty` holding `init`.
+    pub fn var(&mut self, ty: Type, init: Value) -> Variable {
+        let v = self.b.declare_var(ty);
+        self.b.def_var(v, init);
+        v
+    }
+
+    /// `for i in (start..end).step_by(step)` with `body(self, i)`; `end` is
+    /// exclusive and the loop runs zero times when `start >= end`.
+    pub fn for_range(
+        &mut self,
+        start: Value,
+        end: Value,
+        step: i64,
+        mut body: impl FnMut(&mut Self, Value),
+    ) {
+        let header = self.b.create_block();
+        let body_blk = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.append_block_param(header, I64);
+        self.b.ins().jump(header, &[start.into()]);
+        self.b.switch_to_block(header);
+        let i = self.b.block_params(header)[0];
+        let c = self.b.ins().icmp(IntCC::SignedLessThan, i, end);
+        self.b.ins().brif(c, body_blk, &[], exit, &[]);
+        self.b.switch_to_block(body_blk);
+        body(self, i);
+        let next = self.b.ins().iadd_imm_s(i, step);
+        self.b.ins().jump(header, &[next.into()]);
+        self.b.switch_to_block(exit);
+    }
+
+    /// `for i in 0..n` over a compile-time count.
+    pub fn for_n(&mut self, n: usize, body: impl FnMut(&mut Self, Value)) {
+        let s = self.ci(0);
+        let e = self.ci(n as i64);
+        self.for_range(s, e, 1, body);
+    }
+
+    /// Nested loops over `dims` (outermost first); `body` gets the indices.
+    pub fn for_nest(&mut self, dims: &[usize], body: &mut dyn FnMut(&mut Emit<'a>, &[Value])) {
+        fn rec<'a>(
+            e: &mut Emit<'a>,
+            dims: &[usize],
+            idx: &mut Vec<Value>,
+            body: &mut dyn FnMut(&mut Emit<'a>, &[Value]),
+        ) {
+            if idx.len() == dims.len() {
+                body(e, idx);
+                return;
+            }
+            let d = dims[idx.len()];
+            if d == 1 {
+                let z = e.ci(0);
+                idx.push(z);
+                rec(e, dims, idx, body);
+                idx.pop();
+                return;
+            }
+            e.for_n(d, |e, i| {
+                idx.push(i);
+                rec(e, dims, idx, body);
+                idx.pop();
+            });
+        }
+        let mut idx = Vec::with_capacity(dims.len());
+        rec(self, dims, &mut idx, body);
+    }
+
+    /// `sum_d idx[d] * strides[d]` plus `base`.
+    pub fn linear(&mut self, base: Option<Value>, idx: &[Value], strides: &[i64]) -> Value {
+        let mut acc = base;
+        for (&i, &s) in idx.iter().zip(strides) {
+            if s == 0 {
+                continue;
+            }
+            let t = if s == 1 {
+                i
+            } else {
+                self.b.ins().imul_imm_s(i, s)
+            };
+            acc = Some(match acc {
+                Some(a) => self.b.ins().iadd(a, t),
+                None => t,
+            });
+        }
+        match acc {
+            Some(a) => a,
+            None => self.ci(0),
+        }
+    }
+
+    /// Returns error `code` from the function when `cond` (an integer
+    /// truth value) holds.
+    pub fn fail_if(&mut self, cond: Value, code: i32) {
+        let ok = self.b.create_block();
+        let c = self.b.ins().iconst(I32, code as i64);
+        self.b.ins().brif(cond, self.fail, &[c.into()], ok, &[]);
+        self.b.switch_to_block(ok);
+    }
+
+    /// Splats an f32 scalar to f32x4.
+    pub fn splat(&mut self, s: Value) -> Value {
+        self.b.ins().splat(F32X4, s)
+    }
+
+    /// Lane 0 of an f32x4.
+    pub fn lane0(&mut self, v: Value) -> Value {
+        self.b.ins().extractlane(v, 0)
+    }
+}

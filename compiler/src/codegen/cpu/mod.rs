@@ -1,0 +1,468 @@
+//! Native CPU code generation with Cranelift.
+//!
+//! [`compile_cpu`] groups the graph into kernels (a contraction with its
+//! elementwise epilogue, an elementwise chain, a reduction, a copy), emits
+//! one Cranelift function per kernel through `cranelift-jit`, and returns a
+//! [`dnnc_runtime::cpu::Executable`] that runs them in order. GEMMs call
+//! the runtime's tuned `dnnc_sgemm` micro-kernel; packing (im2col), loops
+//! and epilogues are generated. Views (Reshape, Flatten, ...) alias their
+//! input's buffer and cost nothing.
+//!
+//! The interpreter is never a fallback: an op without a lowering is a
+//! [`CodegenError::Unsupported`] naming the node.
+
+mod contraction;
+mod elementwise;
+mod emit;
+mod group;
+mod math;
+mod movement;
+mod reduce;
+
+pub use contraction::ConvAlgo;
+
+use cranelift_codegen::ir::types::{F32, I32, I64};
+use cranelift_codegen::ir::{AbiParam, InstBuilder, UserFuncName};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, Linkage, Module};
+use dnnc_ir::{DType, Graph, NodeId, Op, Tensor, ValueId};
+use dnnc_runtime::cpu::{
+    native, AlignedBuf, BufId, Buffer, BufferKind, Executable, KernelFn, OutputSpec,
+    PerValueAllocator, Step,
+};
+use emit::Emit;
+use group::{Kernel, KernelKind};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Options of the CPU code generator. `Default` picks everything
+/// automatically.
+#[derive(Clone, Debug, Default)]
+pub struct CpuOptions {
+    /// Force one convolution algorithm where it applies (`None`: choose
+    /// per convolution).
+    pub conv_algo: Option<ConvAlgo>,
+}
+
+/// Why a graph could not be compiled for the CPU. Each names the node.
+#[derive(Debug, thiserror::Error)]
+pub enum CodegenError {
+    /// The backend has no lowering for this op or this use of it.
+    #[error("{op} `%{node}`: the CPU backend cannot compile this ({reason})")]
+    Unsupported {
+        /// Node name (its first result).
+        node: String,
+        /// Op name.
+        op: String,
+        /// What is missing.
+        reason: String,
+    },
+    /// A parameter or constant has no usable data.
+    #[error("weight `%{name}`: {message}")]
+    Weight {
+        /// Value name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Cranelift rejected generated code (a code generator bug).
+    #[error("kernel `{kernel}`: code generation failed: {message}")]
+    Backend {
+        /// Kernel name.
+        kernel: String,
+        /// Cranelift's message.
+        message: String,
+    },
+}
+
+/// Keeps the JIT code alive for as long as an executable refers to it, and
+/// frees it afterwards.
+struct JitCode(Mutex<Option<JITModule>>);
+
+impl Drop for JitCode {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.0.lock() {
+            if let Some(m) = m.take() {
+                // SAFETY: the executable owning this is being dropped, so no
+                // kernel can run any more.
+                unsafe { m.free_memory() };
+            }
+        }
+    }
+}
+
+/// Per-kernel facts the lowerings use.
+pub(crate) struct KCtx<'g> {
+    /// The graph.
+    pub g: &'g Graph,
+    /// The kernel being lowered.
+    pub k: &'g Kernel,
+    /// Argument index of every input and output value.
+    pub arg_of: HashMap<ValueId, usize>,
+    /// Argument indices of the workspaces requested.
+    pub ws: Vec<usize>,
+    /// Options.
+    pub opts: &'g CpuOptions,
+}
+
+impl KCtx<'_> {
+    /// Argument index of value `v`.
+    pub fn arg(&self, v: ValueId) -> Result<usize, String> {
+        self.arg_of
+            .get(&v)
+            .copied()
+            .ok_or_else(|| format!("value `%{}` has no buffer", self.g.value(v).name))
+    }
+
+    /// The anchor node.
+    pub fn anchor(&self) -> NodeId {
+        self.k.anchor.unwrap_or(self.k.nodes[0])
+    }
+}
+
+fn node_label(g: &Graph, n: NodeId) -> String {
+    g.node(n)
+        .outputs
+        .first()
+        .map(|&v| g.value(v).name.clone())
+        .unwrap_or_else(|| format!("#{}", n.index()))
+}
+
+fn unsupported(g: &Graph, n: NodeId, reason: impl Into<String>) -> CodegenError {
+    CodegenError::Unsupported {
+        node: node_label(g, n),
+        op: g.node(n).op.name().to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Checks up front that every node has a lowering, so the error names the
+/// first unsupported node rather than a half-built kernel.
+fn check_supported(g: &Graph, k: &Kernel) -> Result<(), CodegenError> {
+    for &n in &k.nodes {
+        let op = &g.node(n).op;
+        let ok = match k.kind {
+            KernelKind::View => true,
+            KernelKind::Elementwise => elementwise::supports(op),
+            KernelKind::Contraction => {
+                (n == k.nodes[0] && contraction::supports(op)) || elementwise::supports(op)
+            }
+            KernelKind::Reduction => reduce::supports(op),
+            KernelKind::DataMovement => movement::supports(op),
+        };
+        if !ok {
+            return Err(unsupported(g, n, "no lowering for this op yet"));
+        }
+    }
+    Ok(())
+}
+
+/// Compiles `g` to native code for this machine.
+///
+/// Weights are copied into the executable, so `g` may be dropped after.
+/// Every op must have a lowering; otherwise the error names the node.
+pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenError> {
+    let kernels = group::group(g);
+    for k in &kernels {
+        check_supported(g, k)?;
+    }
+
+    // Buffers: sources, then kernel results in order.
+    let mut buffers: Vec<Buffer> = Vec::new();
+    let mut vbuf: HashMap<ValueId, BufId> = HashMap::new();
+    let mut inputs = Vec::new();
+    for n in g.topo_order() {
+        let node = g.node(n);
+        let Some(&v) = node.outputs.first() else {
+            continue;
+        };
+        let val = g.value(v);
+        match node.op {
+            Op::Input => {
+                vbuf.insert(v, buffers.len());
+                inputs.push((val.name.clone(), val.ty.clone(), buffers.len()));
+                buffers.push(Buffer {
+                    name: val.name.clone(),
+                    bytes: val.ty.size_bytes(),
+                    kind: BufferKind::Input {
+                        name: val.name.clone(),
+                    },
+                });
+            }
+            Op::Param(_) | Op::Constant => {
+                let t = g.weight(v).map_err(|e| CodegenError::Weight {
+                    name: val.name.clone(),
+                    message: e.to_string(),
+                })?;
+                if t.ty() != val.ty {
+                    return Err(CodegenError::Weight {
+                        name: val.name.clone(),
+                        message: format!("data is {}, but the graph declares {}", t.ty(), val.ty),
+                    });
+                }
+                vbuf.insert(v, buffers.len());
+                buffers.push(Buffer {
+                    name: val.name.clone(),
+                    bytes: val.ty.size_bytes(),
+                    kind: BufferKind::Weight(AlignedBuf::from_tensor(&t)),
+                });
+            }
+            // Static shapes make Shape a compile-time constant.
+            Op::Shape { start, end } => {
+                let x = &g.value(node.inputs[0]).ty.shape;
+                let r = x.len() as i64;
+                let clamp = |a: i64| if a < 0 { (a + r).max(0) } else { a.min(r) } as usize;
+                let (s, e) = (clamp(start), clamp(end));
+                let dims: Vec<i64> = x[s..e.max(s)].iter().map(|&d| d as i64).collect();
+                let t = Tensor::I64(
+                    ndarray::ArrayD::from_shape_vec(vec![dims.len()], dims).map_err(|e| {
+                        unsupported(g, n, format!("shape result: {e}"))
+                    })?,
+                );
+                vbuf.insert(v, buffers.len());
+                buffers.push(Buffer {
+                    name: val.name.clone(),
+                    bytes: val.ty.size_bytes(),
+                    kind: BufferKind::Weight(AlignedBuf::from_tensor(&t)),
+                });
+            }
+            _ => {}
+        }
+    }
+    for k in &kernels {
+        let anchor = k.anchor.unwrap_or(k.nodes[0]);
+        if matches!(g.node(anchor).op, Op::Shape { .. }) {
+            continue;
+        }
+        if k.kind == KernelKind::View {
+            let node = g.node(anchor);
+            let (Some(&x), Some(&y)) = (node.inputs.first(), node.outputs.first()) else {
+                return Err(unsupported(g, anchor, "view without operand or result"));
+            };
+            let of = *vbuf
+                .get(&x)
+                .ok_or_else(|| unsupported(g, anchor, "operand has no buffer"))?;
+            vbuf.insert(y, buffers.len());
+            buffers.push(Buffer {
+                name: g.value(y).name.clone(),
+                bytes: g.value(y).ty.size_bytes(),
+                kind: BufferKind::Alias { of, offset: 0 },
+            });
+            continue;
+        }
+        for &v in &k.outputs {
+            vbuf.insert(v, buffers.len());
+            buffers.push(Buffer {
+                name: g.value(v).name.clone(),
+                bytes: g.value(v).ty.size_bytes(),
+                kind: BufferKind::Temp,
+            });
+        }
+    }
+
+    // JIT setup.
+    let mut flags = settings::builder();
+    let set = |f: &mut settings::Builder, k: &str, v: &str| {
+        f.set(k, v).map_err(|e| CodegenError::Backend {
+            kernel: String::new(),
+            message: format!("setting {k}={v}: {e}"),
+        })
+    };
+    set(&mut flags, "opt_level", "speed")?;
+    set(&mut flags, "use_colocated_libcalls", "false")?;
+    set(&mut flags, "is_pic", "false")?;
+    let backend = |m: String| CodegenError::Backend {
+        kernel: String::new(),
+        message: m,
+    };
+    let isa = cranelift_native::builder()
+        .map_err(|m| backend(format!("host not supported: {m}")))?
+        .finish(settings::Flags::new(flags))
+        .map_err(|e| backend(e.to_string()))?;
+    let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
+    for (name, p) in native::symbols() {
+        jb.symbol(name, p);
+    }
+    let mut module = JITModule::new(jb);
+    let ptr = module.target_config().pointer_type();
+
+    let mut sg = module.make_signature();
+    for t in [I64, I64, I64, ptr, I64, I64, ptr, I64, I64, ptr, I64, I64] {
+        sg.params.push(AbiParam::new(t));
+    }
+    sg.params.push(AbiParam::new(F32));
+    sg.params.push(AbiParam::new(F32));
+    let sgemm_id = module
+        .declare_function("dnnc_sgemm", Linkage::Import, &sg)
+        .map_err(|e| backend(e.to_string()))?;
+
+    let mut ksig = module.make_signature();
+    ksig.params.push(AbiParam::new(ptr));
+    ksig.returns.push(AbiParam::new(I32));
+
+    let mut ctx = module.make_context();
+    let mut fctx = FunctionBuilderContext::new();
+    let mut pending: Vec<(cranelift_module::FuncId, Step)> = Vec::new();
+    for (ki, k) in kernels.iter().enumerate() {
+        let anchor = k.anchor.unwrap_or(k.nodes[0]);
+        if k.kind == KernelKind::View || matches!(g.node(anchor).op, Op::Shape { .. }) {
+            continue;
+        }
+        // Arguments: inputs, outputs, workspaces.
+        let mut args: Vec<BufId> = Vec::new();
+        let mut arg_of: HashMap<ValueId, usize> = HashMap::new();
+        for &v in k.inputs.iter().chain(&k.outputs) {
+            if arg_of.contains_key(&v) {
+                continue;
+            }
+            let b = *vbuf
+                .get(&v)
+                .ok_or_else(|| unsupported(g, anchor, format!("`%{}` has no buffer", g.value(v).name)))?;
+            arg_of.insert(v, args.len());
+            args.push(b);
+        }
+        let ws_bytes = contraction::workspaces(g, k, opts).map_err(|m| unsupported(g, anchor, m))?;
+        let mut ws = Vec::new();
+        for (i, bytes) in ws_bytes.into_iter().enumerate() {
+            ws.push(args.len());
+            args.push(buffers.len());
+            buffers.push(Buffer {
+                name: format!("{}:ws{i}", k.name),
+                bytes,
+                kind: BufferKind::Temp,
+            });
+        }
+        let kctx = KCtx {
+            g,
+            k,
+            arg_of,
+            ws,
+            opts,
+        };
+
+        ctx.func.signature = ksig.clone();
+        ctx.func.name = UserFuncName::user(0, ki as u32);
+        let fid = module
+            .declare_function(&format!("k{ki}"), Linkage::Local, &ksig)
+            .map_err(|e| backend(e.to_string()))?;
+        {
+            let sgemm = module.declare_func_in_func(sgemm_id, &mut ctx.func);
+            let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+            let entry = b.create_block();
+            b.append_block_params_for_function_params(entry);
+            b.switch_to_block(entry);
+            let argp = b.block_params(entry)[0];
+            let mut bufs = Vec::with_capacity(args.len());
+            for i in 0..args.len() {
+                bufs.push(b.ins().load(ptr, emit::mem(), argp, (i * 8) as i32));
+            }
+            let fail = b.create_block();
+            b.append_block_param(fail, I32);
+            let mut e = Emit {
+                b,
+                bufs,
+                sgemm,
+                fail,
+                cfg: module.target_config(),
+            };
+            let lowered = match k.kind {
+                KernelKind::Contraction => contraction::lower(&mut e, &kctx),
+                KernelKind::Elementwise => lower_elementwise(&mut e, &kctx),
+                KernelKind::Reduction => reduce::lower(&mut e, &kctx),
+                KernelKind::DataMovement => movement::lower(&mut e, &kctx),
+                KernelKind::View => Ok(Vec::new()),
+            };
+            let errors = lowered.map_err(|m| unsupported(g, anchor, m))?;
+            let zero = e.b.ins().iconst(I32, 0);
+            e.b.ins().return_(&[zero]);
+            e.b.switch_to_block(fail);
+            let code = e.b.block_params(fail)[0];
+            e.b.ins().return_(&[code]);
+            e.b.seal_all_blocks();
+            let cfg = e.cfg;
+            e.b.finalize(cfg);
+            let ops: Vec<&str> = k.nodes.iter().map(|&n| g.node(n).op.name()).collect();
+            pending.push((
+                fid,
+                Step {
+                    name: k.name.clone(),
+                    op: ops.join("+"),
+                    func: dummy_kernel,
+                    args,
+                    errors,
+                },
+            ));
+        }
+        module
+            .define_function(fid, &mut ctx)
+            .map_err(|e| CodegenError::Backend {
+                kernel: k.name.clone(),
+                message: format!("{e:?}"),
+            })?;
+        module.clear_context(&mut ctx);
+    }
+    module
+        .finalize_definitions()
+        .map_err(|e| backend(e.to_string()))?;
+    let mut steps = Vec::with_capacity(pending.len());
+    for (fid, mut s) in pending {
+        let p = module.get_finalized_function(fid);
+        // SAFETY: the function was generated with exactly the KernelFn
+        // signature (one pointer argument, i32 result, platform ABI).
+        s.func = unsafe { std::mem::transmute::<*const u8, KernelFn>(p) };
+        steps.push(s);
+    }
+
+    let mut outputs = Vec::new();
+    for &v in g.outputs() {
+        let buf = *vbuf.get(&v).ok_or_else(|| CodegenError::Unsupported {
+            node: g.value(v).name.clone(),
+            op: g.node(g.value(v).producer).op.name().into(),
+            reason: "graph output has no buffer".into(),
+        })?;
+        outputs.push(OutputSpec {
+            name: g.value(v).name.clone(),
+            buf,
+            ty: g.value(v).ty.clone(),
+        });
+    }
+    Ok(Executable {
+        graph: g.name.clone(),
+        inputs,
+        outputs,
+        buffers,
+        steps,
+        code: Arc::new(JitCode(Mutex::new(Some(module)))),
+        allocator: Box::new(PerValueAllocator),
+    })
+}
+
+/// Placeholder until the real pointer is known after finalisation.
+unsafe extern "C" fn dummy_kernel(_: *const *mut u8) -> i32 {
+    1
+}
+
+/// An elementwise kernel: every node evaluated per point of the output.
+fn lower_elementwise(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
+    let last = *c.k.nodes.last().ok_or("empty kernel")?;
+    let domain = c
+        .g
+        .node(last)
+        .outputs
+        .first()
+        .map(|&v| c.g.value(v).ty.shape.clone())
+        .ok_or("node without result")?;
+    let spec = elementwise::spec_for(c.g, &domain, &c.k.nodes, &c.arg_of, Vec::new(), &c.k.outputs)?;
+    elementwise::emit(e, &spec, &elementwise::SubDomain::full(&domain))?;
+    let int_div = c.k.nodes.iter().any(|&n| {
+        matches!(c.g.node(n).op, Op::Binary(dnnc_ir::op::Binary::Div))
+            && c.g.value(c.g.node(n).outputs[0]).ty.dtype == DType::I64
+    });
+    Ok(if int_div {
+        vec!["integer division by zero".into()]
+    } else {
+        Vec::new()
+    })
+}

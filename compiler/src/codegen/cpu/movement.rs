@@ -1,0 +1,384 @@
+//! Data movement as generated strided copies: every op here is a loop nest
+//! `dst[off_d + sum i*sd] = src[off_s + sum i*ss]` with static strides
+//! (Transpose permutes them, Slice scales them by the step, Expand zeroes
+//! broadcast ones, Concat/Split offset them), contiguous inner runs copied
+//! with memcpy or f32x4, plus fills (Pad, ConstantOfShape, Range) and
+//! Gather's run-time indices.
+
+use super::elementwise::{bcast_strides, contiguous};
+use super::emit::Emit;
+use super::KCtx;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{F32, I32, I64, I8};
+use cranelift_codegen::ir::{InstBuilder, Type, Value};
+use dnnc_ir::infer::{norm_axis, slice_range};
+use dnnc_ir::op::{PadMode, RangeParams, Scalar};
+use dnnc_ir::{DType, Op};
+
+/// Whether the CPU backend lowers `op` as data movement.
+pub(crate) fn supports(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Concat { .. }
+            | Op::Split { .. }
+            | Op::Slice { .. }
+            | Op::Transpose { .. }
+            | Op::Pad { .. }
+            | Op::Gather { .. }
+            | Op::Expand { .. }
+            | Op::Tile { .. }
+            | Op::ConstantOfShape { .. }
+            | Op::Range(_)
+            | Op::Shape { .. }
+    )
+}
+
+/// The integer type moving one element of `dt` bit-exactly.
+fn elem_ty(dt: DType) -> Type {
+    match dt {
+        DType::F32 => I32,
+        DType::I64 => I64,
+        DType::Bool => I8,
+    }
+}
+
+/// Merges axes contiguous in both src and dst; drops length-1 axes.
+fn coalesce2(dims: &[usize], a: &[i64], b: &[i64]) -> (Vec<usize>, Vec<i64>, Vec<i64>) {
+    let (mut d, mut sa, mut sb) = (Vec::new(), Vec::<i64>::new(), Vec::<i64>::new());
+    for i in 0..dims.len() {
+        if dims[i] == 1 {
+            continue;
+        }
+        if let (Some(&la), Some(&lb)) = (sa.last(), sb.last()) {
+            if la == a[i] * dims[i] as i64 && lb == b[i] * dims[i] as i64 {
+                let k = d.len() - 1;
+                d[k] *= dims[i];
+                sa[k] = a[i];
+                sb[k] = b[i];
+                continue;
+            }
+        }
+        d.push(dims[i]);
+        sa.push(a[i]);
+        sb.push(b[i]);
+    }
+    if d.is_empty() {
+        d.push(1);
+        sa.push(1);
+        sb.push(1);
+    }
+    (d, sa, sb)
+}
+
+/// `dst[dst_off + i.dst_str] = src[src_off + i.src_str]` over `dims`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn strided_copy(
+    e: &mut Emit<'_>,
+    dims: &[usize],
+    dst: Value,
+    dst_off: i64,
+    dst_str: &[i64],
+    src: Value,
+    src_off: i64,
+    src_str: &[i64],
+    dt: DType,
+) {
+    if dims.iter().any(|&d| d == 0) {
+        return;
+    }
+    let (d, sd, ss) = coalesce2(dims, dst_str, src_str);
+    let r = d.len();
+    let inner = d[r - 1];
+    let esz = dt.size_bytes();
+    let ty = elem_ty(dt);
+    let contiguous_run = sd[r - 1] == 1 && ss[r - 1] == 1;
+    e.for_nest(&d[..r - 1], &mut |e, idx| {
+        let od = e.linear(None, idx, &sd[..r - 1]);
+        let od = e.b.ins().iadd_imm_s(od, dst_off);
+        let os = e.linear(None, idx, &ss[..r - 1]);
+        let os = e.b.ins().iadd_imm_s(os, src_off);
+        if contiguous_run && inner * esz >= 64 {
+            let pd = e.addr(dst, od, esz);
+            let ps = e.addr(src, os, esz);
+            let n = e.ci((inner * esz) as i64);
+            let tc = e.cfg;
+            e.b.call_memcpy(tc, pd, ps, n);
+        } else {
+            e.for_n(inner, |e, j| {
+                let td = e.b.ins().imul_imm_s(j, sd[r - 1]);
+                let td = e.b.ins().iadd(od, td);
+                let ts = e.b.ins().imul_imm_s(j, ss[r - 1]);
+                let ts = e.b.ins().iadd(os, ts);
+                let v = e.load_ty(ty, src, ts);
+                e.store_ty(v, dst, td);
+            });
+        }
+    });
+}
+
+/// Bit pattern of `v` (given as f32, converted like the interpreter) in `dt`.
+fn fill_value(e: &mut Emit<'_>, dt: DType, v: f32) -> Value {
+    match dt {
+        DType::F32 => e.b.ins().iconst(I32, v.to_bits() as i32 as i64),
+        DType::I64 => e.b.ins().iconst(I64, v as i64),
+        DType::Bool => e.b.ins().iconst(I8, (v != 0.0) as i64),
+    }
+}
+
+/// Writes `val` (of the element's integer type) to `n` elements.
+fn fill(e: &mut Emit<'_>, dst: Value, n: usize, val: Value) {
+    e.for_n(n, |e, i| e.store_ty(val, dst, i));
+}
+
+/// Lowers a one-node data-movement kernel; returns its error messages.
+pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
+    let n = c.anchor();
+    let node = c.g.node(n);
+    let out_ty = c.g.value(node.outputs[0]).ty.clone();
+    let dt = out_ty.dtype;
+    let ys = out_ty.shape.clone();
+    let y = e.bufs[c.arg(node.outputs[0])?];
+    let bufs = e.bufs.clone();
+    let xin = |i: usize| -> Result<(Value, Vec<usize>), String> {
+        let v = *node.inputs.get(i).ok_or("missing operand")?;
+        Ok((bufs[c.arg(v)?], c.g.value(v).ty.shape.clone()))
+    };
+    let mut errors = Vec::new();
+    match &node.op {
+        Op::Transpose { perm } => {
+            let (x, xs) = xin(0)?;
+            let xst = contiguous(&xs);
+            let src: Vec<i64> = perm.iter().map(|&p| xst[p]).collect();
+            strided_copy(e, &ys, y, 0, &contiguous(&ys), x, 0, &src, dt);
+        }
+        Op::Slice {
+            starts,
+            ends,
+            axes,
+            steps,
+        } => {
+            let (x, xs) = xin(0)?;
+            let xst = contiguous(&xs);
+            let mut src = xst.clone();
+            let mut off = 0i64;
+            for (i, &a) in axes.iter().enumerate() {
+                let ax = norm_axis(a, xs.len())?;
+                let step = steps.get(i).copied().unwrap_or(1);
+                let (s, st, _) = slice_range(xs[ax], starts[i], ends[i], step);
+                off += s * xst[ax];
+                src[ax] = st * xst[ax];
+            }
+            strided_copy(e, &ys, y, 0, &contiguous(&ys), x, off, &src, dt);
+        }
+        Op::Expand { .. } => {
+            let (x, xs) = xin(0)?;
+            let src = bcast_strides(&xs, &ys).ok_or("input does not broadcast")?;
+            strided_copy(e, &ys, y, 0, &contiguous(&ys), x, 0, &src, dt);
+        }
+        Op::Concat { axis } => {
+            let ax = norm_axis(*axis, ys.len())?;
+            let yst = contiguous(&ys);
+            let mut at = 0usize;
+            for i in 0..node.inputs.len() {
+                let (x, xs) = xin(i)?;
+                strided_copy(
+                    e,
+                    &xs,
+                    y,
+                    at as i64 * yst[ax],
+                    &yst,
+                    x,
+                    0,
+                    &contiguous(&xs),
+                    dt,
+                );
+                at += xs[ax];
+            }
+        }
+        Op::Split { axis, .. } => {
+            let (x, xs) = xin(0)?;
+            let ax = norm_axis(*axis, xs.len())?;
+            let xst = contiguous(&xs);
+            let mut at = 0usize;
+            for &v in &node.outputs {
+                let os = c.g.value(v).ty.shape.clone();
+                let yo = e.bufs[c.arg(v)?];
+                strided_copy(
+                    e,
+                    &os,
+                    yo,
+                    0,
+                    &contiguous(&os),
+                    x,
+                    at as i64 * xst[ax],
+                    &xst,
+                    dt,
+                );
+                at += os[ax];
+            }
+        }
+        Op::Tile { repeats } => {
+            let (x, xs) = xin(0)?;
+            let yst = contiguous(&ys);
+            let xst = contiguous(&xs);
+            let (mut dims, mut sd, mut ss) = (Vec::new(), Vec::new(), Vec::new());
+            for a in 0..xs.len() {
+                dims.extend([repeats[a], xs[a]]);
+                sd.extend([xs[a] as i64 * yst[a], yst[a]]);
+                ss.extend([0, xst[a]]);
+            }
+            strided_copy(e, &dims, y, 0, &sd, x, 0, &ss, dt);
+        }
+        Op::ConstantOfShape { value, .. } => {
+            let v = match *value {
+                Scalar::F32(f) => e.b.ins().iconst(I32, f.to_bits() as i32 as i64),
+                Scalar::I64(i) => e.b.ins().iconst(I64, i),
+                Scalar::Bool(b) => e.b.ins().iconst(I8, b as i64),
+            };
+            fill(e, y, out_ty.numel(), v);
+        }
+        Op::Range(r) => {
+            let len = out_ty.numel();
+            match *r {
+                RangeParams::F32 { start, delta, .. } => e.for_n(len, |e, i| {
+                    let fi = e.b.ins().fcvt_from_sint(F32, i);
+                    let d = e.cf(delta);
+                    let t = e.b.ins().fmul(fi, d);
+                    let s = e.cf(start);
+                    let v = e.b.ins().fadd(s, t);
+                    e.store_f32(v, y, i);
+                }),
+                RangeParams::I64 { start, delta, .. } => e.for_n(len, |e, i| {
+                    let t = e.b.ins().imul_imm_s(i, delta);
+                    let v = e.b.ins().iadd_imm_s(t, start);
+                    e.store_ty(v, y, i);
+                }),
+            }
+        }
+        Op::Pad { pads, mode, value } => {
+            let (x, xs) = xin(0)?;
+            pad(e, &xs, &ys, x, y, pads, *mode, *value, dt)?;
+        }
+        Op::Gather { axis } => {
+            let (x, xs) = xin(0)?;
+            let (ind, is) = xin(1)?;
+            let ax = norm_axis(*axis, xs.len())?;
+            let outer: usize = xs[..ax].iter().product();
+            let d = xs[ax];
+            let inner: usize = xs[ax + 1..].iter().product();
+            let cnt: usize = is.iter().product();
+            errors.push(format!("index out of range for axis {ax} of size {d}"));
+            let esz = dt.size_bytes();
+            let ty = elem_ty(dt);
+            e.for_n(cnt, |e, j| {
+                let k = e.load_ty(I64, ind, j);
+                let neg = e.b.ins().icmp_imm_s(IntCC::SignedLessThan, k, 0);
+                let kd = e.b.ins().iadd_imm_s(k, d as i64);
+                let k = e.b.ins().select(neg, kd, k);
+                let lo = e.b.ins().icmp_imm_s(IntCC::SignedLessThan, k, 0);
+                let hi = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, k, d as i64);
+                let bad = e.b.ins().bor(lo, hi);
+                e.fail_if(bad, 1);
+                e.for_n(outer, |e, o| {
+                    let s = e.b.ins().imul_imm_s(o, d as i64);
+                    let s = e.b.ins().iadd(s, k);
+                    let s = e.b.ins().imul_imm_s(s, inner as i64);
+                    let t = e.b.ins().imul_imm_s(o, cnt as i64);
+                    let t = e.b.ins().iadd(t, j);
+                    let t = e.b.ins().imul_imm_s(t, inner as i64);
+                    if inner * esz >= 64 {
+                        let pd = e.addr(y, t, esz);
+                        let ps = e.addr(x, s, esz);
+                        let nb = e.ci((inner * esz) as i64);
+                        let tc = e.cfg;
+                        e.b.call_memcpy(tc, pd, ps, nb);
+                    } else {
+                        e.for_n(inner, |e, q| {
+                            let si = e.b.ins().iadd(s, q);
+                            let ti = e.b.ins().iadd(t, q);
+                            let v = e.load_ty(ty, x, si);
+                            e.store_ty(v, y, ti);
+                        });
+                    }
+                });
+            });
+        }
+        other => return Err(format!("{} is not data movement", other.name())),
+    }
+    Ok(errors)
+}
+
+/// ONNX Pad in every mode: each output coordinate maps per axis to an input
+/// coordinate (or to the fill value), computed with integer arithmetic.
+#[allow(clippy::too_many_arguments)]
+fn pad(
+    e: &mut Emit<'_>,
+    xs: &[usize],
+    ys: &[usize],
+    x: Value,
+    y: Value,
+    pads: &[i64],
+    mode: PadMode,
+    value: f32,
+    dt: DType,
+) -> Result<(), String> {
+    let r = xs.len();
+    if pads.len() != 2 * r {
+        return Err("pads must have two entries per axis".into());
+    }
+    let ty = elem_ty(dt);
+    let xst = contiguous(xs);
+    let yst = contiguous(ys);
+    if mode == PadMode::Constant {
+        let v = fill_value(e, dt, value);
+        fill(e, y, ys.iter().product(), v);
+        // Interior: src start max(0, -b), dst start max(0, b).
+        let mut dims = Vec::with_capacity(r);
+        let (mut so, mut dof) = (0i64, 0i64);
+        for a in 0..r {
+            let (b, en) = (pads[a], pads[a + r]);
+            let len = xs[a] as i64 - (-b).max(0) - (-en).max(0);
+            if len <= 0 {
+                return Ok(());
+            }
+            dims.push(len as usize);
+            so += (-b).max(0) * xst[a];
+            dof += b.max(0) * yst[a];
+        }
+        strided_copy(e, &dims, y, dof, &yst, x, so, &xst, dt);
+        return Ok(());
+    }
+    e.for_nest(ys, &mut |e, idx| {
+        let mut src = e.ci(0);
+        for a in 0..r {
+            let di = xs[a] as i64;
+            let j = e.b.ins().iadd_imm_s(idx[a], -pads[a]);
+            let j = match mode {
+                PadMode::Edge => {
+                    let z = e.ci(0);
+                    let hi = e.ci(di - 1);
+                    let t = e.b.ins().smax(j, z);
+                    e.b.ins().smin(t, hi)
+                }
+                _ => {
+                    // Reflect: m = j mod 2(d-1) (Euclidean); m >= d -> period - m.
+                    let period = (2 * (di - 1)).max(1);
+                    let p = e.ci(period);
+                    let m = e.b.ins().srem(j, p);
+                    let neg = e.b.ins().icmp_imm_s(IntCC::SignedLessThan, m, 0);
+                    let mp = e.b.ins().iadd(m, p);
+                    let m = e.b.ins().select(neg, mp, m);
+                    let big = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, m, di);
+                    let rm = e.b.ins().isub(p, m);
+                    e.b.ins().select(big, rm, m)
+                }
+            };
+            let t = e.b.ins().imul_imm_s(j, xst[a]);
+            src = e.b.ins().iadd(src, t);
+        }
+        let dst = e.linear(None, idx, &yst);
+        let v = e.load_ty(ty, x, src);
+        e.store_ty(v, y, dst);
+    });
+    Ok(())
+}

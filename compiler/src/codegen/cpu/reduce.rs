@@ -1,0 +1,518 @@
+//! Reductions as generated loop nests: pooling windows, global pools,
+//! Reduce*, Softmax/LogSoftmax, LRN and the instance/layer normalisations.
+//! Each output element (or lane) is reduced in registers; contiguous
+//! reductions accumulate in f32x4 and combine the lanes at the end.
+
+use super::elementwise::{bcast_strides, contiguous};
+use super::emit::Emit;
+use super::math;
+use super::KCtx;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::types::{F32, F32X4, I64};
+use cranelift_codegen::ir::{InstBuilder, Value};
+use dnnc_ir::infer::norm_axis;
+use dnnc_ir::op::{Lrn, Pool2d, ReduceKind};
+use dnnc_ir::{DType, Op};
+
+/// Whether the CPU backend lowers `op` as a reduction.
+pub(crate) fn supports(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::MaxPool(_)
+            | Op::AveragePool(_)
+            | Op::GlobalAveragePool
+            | Op::GlobalMaxPool
+            | Op::Reduce { .. }
+            | Op::Softmax { .. }
+            | Op::LogSoftmax { .. }
+            | Op::Lrn(_)
+            | Op::InstanceNormalization { .. }
+            | Op::LayerNormalization { .. }
+    )
+}
+
+/// Lowers a one-node reduction kernel.
+pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
+    let n = c.anchor();
+    let node = c.g.node(n);
+    let xs = c.g.value(node.inputs[0]).ty.shape.clone();
+    if c.g.value(node.inputs[0]).ty.dtype != DType::F32 {
+        return Err("input must be f32".into());
+    }
+    let x = e.bufs[c.arg(node.inputs[0])?];
+    let y = e.bufs[c.arg(node.outputs[0])?];
+    let ys = c.g.value(node.outputs[0]).ty.shape.clone();
+    match &node.op {
+        Op::MaxPool(p) => pool(e, p, &xs, &ys, x, y, true)?,
+        Op::AveragePool(p) => pool(e, p, &xs, &ys, x, y, false)?,
+        Op::GlobalAveragePool => {
+            let axes: Vec<usize> = (2..xs.len()).collect();
+            reduce(e, &xs, &axes, ReduceKind::Mean, x, y);
+        }
+        Op::GlobalMaxPool => {
+            let axes: Vec<usize> = (2..xs.len()).collect();
+            reduce(e, &xs, &axes, ReduceKind::Max, x, y);
+        }
+        Op::Reduce { kind, axes, .. } => {
+            let mut ax: Vec<usize> = if axes.is_empty() {
+                (0..xs.len()).collect()
+            } else {
+                axes.iter()
+                    .map(|&a| norm_axis(a, xs.len()))
+                    .collect::<Result<_, _>>()?
+            };
+            ax.sort_unstable();
+            ax.dedup();
+            reduce(e, &xs, &ax, *kind, x, y);
+        }
+        Op::Softmax { axis } => softmax(e, &xs, norm_axis(*axis, xs.len())?, x, y, false),
+        Op::LogSoftmax { axis } => softmax(e, &xs, norm_axis(*axis, xs.len())?, x, y, true),
+        Op::Lrn(p) => lrn(e, p, &xs, x, y)?,
+        Op::InstanceNormalization { epsilon } => {
+            let (sc, bi) = (e.bufs[c.arg(node.inputs[1])?], e.bufs[c.arg(node.inputs[2])?]);
+            let (nn, ch) = (xs[0], xs[1]);
+            let lane: Vec<usize> = xs[2..].to_vec();
+            let l: usize = lane.iter().product();
+            normalize(e, nn * ch, l, x, y, *epsilon, |e, o, _j| {
+                // channel = o % C; per-lane scale and bias are constants.
+                let cc = e.ci(ch as i64);
+                let chn = e.b.ins().urem(o, cc);
+                (e.load_f32(sc, chn), e.load_f32(bi, chn))
+            });
+        }
+        Op::LayerNormalization { axis, epsilon } => {
+            let ax = norm_axis(*axis, xs.len())?;
+            let lane = xs[ax..].to_vec();
+            let l: usize = lane.iter().product();
+            let outer: usize = xs[..ax].iter().product();
+            let sshape = c.g.value(node.inputs[1]).ty.shape.clone();
+            let s_str = bcast_strides(&sshape, &lane).ok_or("scale does not broadcast")?;
+            let sc = e.bufs[c.arg(node.inputs[1])?];
+            let bias = match node.inputs.get(2) {
+                Some(&b) => {
+                    let bs = c.g.value(b).ty.shape.clone();
+                    Some((
+                        e.bufs[c.arg(b)?],
+                        bcast_strides(&bs, &lane).ok_or("bias does not broadcast")?,
+                    ))
+                }
+                None => None,
+            };
+            let lane_c = contiguous(&lane);
+            normalize(e, outer, l, x, y, *epsilon, |e, _o, j| {
+                // Decompose the flat lane index into the lane's axes.
+                let mut so: Option<Value> = None;
+                let mut bo: Option<Value> = None;
+                let mut rem = j;
+                for (d, &len) in lane.iter().enumerate() {
+                    let q = e.b.ins().udiv_imm_u(rem, lane_c[d]);
+                    rem = e.b.ins().urem_imm_u(rem, lane_c[d]);
+                    let _ = len;
+                    if s_str[d] != 0 {
+                        let t = e.b.ins().imul_imm_s(q, s_str[d]);
+                        so = Some(so.map_or(t, |s| e.b.ins().iadd(s, t)));
+                    }
+                    if let Some((_, bs)) = &bias {
+                        if bs[d] != 0 {
+                            let t = e.b.ins().imul_imm_s(q, bs[d]);
+                            bo = Some(bo.map_or(t, |s| e.b.ins().iadd(s, t)));
+                        }
+                    }
+                }
+                let so = so.unwrap_or_else(|| e.ci(0));
+                let s = e.load_f32(sc, so);
+                let b = match &bias {
+                    Some((bp, _)) => {
+                        let bo = bo.unwrap_or_else(|| e.ci(0));
+                        e.load_f32(*bp, bo)
+                    }
+                    None => e.cf(0.0),
+                };
+                (s, b)
+            });
+        }
+        other => return Err(format!("{} is not a reduction", other.name())),
+    }
+    Ok(Vec::new())
+}
+
+/// A scalar f32 function through its f32x4 implementation.
+fn scalar(e: &mut Emit<'_>, x: Value, f: fn(&mut Emit<'_>, Value) -> Value) -> Value {
+    let v = e.splat(x);
+    let r = f(e, v);
+    e.lane0(r)
+}
+
+/// `max(a, b)` that keeps a NaN from either side (numpy semantics).
+fn nan_max(e: &mut Emit<'_>, m: Value, v: Value) -> Value {
+    let gt = e.b.ins().fcmp(FloatCC::GreaterThan, v, m);
+    let nan = e.b.ins().fcmp(FloatCC::Unordered, v, v);
+    let c = e.b.ins().bor(gt, nan);
+    let mnan = e.b.ins().fcmp(FloatCC::Unordered, m, m);
+    let keep = e.b.ins().band_not(c, mnan);
+    e.b.ins().select(keep, v, m)
+}
+
+/// Runtime `[lo, hi)` of window taps `i < k` with `o*s - pad + i*d` in
+/// `[0, size)`, plus (for average pooling) the count of taps inside the
+/// padded extent `size + pad_end`.
+#[allow(clippy::too_many_arguments)]
+fn tap_range(
+    e: &mut Emit<'_>,
+    o: Value,
+    s: usize,
+    pad: usize,
+    d: usize,
+    k: usize,
+    size: usize,
+    pad_end: usize,
+) -> (Value, Value, Value) {
+    let hs = e.b.ins().imul_imm_s(o, s as i64);
+    let hs = e.b.ins().iadd_imm_s(hs, -(pad as i64));
+    let zero = e.ci(0);
+    let kk = e.ci(k as i64);
+    let ceil_div = |e: &mut Emit<'_>, v: Value| -> Value {
+        let v = e.b.ins().smax(v, zero);
+        if d == 1 {
+            v
+        } else {
+            let t = e.b.ins().iadd_imm_s(v, d as i64 - 1);
+            e.b.ins().udiv_imm_u(t, d as i64)
+        }
+    };
+    let neg = e.b.ins().ineg(hs);
+    let lo = ceil_div(e, neg);
+    let lo = e.b.ins().smin(lo, kk);
+    let sz = e.ci(size as i64);
+    let rem = e.b.ins().isub(sz, hs);
+    let hi = ceil_div(e, rem);
+    let hi = e.b.ins().smin(hi, kk);
+    let hi = e.b.ins().smax(hi, lo);
+    let szp = e.ci((size + pad_end) as i64);
+    let remp = e.b.ins().isub(szp, hs);
+    let hip = ceil_div(e, remp);
+    let hip = e.b.ins().smin(hip, kk);
+    (lo, hi, hip)
+}
+
+/// MaxPool / AveragePool over NCHW: per output element, the window's
+/// valid taps are computed at run time and reduced in a register.
+fn pool(
+    e: &mut Emit<'_>,
+    p: &Pool2d,
+    xs: &[usize],
+    ys: &[usize],
+    x: Value,
+    y: Value,
+    max: bool,
+) -> Result<(), String> {
+    let (&[n, c, h, w], &[_, _, oh, ow]) = (xs, ys) else {
+        return Err("pooling needs rank-4 NCHW tensors".into());
+    };
+    let planes = n * c;
+    e.for_n(planes, |e, pl| {
+        let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
+        let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
+        e.for_n(oh, |e, r| {
+            let (ilo, ihi, ihp) = tap_range(e, r, p.strides[0], p.pads[0], p.dilations[0], p.kernel[0], h, p.pads[2]);
+            e.for_n(ow, |e, q| {
+                let (jlo, jhi, jhp) = tap_range(e, q, p.strides[1], p.pads[1], p.dilations[1], p.kernel[1], w, p.pads[3]);
+                let init = if max { e.cf(f32::NEG_INFINITY) } else { e.cf(0.0) };
+                let acc = e.var(F32, init);
+                let hs = e.b.ins().imul_imm_s(r, p.strides[0] as i64);
+                let hs = e.b.ins().iadd_imm_s(hs, -(p.pads[0] as i64));
+                let ws = e.b.ins().imul_imm_s(q, p.strides[1] as i64);
+                let ws = e.b.ins().iadd_imm_s(ws, -(p.pads[1] as i64));
+                e.for_range(ilo, ihi, 1, |e, i| {
+                    let ih = e.b.ins().imul_imm_s(i, p.dilations[0] as i64);
+                    let ih = e.b.ins().iadd(ih, hs);
+                    let row = e.b.ins().imul_imm_s(ih, w as i64);
+                    let row = e.b.ins().iadd(row, xo);
+                    e.for_range(jlo, jhi, 1, |e, j| {
+                        let iw = e.b.ins().imul_imm_s(j, p.dilations[1] as i64);
+                        let iw = e.b.ins().iadd(iw, ws);
+                        let idx = e.b.ins().iadd(row, iw);
+                        let v = e.load_f32(x, idx);
+                        let a = e.b.use_var(acc);
+                        let nv = if max { nan_max(e, a, v) } else { e.b.ins().fadd(a, v) };
+                        e.b.def_var(acc, nv);
+                    });
+                });
+                let a = e.b.use_var(acc);
+                let out = if max {
+                    a
+                } else {
+                    let (ch, cw) = if p.count_include_pad {
+                        (ihp, jhp)
+                    } else {
+                        let ch = e.b.ins().isub(ihi, ilo);
+                        let cw = e.b.ins().isub(jhi, jlo);
+                        (ch, cw)
+                    };
+                    let cnt = e.b.ins().imul(ch, cw);
+                    let cf = e.b.ins().fcvt_from_sint(F32, cnt);
+                    e.b.ins().fdiv(a, cf)
+                };
+                let oi = e.b.ins().iadd(yo, q);
+                let rr = e.b.ins().imul_imm_s(r, ow as i64);
+                let oi = e.b.ins().iadd(oi, rr);
+                e.store_f32(out, y, oi);
+            });
+        });
+    });
+    let _ = (IntCC::Equal, I64);
+    Ok(())
+}
+
+/// Reduces `x` of shape `xs` over `axes` (sorted) into the dense output.
+/// Trailing reduced axes form one contiguous run summed in f32x4.
+fn reduce(e: &mut Emit<'_>, xs: &[usize], axes: &[usize], kind: ReduceKind, x: Value, y: Value) {
+    let xstr = contiguous(xs);
+    let kept: Vec<usize> = (0..xs.len()).filter(|a| !axes.contains(a)).collect();
+    let kept_dims: Vec<usize> = kept.iter().map(|&a| xs[a]).collect();
+    let kept_str: Vec<i64> = kept.iter().map(|&a| xstr[a]).collect();
+    let out_str = contiguous(&kept_dims);
+    let count: usize = axes.iter().map(|&a| xs[a]).product();
+    // Trailing contiguous block of reduced axes?
+    let trailing = axes
+        .iter()
+        .rev()
+        .enumerate()
+        .all(|(i, &a)| a == xs.len() - 1 - i);
+    e.for_nest(&kept_dims, &mut |e, idx| {
+        let xo = e.linear(None, idx, &kept_str);
+        let yo = e.linear(None, idx, &out_str);
+        let r = if trailing {
+            run_reduce(e, x, xo, count, kind)
+        } else {
+            let rdims: Vec<usize> = axes.iter().map(|&a| xs[a]).collect();
+            let rstr: Vec<i64> = axes.iter().map(|&a| xstr[a]).collect();
+            let init = if kind == ReduceKind::Max {
+                e.cf(f32::NEG_INFINITY)
+            } else {
+                e.cf(0.0)
+            };
+            let acc = e.var(F32, init);
+            e.for_nest(&rdims, &mut |e, ri| {
+                let o = e.linear(Some(xo), ri, &rstr);
+                let v = e.load_f32(x, o);
+                let a = e.b.use_var(acc);
+                let nv = if kind == ReduceKind::Max {
+                    nan_max(e, a, v)
+                } else {
+                    e.b.ins().fadd(a, v)
+                };
+                e.b.def_var(acc, nv);
+            });
+            e.b.use_var(acc)
+        };
+        let r = if kind == ReduceKind::Mean {
+            let inv = e.cf(1.0 / count.max(1) as f32);
+            e.b.ins().fmul(r, inv)
+        } else {
+            r
+        };
+        e.store_f32(r, y, yo);
+    });
+}
+
+/// Sum or max of `len` contiguous f32s at `x[off..]`: f32x4 accumulator,
+/// scalar tail, lanes combined at the end.
+fn run_reduce(e: &mut Emit<'_>, x: Value, off: Value, len: usize, kind: ReduceKind) -> Value {
+    let max = kind == ReduceKind::Max;
+    let init = if max { f32::NEG_INFINITY } else { 0.0 };
+    let v_end = len / 4 * 4;
+    let iv = e.vf(init);
+    let vacc = e.var(F32X4, iv);
+    if v_end > 0 {
+        let s = e.ci(0);
+        let en = e.ci(v_end as i64);
+        e.for_range(s, en, 4, |e, j| {
+            let i = e.b.ins().iadd(off, j);
+            let v = e.load_v(x, i);
+            let a = e.b.use_var(vacc);
+            let nv = if max { e.b.ins().fmax(a, v) } else { e.b.ins().fadd(a, v) };
+            e.b.def_var(vacc, nv);
+        });
+    }
+    let a = e.b.use_var(vacc);
+    let mut r = e.b.ins().extractlane(a, 0);
+    for l in 1..4u8 {
+        let t = e.b.ins().extractlane(a, l);
+        r = if max { nan_max(e, r, t) } else { e.b.ins().fadd(r, t) };
+    }
+    let sacc = e.var(F32, r);
+    if v_end < len {
+        let s = e.ci(v_end as i64);
+        let en = e.ci(len as i64);
+        e.for_range(s, en, 1, |e, j| {
+            let i = e.b.ins().iadd(off, j);
+            let v = e.load_f32(x, i);
+            let a = e.b.use_var(sacc);
+            let nv = if max { nan_max(e, a, v) } else { e.b.ins().fadd(a, v) };
+            e.b.def_var(sacc, nv);
+        });
+    }
+    e.b.use_var(sacc)
+}
+
+/// Softmax or LogSoftmax along `ax`: per lane, max, sum of `exp(x - max)`,
+/// then the normalised values.
+fn softmax(e: &mut Emit<'_>, xs: &[usize], ax: usize, x: Value, y: Value, log: bool) {
+    let outer: usize = xs[..ax].iter().product();
+    let len = xs[ax];
+    let inner: usize = xs[ax + 1..].iter().product();
+    e.for_n(outer, |e, o| {
+        e.for_n(inner, |e, i| {
+            let base = e.b.ins().imul_imm_s(o, (len * inner) as i64);
+            let base = e.b.ins().iadd(base, i);
+            let at = |e: &mut Emit<'_>, j: Value| -> Value {
+                let t = e.b.ins().imul_imm_s(j, inner as i64);
+                e.b.ins().iadd(base, t)
+            };
+            let ninf = e.cf(f32::NEG_INFINITY);
+            let m = e.var(F32, ninf);
+            e.for_n(len, |e, j| {
+                let k = at(e, j);
+                let v = e.load_f32(x, k);
+                let a = e.b.use_var(m);
+                // f32::max semantics (NaN ignored), as the interpreter.
+                let gt = e.b.ins().fcmp(FloatCC::GreaterThan, v, a);
+                let an = e.b.ins().fcmp(FloatCC::Unordered, a, a);
+                let c = e.b.ins().bor(gt, an);
+                let nv = e.b.ins().select(c, v, a);
+                e.b.def_var(m, nv);
+            });
+            let mx = e.b.use_var(m);
+            let z = e.cf(0.0);
+            let s = e.var(F32, z);
+            e.for_n(len, |e, j| {
+                let k = at(e, j);
+                let v = e.load_f32(x, k);
+                let d = e.b.ins().fsub(v, mx);
+                let ex = scalar(e, d, math::exp);
+                let a = e.b.use_var(s);
+                let nv = e.b.ins().fadd(a, ex);
+                e.b.def_var(s, nv);
+            });
+            let sum = e.b.use_var(s);
+            let ls = scalar(e, sum, math::log);
+            let one = e.cf(1.0);
+            let inv = e.b.ins().fdiv(one, sum);
+            e.for_n(len, |e, j| {
+                let k = at(e, j);
+                let v = e.load_f32(x, k);
+                let d = e.b.ins().fsub(v, mx);
+                let r = if log {
+                    e.b.ins().fsub(d, ls)
+                } else {
+                    let ex = scalar(e, d, math::exp);
+                    e.b.ins().fmul(ex, inv)
+                };
+                e.store_f32(r, y, k);
+            });
+        });
+    });
+}
+
+/// LRN across channels: `x / (bias + alpha/size * sum_sq)^beta`.
+fn lrn(e: &mut Emit<'_>, p: &Lrn, xs: &[usize], x: Value, y: Value) -> Result<(), String> {
+    let &[n, c, h, w] = xs else {
+        return Err("LRN needs a rank-4 input".into());
+    };
+    let hw = h * w;
+    let before = (p.size.saturating_sub(1) / 2) as i64;
+    let after = (p.size.saturating_sub(1)).div_ceil(2) as i64;
+    e.for_n(n, |e, ni| {
+        e.for_n(c, |e, ci| {
+            let lo = e.b.ins().iadd_imm_s(ci, -before);
+            let z = e.ci(0);
+            let lo = e.b.ins().smax(lo, z);
+            let hi = e.b.ins().iadd_imm_s(ci, after + 1);
+            let cc = e.ci(c as i64);
+            let hi = e.b.ins().smin(hi, cc);
+            let plane0 = e.b.ins().imul_imm_s(ni, (c * hw) as i64);
+            e.for_n(hw, |e, s| {
+                let zf = e.cf(0.0);
+                let acc = e.var(F32, zf);
+                e.for_range(lo, hi, 1, |e, k| {
+                    let o = e.b.ins().imul_imm_s(k, hw as i64);
+                    let o = e.b.ins().iadd(o, plane0);
+                    let o = e.b.ins().iadd(o, s);
+                    let v = e.load_f32(x, o);
+                    let sq = e.b.ins().fmul(v, v);
+                    let a = e.b.use_var(acc);
+                    let nv = e.b.ins().fadd(a, sq);
+                    e.b.def_var(acc, nv);
+                });
+                let sum = e.b.use_var(acc);
+                let k = e.cf(p.alpha / p.size as f32);
+                let t = e.b.ins().fmul(sum, k);
+                let bias = e.cf(p.bias);
+                let base = e.b.ins().fadd(t, bias);
+                let bv = e.splat(base);
+                let lg = math::log(e, bv);
+                let be = e.vf(-p.beta);
+                let t = e.b.ins().fmul(lg, be);
+                let pw = math::exp(e, t);
+                let pw = e.lane0(pw);
+                let o = e.b.ins().imul_imm_s(ci, hw as i64);
+                let o = e.b.ins().iadd(o, plane0);
+                let o = e.b.ins().iadd(o, s);
+                let v = e.load_f32(x, o);
+                let r = e.b.ins().fmul(v, pw);
+                e.store_f32(r, y, o);
+            });
+        });
+    });
+    Ok(())
+}
+
+/// Normalises `lanes` contiguous lanes of length `l`: mean and variance
+/// (two passes), then `(x - mean) / sqrt(var + eps) * scale + bias` with
+/// `affine(lane, j)` giving scale and bias.
+#[allow(clippy::too_many_arguments)]
+fn normalize(
+    e: &mut Emit<'_>,
+    lanes: usize,
+    l: usize,
+    x: Value,
+    y: Value,
+    eps: f32,
+    mut affine: impl FnMut(&mut Emit<'_>, Value, Value) -> (Value, Value),
+) {
+    e.for_n(lanes, |e, o| {
+        let base = e.b.ins().imul_imm_s(o, l as i64);
+        let sum = run_reduce(e, x, base, l, ReduceKind::Sum);
+        let inv_n = e.cf(1.0 / l.max(1) as f32);
+        let mean = e.b.ins().fmul(sum, inv_n);
+        let z = e.cf(0.0);
+        let acc = e.var(F32, z);
+        e.for_n(l, |e, j| {
+            let i = e.b.ins().iadd(base, j);
+            let v = e.load_f32(x, i);
+            let d = e.b.ins().fsub(v, mean);
+            let sq = e.b.ins().fmul(d, d);
+            let a = e.b.use_var(acc);
+            let nv = e.b.ins().fadd(a, sq);
+            e.b.def_var(acc, nv);
+        });
+        let ss = e.b.use_var(acc);
+        let var = e.b.ins().fmul(ss, inv_n);
+        let ep = e.cf(eps);
+        let ve = e.b.ins().fadd(var, ep);
+        let sd = e.b.ins().sqrt(ve);
+        let one = e.cf(1.0);
+        let rstd = e.b.ins().fdiv(one, sd);
+        e.for_n(l, |e, j| {
+            let i = e.b.ins().iadd(base, j);
+            let v = e.load_f32(x, i);
+            let d = e.b.ins().fsub(v, mean);
+            let nrm = e.b.ins().fmul(d, rstd);
+            let (s, b) = affine(e, o, j);
+            let t = e.b.ins().fmul(nrm, s);
+            let r = e.b.ins().fadd(t, b);
+            e.store_f32(r, y, i);
+        });
+    });
+}

@@ -1,0 +1,3 @@
+//! Code generators: native CPU code through Cranelift ([`cpu`]).
+
+pub mod cpu;

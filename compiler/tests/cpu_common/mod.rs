@@ -1,0 +1,91 @@
+//! Shared helpers of the CPU-backend differential tests: seeded data, and
+//! running a graph on both the interpreter (the oracle) and the compiled
+//! executable.
+#![allow(dead_code)]
+
+use dnnc_compiler::codegen::cpu::{compile_cpu, CpuOptions};
+use dnnc_ir::{Graph, Tensor};
+use ndarray::{ArrayD, IxDyn};
+
+/// SplitMix64 stream for reproducible test data.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `[lo, hi)`.
+    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        lo + (hi - lo) * u
+    }
+    /// Uniform integer in `[0, n)`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+}
+
+/// An f32 tensor with uniform entries.
+pub fn rand_f32(shape: &[usize], seed: u64, lo: f32, hi: f32) -> Tensor {
+    let mut r = Rng(seed);
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| r.uniform(lo, hi)).collect();
+    Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), v).unwrap())
+}
+
+/// An f32 tensor holding `v`.
+pub fn f32_tensor(shape: &[usize], v: Vec<f32>) -> Tensor {
+    Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), v).unwrap())
+}
+
+/// Largest absolute difference, after checking `|a - b| <= atol + rtol |b|`
+/// elementwise (NaN matches NaN, infinities must match exactly).
+pub fn assert_close(what: &str, got: &Tensor, want: &Tensor, rtol: f32, atol: f32) -> f32 {
+    assert_eq!(got.ty(), want.ty(), "{what}: types differ");
+    let mut max = 0.0f32;
+    match (got, want) {
+        (Tensor::F32(a), Tensor::F32(b)) => {
+            for (i, (&x, &y)) in a.iter().zip(b.iter()).enumerate() {
+                if x.is_nan() && y.is_nan() {
+                    continue;
+                }
+                if x.is_infinite() || y.is_infinite() {
+                    assert_eq!(x, y, "{what}: element {i}: got {x}, want {y}");
+                    continue;
+                }
+                let d = (x - y).abs();
+                assert!(
+                    d <= atol + rtol * y.abs(),
+                    "{what}: element {i}: got {x}, want {y} (|diff| {d})"
+                );
+                max = max.max(d);
+            }
+        }
+        (a, b) => assert_eq!(a, b, "{what}: values differ"),
+    }
+    max
+}
+
+/// Compiles `g` for the CPU and checks every output against the
+/// interpreter; returns the largest absolute error.
+pub fn check_with(g: &Graph, inputs: &[(String, Tensor)], rtol: f32, atol: f32, opts: &CpuOptions) -> f32 {
+    let want = dnnc_runtime::run(g, inputs).expect("interpreter");
+    let exe = compile_cpu(g, opts).unwrap_or_else(|e| panic!("compile {}: {e}", g.name));
+    let got = exe.run(inputs).expect("cpu run");
+    assert_eq!(got.len(), want.len());
+    let mut max = 0.0f32;
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        max = max.max(assert_close(&format!("{} output {i}", g.name), a, b, rtol, atol));
+    }
+    max
+}
+
+/// [`check_with`] at rtol 1e-4, atol 1e-5 and default options.
+pub fn check(g: &Graph, inputs: &[(String, Tensor)]) -> f32 {
+    check_with(g, inputs, 1e-4, 1e-5, &CpuOptions::default())
+}

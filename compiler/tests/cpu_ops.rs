@@ -1,0 +1,550 @@
+//! Differential tests of the CPU backend against the interpreter: every op
+//! the backend lowers, broadcasting patterns, f32x4 tails, fused
+//! epilogues, and the errors for what it cannot compile.
+
+mod cpu_common;
+
+use cpu_common::{check, f32_tensor, rand_f32, Rng};
+use dnnc_compiler::codegen::cpu::{compile_cpu, CodegenError, ConvAlgo, CpuOptions};
+use dnnc_ir::{DType, Graph, Tensor};
+use ndarray::{ArrayD, IxDyn};
+use std::collections::BTreeSet;
+
+fn parse(body: &str) -> Graph {
+    let src = format!("graph t {{\n{body}\n}}\n");
+    dnnc_ir::text::parse(&src, "t.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"))
+}
+
+/// Random inputs for every graph input: f32 uniform in `[lo, hi)`, i64 in
+/// `[-3, 3]`, bool fair coins.
+fn inputs(g: &Graph, seed: u64, lo: f32, hi: f32) -> Vec<(String, Tensor)> {
+    let mut r = Rng(seed);
+    g.inputs()
+        .iter()
+        .map(|&v| {
+            let val = g.value(v);
+            let shape = val.ty.shape.clone();
+            let n: usize = shape.iter().product();
+            let t = match val.ty.dtype {
+                DType::F32 => rand_f32(&shape, r.next_u64(), lo, hi),
+                DType::I64 => Tensor::I64(
+                    ArrayD::from_shape_vec(
+                        IxDyn(&shape),
+                        (0..n).map(|_| r.below(7) as i64 - 3).collect(),
+                    )
+                    .unwrap(),
+                ),
+                DType::Bool => Tensor::Bool(
+                    ArrayD::from_shape_vec(IxDyn(&shape), (0..n).map(|_| r.below(2) == 1).collect())
+                        .unwrap(),
+                ),
+            };
+            (val.name.clone(), t)
+        })
+        .collect()
+}
+
+/// Parses `body`, runs it on random inputs in `[lo, hi)` on both backends,
+/// and returns the op names it exercised.
+fn diff(body: &str, lo: f32, hi: f32) -> BTreeSet<String> {
+    let g = parse(body);
+    let ins = inputs(&g, 7, lo, hi);
+    check(&g, &ins);
+    g.topo_order()
+        .into_iter()
+        .map(|n| g.node(n).op.name().to_string())
+        .collect()
+}
+
+const UNARY: &[&str] = &[
+    "Relu",
+    "LeakyRelu {alpha=0.1}",
+    "Sigmoid",
+    "Tanh",
+    "Clip {min=-1.5, max=2.0}",
+    "HardSigmoid",
+    "HardSwish",
+    "Elu {alpha=0.7}",
+    "Softplus",
+    "Gelu",
+    "Gelu {approximate=tanh}",
+    "Exp",
+    "Neg",
+    "Abs",
+    "Reciprocal",
+    "Erf",
+    "Selu",
+    "Sign",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sin",
+    "Cos",
+];
+
+#[test]
+fn every_op_the_ir_supports_is_covered() {
+    let mut seen = BTreeSet::new();
+    // Unary ops on a shape that is not a multiple of 4 (f32x4 tail) and a
+    // longer contiguous one.
+    for u in UNARY {
+        let (name, attrs) = u.split_once(' ').unwrap_or((u, ""));
+        for shape in ["[2,3,7]", "[3,37]", "[1]"] {
+            seen.extend(diff(
+                &format!("input %x: f32{shape}\n%y = {name}(%x) {attrs}\noutput %y"),
+                -6.0,
+                6.0,
+            ));
+        }
+    }
+    for u in ["Sqrt", "Log"] {
+        seen.extend(diff(
+            &format!("input %x: f32[5,9]\n%y = {u}(%x)\noutput %y"),
+            0.001,
+            50.0,
+        ));
+    }
+    // Binary ops with broadcasting.
+    for b in ["Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"] {
+        let (lo, hi) = if b == "Pow" { (0.1, 3.0) } else { (-4.0, 4.0) };
+        for (sa, sb) in [
+            ("[2,3,4,5]", "[2,3,4,5]"),
+            ("[2,3,4,5]", "[5]"),
+            ("[2,3,4,5]", "[3,1,1]"),
+            ("[2,1,4,1]", "[1,3,1,5]"),
+            ("[7]", "[1]"),
+            ("[1]", "[3,6]"),
+        ] {
+            seen.extend(diff(
+                &format!("input %a: f32{sa}\ninput %b: f32{sb}\n%y = {b}(%a, %b)\noutput %y"),
+                lo,
+                hi,
+            ));
+        }
+    }
+    // i64 arithmetic and the i64 unary ops.
+    for b in ["Add", "Sub", "Mul", "Max", "Min"] {
+        seen.extend(diff(
+            &format!("input %a: i64[3,5]\ninput %b: i64[5]\n%y = {b}(%a, %b)\noutput %y"),
+            0.0,
+            1.0,
+        ));
+    }
+    seen.extend(diff(
+        "input %a: i64[3,5]\nconst %b: i64[5] = [1, -2, 3, -1, 7]\n%y = Div(%a, %b)\noutput %y",
+        0.0,
+        1.0,
+    ));
+    for u in ["Relu", "Neg", "Abs", "Sign"] {
+        seen.extend(diff(
+            &format!("input %a: i64[9]\n%y = {u}(%a)\noutput %y"),
+            0.0,
+            1.0,
+        ));
+    }
+    // Comparisons, logic, Where and Cast.
+    for c in ["Equal", "Less", "Greater"] {
+        seen.extend(diff(
+            &format!(
+                "input %a: f32[2,5]\ninput %b: f32[5]\n%r = Round(%a)\n%s = Round(%b)\n%y = {c}(%r, %s)\noutput %y"
+            ),
+            -2.0,
+            2.0,
+        ));
+        seen.extend(diff(
+            &format!("input %a: i64[2,5]\ninput %b: i64[2,1]\n%y = {c}(%a, %b)\noutput %y"),
+            0.0,
+            1.0,
+        ));
+    }
+    seen.extend(diff(
+        "input %a: bool[3,4]\ninput %b: bool[4]\n%n = Not(%a)\n%x = And(%n, %b)\n%o = Or(%x, %a)\n%e = Equal(%o, %b)\noutput %e",
+        0.0,
+        1.0,
+    ));
+    seen.extend(diff(
+        "input %c: bool[3,1]\ninput %x: f32[3,4]\ninput %y: f32[4]\n%w = Where(%c, %x, %y)\noutput %w",
+        -1.0,
+        1.0,
+    ));
+    for (from, to) in [
+        ("f32", "i64"),
+        ("f32", "bool"),
+        ("i64", "f32"),
+        ("i64", "bool"),
+        ("bool", "f32"),
+        ("bool", "i64"),
+        ("f32", "f32"),
+    ] {
+        seen.extend(diff(
+            &format!("input %x: {from}[2,7]\n%y = Cast(%x) {{to={to}}}\noutput %y"),
+            -3.0,
+            3.0,
+        ));
+    }
+    // Parameterised elementwise ops.
+    seen.extend(diff(
+        "input %x: f32[2,3,5,5]\ninput %s: f32[3,1,1]\n%y = PRelu(%x, %s)\noutput %y",
+        -2.0,
+        2.0,
+    ));
+    seen.extend(diff(
+        "input %x: f32[2,3,5,6]\nparam %s: f32[3] = uniform(low=0.5, high=1.5, seed=1)\nparam %b: f32[3] = uniform(low=-1, high=1, seed=2)\nparam %m: f32[3] = uniform(low=-1, high=1, seed=3)\nparam %v: f32[3] = uniform(low=0.5, high=2, seed=4)\n%y = BatchNormalization(%x, %s, %b, %m, %v)\noutput %y",
+        -2.0,
+        2.0,
+    ));
+    // Reductions.
+    seen.extend(diff(
+        "input %x: f32[2,7,9,9]\n%y = LRN(%x) {size=5, alpha=0.001, beta=0.75, bias=2.0}\noutput %y",
+        -2.0,
+        2.0,
+    ));
+    for axis in [-1, 0, 1, 2] {
+        for op in ["Softmax", "LogSoftmax"] {
+            seen.extend(diff(
+                &format!("input %x: f32[3,5,7]\n%y = {op}(%x) {{axis={axis}}}\noutput %y"),
+                -5.0,
+                5.0,
+            ));
+        }
+    }
+    for op in ["ReduceMean", "ReduceSum", "ReduceMax"] {
+        for (axes, keep) in [("[]", 1), ("[1]", 0), ("[2,3]", 1), ("[0,2]", 0), ("[-1]", 1)] {
+            seen.extend(diff(
+                &format!("input %x: f32[2,3,5,7]\n%y = {op}(%x) {{axes={axes}, keepdims={keep}}}\noutput %y"),
+                -3.0,
+                3.0,
+            ));
+        }
+    }
+    for op in ["GlobalAveragePool", "GlobalMaxPool"] {
+        seen.extend(diff(
+            &format!("input %x: f32[2,3,7,9]\n%y = {op}(%x)\noutput %y"),
+            -3.0,
+            3.0,
+        ));
+    }
+    for attrs in [
+        "kernel=[3,3], strides=[2,2], pads=[1,1,1,1]",
+        "kernel=[2,2], strides=[2,2]",
+        "kernel=[3,2], strides=[2,1], pads=[1,0,1,1], ceil_mode=1",
+        "kernel=[3,3], strides=[1,1], pads=[1,1,1,1], dilations=[2,2]",
+    ] {
+        seen.extend(diff(
+            &format!("input %x: f32[1,3,11,10]\n%y = MaxPool(%x) {{{attrs}}}\noutput %y"),
+            -3.0,
+            3.0,
+        ));
+    }
+    for attrs in [
+        "kernel=[3,3], strides=[2,2], pads=[1,1,1,1]",
+        "kernel=[3,3], strides=[2,2], pads=[1,1,1,1], count_include_pad=1",
+        "kernel=[2,3], strides=[2,2], pads=[0,1,1,1], ceil_mode=1, count_include_pad=1",
+        "kernel=[7,7]",
+    ] {
+        seen.extend(diff(
+            &format!("input %x: f32[2,2,11,10]\n%y = AveragePool(%x) {{{attrs}}}\noutput %y"),
+            -3.0,
+            3.0,
+        ));
+    }
+    seen.extend(diff(
+        "input %x: f32[2,3,4,5]\nparam %s: f32[3] = uniform(low=0.5, high=1.5, seed=1)\nparam %b: f32[3] = uniform(low=-1, high=1, seed=2)\n%y = InstanceNormalization(%x, %s, %b)\noutput %y",
+        -3.0,
+        5.0,
+    ));
+    seen.extend(diff(
+        "input %x: f32[2,3,4,5]\nparam %s: f32[4,5] = uniform(low=0.5, high=1.5, seed=1)\nparam %b: f32[5] = uniform(low=-1, high=1, seed=2)\n%y = LayerNormalization(%x, %s, %b) {axis=2}\noutput %y",
+        -3.0,
+        5.0,
+    ));
+    seen.extend(diff(
+        "input %x: f32[2,3,4,5]\nparam %s: f32[5] = uniform(low=0.5, high=1.5, seed=1)\n%y = LayerNormalization(%x, %s)\noutput %y",
+        -3.0,
+        5.0,
+    ));
+    // Data movement and views, in f32 and other dtypes.
+    seen.extend(diff(
+        "input %a: f32[2,3,4]\ninput %b: f32[2,5,4]\ninput %c: f32[2,1,4]\n%y = Concat(%a, %b, %c) {axis=1}\noutput %y",
+        -1.0,
+        1.0,
+    ));
+    seen.extend(diff(
+        "input %a: i64[2,3]\ninput %b: i64[1,3]\n%y = Concat(%a, %b) {axis=0}\noutput %y",
+        -1.0,
+        1.0,
+    ));
+    seen.extend(diff(
+        "input %x: f32[2,9,40]\n%a, %b, %c = Split(%x) {axis=1, split=[2,3,4]}\noutput %a, %b, %c",
+        -1.0,
+        1.0,
+    ));
+    for attrs in [
+        "starts=[1], ends=[4], axes=[1]",
+        "starts=[-1, 0], ends=[-100, 9], axes=[2, 1], steps=[-2, 3]",
+        "starts=[0, 1, 2], ends=[1, 100, 8], axes=[0, 1, 2], steps=[1, 1, 1]",
+    ] {
+        seen.extend(diff(
+            &format!("input %x: f32[2,9,10]\n%y = Slice(%x) {{{attrs}}}\noutput %y"),
+            -1.0,
+            1.0,
+        ));
+    }
+    for perm in ["[0,2,1]", "[2,0,1]", "[1,0,2]"] {
+        seen.extend(diff(
+            &format!("input %x: f32[3,4,37]\n%y = Transpose(%x) {{perm={perm}}}\noutput %y"),
+            -1.0,
+            1.0,
+        ));
+    }
+    for mode in ["constant", "reflect", "edge"] {
+        seen.extend(diff(
+            &format!("input %x: f32[1,2,5,6]\n%y = Pad(%x) {{pads=[0,0,2,1,0,1,1,3], mode={mode}, value=1.5}}\noutput %y"),
+            -1.0,
+            1.0,
+        ));
+    }
+    seen.extend(diff(
+        "input %x: f32[4,6]\n%y = Pad(%x) {pads=[-1,2,1,-2]}\noutput %y",
+        -1.0,
+        1.0,
+    ));
+    seen.extend(diff(
+        "input %x: f32[5,4,3]\nconst %i: i64[2,2] = [0, -1, 3, 2]\n%y = Gather(%x, %i) {axis=1}\noutput %y",
+        -1.0,
+        1.0,
+    ));
+    seen.extend(diff(
+        "input %x: f32[5,40]\nconst %i: i64[3] = [4, 0, -2]\n%y = Gather(%x, %i) {axis=0}\noutput %y",
+        -1.0,
+        1.0,
+    ));
+    seen.extend(diff(
+        "input %x: f32[3,1,5]\n%y = Expand(%x) {shape=[2,3,4,5]}\noutput %y",
+        -1.0,
+        1.0,
+    ));
+    seen.extend(diff(
+        "input %x: bool[2,3]\n%y = Tile(%x) {repeats=[2,3]}\noutput %y",
+        -1.0,
+        1.0,
+    ));
+    seen.extend(diff(
+        "input %x: f32[2,3,5]\n%y = Tile(%x) {repeats=[1,2,3]}\noutput %y",
+        -1.0,
+        1.0,
+    ));
+    seen.extend(diff(
+        "input %x: f32[2,3,4]\n%r = Reshape(%x) {shape=[6,-1]}\n%f = Flatten(%r) {axis=1}\n%u = Unsqueeze(%f) {axes=[0,3]}\n%s = Squeeze(%u)\n%i = Identity(%s)\n%d = Dropout(%i)\n%e = Exp(%d)\noutput %e, %d",
+        -1.0,
+        1.0,
+    ));
+    seen.extend(diff(
+        "input %x: f32[2,3,4]\n%s = Shape(%x) {start=1}\n%c = ConstantOfShape() {shape=[2,3], value=7, dtype=i64}\n%f = ConstantOfShape() {shape=[5], value=0.5}\n%r = Range() {start=1, limit=2, delta=0.125}\n%q = Range() {start=10, limit=-3, delta=-4, dtype=i64}\noutput %s, %c, %f, %r, %q",
+        -1.0,
+        1.0,
+    ));
+    // Contractions.
+    for (ta, tb, sa, sb, c) in [
+        (0, 0, "[5,7]", "[7,6]", "[6]"),
+        (1, 0, "[7,5]", "[7,6]", "[5,1]"),
+        (0, 1, "[5,7]", "[6,7]", "[1]"),
+        (1, 1, "[7,5]", "[6,7]", "[5,6]"),
+    ] {
+        seen.extend(diff(
+            &format!("input %a: f32{sa}\ninput %b: f32{sb}\ninput %c: f32{c}\n%y = Gemm(%a, %b, %c) {{alpha=0.5, beta=2.0, transA={ta}, transB={tb}}}\noutput %y"),
+            -1.0,
+            1.0,
+        ));
+    }
+    seen.extend(diff(
+        "input %a: f32[5,7]\ninput %b: f32[7,6]\n%y = Gemm(%a, %b)\noutput %y",
+        -1.0,
+        1.0,
+    ));
+    for (sa, sb) in [
+        ("[5,7]", "[7,6]"),
+        ("[7]", "[7,6]"),
+        ("[5,7]", "[7]"),
+        ("[3,1,5,7]", "[2,7,6]"),
+        ("[2,5,7]", "[7,3]"),
+    ] {
+        seen.extend(diff(
+            &format!("input %a: f32{sa}\ninput %b: f32{sb}\n%y = MatMul(%a, %b)\noutput %y"),
+            -1.0,
+            1.0,
+        ));
+    }
+    seen.extend(diff(
+        "input %x: f32[2,4,9,9]\nparam %w: f32[6,2,3,3] = he(seed=1)\nparam %b: f32[6] = uniform(low=-1, high=1, seed=2)\n%y = Conv2d(%x, %w, %b) {strides=[2,1], pads=[1,0,2,1], dilations=[1,2], group=2}\noutput %y",
+        -1.0,
+        1.0,
+    ));
+
+    let missing: BTreeSet<&str> = ["ConvTranspose2d", "Einsum", "Resize", "RNN", "GRU", "LSTM"]
+        .into_iter()
+        .collect();
+    let uncovered: Vec<&str> = dnnc_ir::op::OP_NAMES
+        .iter()
+        .copied()
+        .filter(|n| !seen.contains(*n) && !missing.contains(n))
+        .collect();
+    assert!(uncovered.is_empty(), "ops without a CPU test: {uncovered:?}");
+}
+
+#[test]
+fn transcendentals_over_wide_ranges() {
+    // Large magnitudes, near-zero values and special values.
+    let mut vals: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1e-30,
+        -1e-30,
+        1e-7,
+        -1e-7,
+        0.5,
+        -0.5,
+        1.0,
+        -1.0,
+        88.0,
+        88.7,
+        -87.0,
+        -100.0,
+        -200.0,
+        200.0,
+        1e30,
+        -1e30,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    let mut r = Rng(3);
+    for _ in 0..300 {
+        vals.push(r.uniform(-20.0, 20.0));
+    }
+    for _ in 0..100 {
+        vals.push(r.uniform(-1.0, 1.0) * 10f32.powi(r.below(8) as i32 - 4));
+    }
+    let n = vals.len();
+    let x = f32_tensor(&[n], vals.clone());
+    for op in [
+        "Exp", "Sigmoid", "Tanh", "Erf", "Gelu", "Softplus", "Elu", "Selu", "HardSwish",
+    ] {
+        let g = parse(&format!("input %x: f32[{n}]\n%y = {op}(%x)\noutput %y"));
+        check(&g, &[("x".into(), x.clone())]);
+    }
+    // Sin and Cos on moderate magnitudes (range reduction is f32).
+    let trig: Vec<f32> = vals
+        .iter()
+        .map(|v| if v.is_finite() && v.abs() < 1e4 { *v } else { 0.25 })
+        .collect();
+    for op in ["Sin", "Cos"] {
+        let g = parse(&format!("input %x: f32[{n}]\n%y = {op}(%x)\noutput %y"));
+        check(&g, &[("x".into(), f32_tensor(&[n], trig.clone()))]);
+    }
+    // Log and Sqrt on positives, zero, subnormals, negatives and inf.
+    let mut pos: Vec<f32> = vals.iter().map(|v| v.abs()).collect();
+    pos.extend([0.0, 1e-40, 1e-44, f32::MIN_POSITIVE, -1.0, f32::INFINITY, 3.0e38]);
+    let m = pos.len();
+    for op in ["Log", "Sqrt", "Reciprocal"] {
+        let g = parse(&format!("input %x: f32[{m}]\n%y = {op}(%x)\noutput %y"));
+        check(&g, &[("x".into(), f32_tensor(&[m], pos.clone()))]);
+    }
+    // Pow with negative bases and integral exponents, zero bases.
+    let a = f32_tensor(&[8], vec![-2.0, -2.0, -3.0, 0.0, 0.0, 4.0, 2.5, -1.5]);
+    let b = f32_tensor(&[8], vec![2.0, 3.0, 0.0, 2.0, 0.0, 0.5, -1.5, 4.0]);
+    let g = parse("input %a: f32[8]\ninput %b: f32[8]\n%y = Pow(%a, %b)\noutput %y");
+    check(&g, &[("a".into(), a), ("b".into(), b)]);
+}
+
+#[test]
+fn fused_epilogues_match_and_fuse() {
+    let cases = [
+        // conv + bias + relu
+        ("input %x: f32[1,3,12,12]\nparam %w: f32[8,3,3,3] = he(seed=1)\nparam %b: f32[8] = uniform(low=-1, high=1, seed=2)\n%c = Conv2d(%x, %w, %b) {pads=[1,1,1,1]}\n%y = Relu(%c)\noutput %y", 1),
+        // conv + add(residual) + relu
+        ("input %x: f32[1,4,10,10]\nparam %w: f32[4,4,3,3] = he(seed=1)\n%c = Conv2d(%x, %w) {pads=[1,1,1,1]}\n%a = Add(%c, %x)\n%y = Relu(%a)\noutput %y", 1),
+        // gemm + bias + relu
+        ("input %x: f32[3,10]\nparam %w: f32[7,10] = he(seed=1)\nparam %b: f32[7] = uniform(low=-1, high=1, seed=2)\n%c = Gemm(%x, %w, %b) {transB=1}\n%y = Relu(%c)\noutput %y", 1),
+        // 1x1 conv + clip (ReLU6), depthwise conv + bias + clip
+        ("input %x: f32[1,6,9,9]\nparam %w: f32[12,6,1,1] = he(seed=1)\nparam %d: f32[12,1,3,3] = he(seed=3)\nparam %b: f32[12] = uniform(low=-1, high=1, seed=2)\n%c = Conv2d(%x, %w)\n%r = Clip(%c) {min=0, max=6}\n%e = Conv2d(%r, %d, %b) {strides=[2,2], pads=[1,1,1,1], group=12}\n%y = Clip(%e) {min=0, max=6}\noutput %y", 2),
+        // elementwise chain with broadcast operands
+        ("input %x: f32[2,3,5,7]\ninput %s: f32[3,1,1]\n%a = Mul(%x, %s)\n%b = Sigmoid(%a)\n%c = Mul(%b, %x)\noutput %c", 1),
+        // intermediate also used outside: still correct
+        ("input %x: f32[1,2,6,6]\nparam %w: f32[2,2,3,3] = he(seed=1)\n%c = Conv2d(%x, %w)\n%r = Relu(%c)\n%t = Tanh(%c)\n%y = Add(%r, %t)\noutput %y", 3),
+    ];
+    for (src, steps) in cases {
+        let g = parse(src);
+        let ins = inputs(&g, 11, -1.0, 1.0);
+        check(&g, &ins);
+        let exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+        assert_eq!(exe.num_steps(), steps, "kernels for:\n{src}");
+    }
+}
+
+#[test]
+fn conv_algorithms_agree() {
+    let src = "input %x: f32[2,6,9,8]\nparam %w: f32[6,1,3,3] = he(seed=1)\nparam %v: f32[4,6,1,1] = he(seed=2)\n%d = Conv2d(%x, %w) {pads=[1,1,1,1], group=6}\n%y = Conv2d(%d, %v)\noutput %y";
+    let g = parse(src);
+    let ins = inputs(&g, 5, -1.0, 1.0);
+    for algo in [None, Some(ConvAlgo::Im2col), Some(ConvAlgo::Pointwise), Some(ConvAlgo::Depthwise)] {
+        cpu_common::check_with(&g, &ins, 1e-4, 1e-5, &CpuOptions { conv_algo: algo });
+    }
+}
+
+#[test]
+fn unsupported_op_is_an_error_naming_the_node() {
+    let g = parse(
+        "input %a: f32[2,3]\ninput %b: f32[3,4]\n%my_einsum = Einsum(%a, %b) {equation=\"ij,jk->ik\"}\noutput %my_einsum",
+    );
+    let err = compile_cpu(&g, &CpuOptions::default()).unwrap_err();
+    assert!(matches!(err, CodegenError::Unsupported { .. }));
+    let msg = err.to_string();
+    assert!(msg.contains("my_einsum") && msg.contains("Einsum"), "{msg}");
+}
+
+#[test]
+fn run_errors_like_the_interpreter() {
+    let g = parse("input %x: f32[5]\ninput %i: i64[2]\n%y = Gather(%x, %i)\noutput %y");
+    let exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+    let x = f32_tensor(&[5], vec![1.0; 5]);
+    let bad = Tensor::I64(ArrayD::from_shape_vec(IxDyn(&[2]), vec![1, 9]).unwrap());
+    let err = exe
+        .run(&[("x".into(), x.clone()), ("i".into(), bad)])
+        .unwrap_err();
+    assert!(err.to_string().contains("out of range"), "{err}");
+    let err = exe.run(&[("x".into(), x.clone())]).unwrap_err();
+    assert!(err.to_string().contains("missing graph input"), "{err}");
+    let err = exe
+        .run(&[("x".into(), f32_tensor(&[4], vec![0.0; 4]))])
+        .unwrap_err();
+    assert!(err.to_string().contains("expects"), "{err}");
+    // i64 division by zero is reported, not a crash.
+    let g = parse("input %a: i64[3]\ninput %b: i64[3]\n%y = Div(%a, %b)\noutput %y");
+    let exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+    let a = Tensor::I64(ArrayD::from_shape_vec(IxDyn(&[3]), vec![1, 2, 3]).unwrap());
+    let b = Tensor::I64(ArrayD::from_shape_vec(IxDyn(&[3]), vec![1, 0, 3]).unwrap());
+    let err = exe.run(&[("a".into(), a), ("b".into(), b)]).unwrap_err();
+    assert!(err.to_string().contains("division by zero"), "{err}");
+}
+
+#[test]
+fn executable_is_send_sync_and_reusable() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<dnnc_runtime::cpu::Executable>();
+    let g = parse("input %x: f32[4,9]\n%y = Tanh(%x)\noutput %y");
+    let exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+    std::thread::scope(|s| {
+        for seed in 0..4u64 {
+            let (exe, g) = (&exe, &g);
+            s.spawn(move || {
+                for k in 0..5 {
+                    let ins = inputs(g, seed * 10 + k, -3.0, 3.0);
+                    let want = dnnc_runtime::run(g, &ins).unwrap();
+                    let got = exe.run(&ins).unwrap();
+                    cpu_common::assert_close("threaded", &got[0], &want[0], 1e-4, 1e-5);
+                }
+            });
+        }
+    });
+}
