@@ -1,0 +1,74 @@
+//! Seeded random-shape differential test of Conv2d on the CPU backend:
+//! random sizes, strides, pads, dilations, groups (including depthwise and
+//! 1x1) and fused epilogues, on every applicable algorithm.
+
+mod cpu_common;
+
+use cpu_common::{check_with, rand_f32, Rng};
+use dnnc_compiler::codegen::cpu::{ConvAlgo, CpuOptions};
+
+#[test]
+fn random_convolutions_match_the_interpreter() {
+    let rounds: usize = std::env::var("CPU_CONV_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let mut r = Rng(2024);
+    for round in 0..rounds {
+        let groups = [1, 1, 2, 3][r.below(4)];
+        let depthwise = r.below(5) == 0;
+        let cg = if depthwise { 1 } else { 1 + r.below(4) };
+        let c = cg * groups;
+        let (g, mg) = if depthwise { (c.max(2), 1) } else { (groups, 1 + r.below(4)) };
+        let c = if depthwise { g } else { c };
+        let m = mg * g;
+        let (kh, kw) = (1 + r.below(4), 1 + r.below(4));
+        let (sh, sw) = (1 + r.below(3), 1 + r.below(3));
+        let (dh, dw) = (1 + r.below(2), 1 + r.below(2));
+        let pads: Vec<usize> = (0..4).map(|_| r.below(3)).collect();
+        let (h, w) = (
+            (kh - 1) * dh + 1 + r.below(9),
+            (kw - 1) * dw + 1 + r.below(9),
+        );
+        let n = 1 + r.below(2);
+        let bias = r.below(2) == 0;
+        let epi = [
+            "",
+            "%y = Relu(%c)",
+            "%y = Add(%c, %r)",
+            "%s = Sigmoid(%c)\n%y = Mul(%s, %c)",
+        ][r.below(4)];
+        let oh = (h + pads[0] + pads[2] - (kh - 1) * dh - 1) / sh + 1;
+        let ow = (w + pads[1] + pads[3] - (kw - 1) * dw - 1) / sw + 1;
+        let mut body = format!(
+            "input %x: f32[{n},{c},{h},{w}]\nparam %w: f32[{m},{},{kh},{kw}] = he(seed={round})\n",
+            c / g
+        );
+        if bias {
+            body += &format!("param %b: f32[{m}] = uniform(low=-1, high=1, seed={})\n", round + 1000);
+        }
+        if epi.contains("%r") {
+            body += &format!("input %r: f32[{n},{m},{oh},{ow}]\n");
+        }
+        body += &format!(
+            "%c = Conv2d(%x, %w{}) {{strides=[{sh},{sw}], pads=[{},{},{},{}], dilations=[{dh},{dw}], group={g}}}\n",
+            if bias { ", %b" } else { "" },
+            pads[0],
+            pads[1],
+            pads[2],
+            pads[3]
+        );
+        let out = if epi.is_empty() { "%c" } else { "%y" };
+        body += &format!("{epi}\noutput {out}");
+        let src = format!("graph conv{round} {{\n{body}\n}}\n");
+        let graph = dnnc_ir::text::parse(&src, "conv.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"));
+        let mut ins = vec![("x".to_string(), rand_f32(&[n, c, h, w], r.next_u64(), -1.0, 1.0))];
+        if epi.contains("%r") {
+            ins.push(("r".to_string(), rand_f32(&[n, m, oh, ow], r.next_u64(), -1.0, 1.0)));
+        }
+        for algo in [None, Some(ConvAlgo::Im2col), Some(ConvAlgo::Pointwise), Some(ConvAlgo::Depthwise)] {
+            // Sums of up to a few hundred products: scale atol with K.
+            check_with(&graph, &ins, 1e-4, 1e-4, &CpuOptions { conv_algo: algo });
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Every real model in `../shared/models` on the CPU backend: the compiled
+//! executable must match onnxruntime's `output.npy` within rtol 1e-3,
+//! atol 1e-4. Release-mode test (ignored in debug builds for speed; CI
+//! runs ignored tests in release). Prints the max abs error and latency of
+//! each model, with the interpreter's latency for comparison.
+
+mod cpu_common;
+
+use dnnc_compiler::codegen::cpu::{compile_cpu, CpuOptions};
+use std::path::PathBuf;
+use std::time::Instant;
+
+fn shared_models() -> Option<Vec<PathBuf>> {
+    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = [base.join("../../shared/models"), base.join("../shared/models")]
+        .into_iter()
+        .find(|d| d.is_dir());
+    let Some(dir) = dir else {
+        println!("SKIPPED: ../shared/models not found");
+        return None;
+    };
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.join("model.onnx").is_file())
+        .collect();
+    v.sort();
+    Some(v)
+}
+
+#[test]
+#[ignore = "release-mode numeric test on real models (CI runs it with --include-ignored)"]
+fn zoo_models_match_onnxruntime_on_cpu_backend() {
+    let Some(models) = shared_models() else {
+        return;
+    };
+    for dir in models {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let g = dnnc_compiler::onnx::import_onnx_file(dir.join("model.onnx"))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let x = dnnc_ir::tensor::read_npy(&dir.join("input.npy")).unwrap();
+        let want = dnnc_ir::tensor::read_npy(&dir.join("output.npy")).unwrap();
+        let t = Instant::now();
+        let exe = compile_cpu(&g, &CpuOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let compile = t.elapsed();
+        let input_name = g.value(g.inputs()[0]).name.clone();
+        let ins = vec![(input_name, x)];
+        let got = exe.run(&ins).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // Warm timing: best of 3.
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let t = Instant::now();
+            exe.run(&ins).unwrap();
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let t = Instant::now();
+        dnnc_runtime::run(&g, &ins).unwrap();
+        let interp = t.elapsed().as_secs_f64();
+        let err = cpu_common::assert_close(&name, &got[0], &want, 1e-3, 1e-4);
+        println!(
+            "{name}: max abs err {err:.2e}, {} kernels, compile {:.0} ms, cpu {:.1} ms, interpreter {:.1} ms",
+            exe.num_steps(),
+            compile.as_secs_f64() * 1e3,
+            best * 1e3,
+            interp * 1e3
+        );
+    }
+}
