@@ -24,6 +24,9 @@ pub struct Cli {
 pub enum Backend {
     /// The reference interpreter: slow, simple, the numeric oracle.
     Interp,
+    /// Native code for this CPU (Cranelift JIT); an op it cannot compile
+    /// is an error, never interpreted.
+    Cpu,
 }
 
 /// dnnc's subcommands.
@@ -114,7 +117,7 @@ fn execute_command(
             inputs,
             weights,
             out,
-            backend: Backend::Interp,
+            backend,
         } => {
             let mut g = load_model(&model)?;
             if let Some(w) = weights {
@@ -122,7 +125,13 @@ fn execute_command(
             }
             g.check_weights_bound()?;
             let feeds = gather_inputs(&g, &inputs, notes)?;
-            let results = dnnc_runtime::run(&g, &feeds)?;
+            let results = match backend {
+                Backend::Interp => dnnc_runtime::run(&g, &feeds)?,
+                Backend::Cpu => {
+                    let opts = crate::codegen::cpu::CpuOptions::default();
+                    crate::codegen::cpu::compile_cpu(&g, &opts)?.run(&feeds)?
+                }
+            };
             let mut text = String::new();
             for (&v, t) in g.outputs().iter().zip(&results) {
                 let name = &g.value(v).name;

@@ -27,6 +27,9 @@ pub enum DnncError {
     /// Execution failed (bad input shape or dtype, missing weights...).
     #[error("{0}")]
     Run(#[from] RunError),
+    /// A backend could not compile the graph (e.g. an op it lacks).
+    #[error("{0}")]
+    Codegen(#[from] crate::codegen::cpu::CodegenError),
     /// A file could not be read or written.
     #[error("cannot {action} `{path}`: {source}")]
     Io {

@@ -169,6 +169,25 @@ impl Executable {
     /// name, each with exactly its declared type) and returns the graph
     /// outputs in order. Errors are the interpreter's [`RunError`]s.
     pub fn run(&self, inputs: &[(String, Tensor)]) -> Result<Vec<Tensor>, RunError> {
+        self.run_inner(inputs, None)
+    }
+
+    /// [`Executable::run`] that also reports each step's name, op and wall
+    /// time, for profiling.
+    pub fn run_profiled(
+        &self,
+        inputs: &[(String, Tensor)],
+    ) -> Result<(Vec<Tensor>, Vec<(String, String, std::time::Duration)>), RunError> {
+        let mut times = Vec::with_capacity(self.steps.len());
+        let out = self.run_inner(inputs, Some(&mut times))?;
+        Ok((out, times))
+    }
+
+    fn run_inner(
+        &self,
+        inputs: &[(String, Tensor)],
+        mut times: Option<&mut Vec<(String, String, std::time::Duration)>>,
+    ) -> Result<Vec<Tensor>, RunError> {
         let mut provided: HashMap<&str, &Tensor> = HashMap::new();
         for (name, t) in inputs {
             if !self.inputs.iter().any(|(n, _, _)| n == name) {
@@ -242,9 +261,13 @@ impl Executable {
         for s in &self.steps {
             args.clear();
             args.extend(s.args.iter().map(|&b| ptrs[b]));
+            let t0 = times.as_ref().map(|_| std::time::Instant::now());
             // SAFETY: the code generator sized every buffer for the value
             // it holds and generated `func` for exactly these arguments.
             let rc = unsafe { (s.func)(args.as_ptr()) };
+            if let (Some(t), Some(t0)) = (times.as_deref_mut(), t0) {
+                t.push((s.name.clone(), s.op.clone(), t0.elapsed()));
+            }
             if rc != 0 {
                 let message = usize::try_from(rc - 1)
                     .ok()

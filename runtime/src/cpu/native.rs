@@ -8,8 +8,8 @@
 /// column stride (`*_cs`) in elements, so transposes are just swapped
 /// strides. With `beta == 0` the old `C` is not read (it may be garbage).
 ///
-/// Wraps the `gemm` crate's f32 kernel (see ARCHITECTURE.md, "CPU backend",
-/// for the choice), single-threaded.
+/// Wraps `matrixmultiply`'s f32 kernel (see ARCHITECTURE.md, "CPU backend",
+/// for the measured choice), single-threaded.
 ///
 /// # Safety
 /// The pointers must address matrices of the given sizes and strides; `C`
@@ -35,8 +35,8 @@ pub unsafe extern "C" fn dnnc_sgemm(
         return;
     }
     if k == 0 {
-        // gemm with k = 0 only scales C; do it here to keep the
-        // "beta == 0 does not read C" promise explicit.
+        // With k = 0 the product is empty: only scale C, never reading it
+        // when beta == 0.
         for i in 0..m as isize {
             for j in 0..n as isize {
                 let p = c.offset(i * c_rs + j * c_cs);
@@ -45,27 +45,9 @@ pub unsafe extern "C" fn dnnc_sgemm(
         }
         return;
     }
-    // gemm's convention: dst = alpha * dst + beta * lhs * rhs.
-    gemm_f32::gemm::f32::get_gemm_fn()(
-        m,
-        n,
-        k,
-        c,
-        c_cs,
-        c_rs,
-        beta != 0.0,
-        a,
-        a_cs,
-        a_rs,
-        b,
-        b_cs,
-        b_rs,
-        beta,
-        alpha,
-        false,
-        false,
-        false,
-        gemm_common::Parallelism::None,
+    // matrixmultiply: C = alpha A B + beta C, C not read when beta == 0.
+    matrixmultiply::sgemm(
+        m, k, n, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, c_cs,
     );
 }
 
