@@ -35,7 +35,7 @@ fn main() {
     let best = best.unwrap_or_default();
     let total: f64 = best.iter().map(|s| s.2.as_secs_f64()).sum();
     let mut sorted = best.clone();
-    sorted.sort_by(|a, b| b.2.cmp(&a.2));
+    sorted.sort_by_key(|s| std::cmp::Reverse(s.2));
     for (name, op, t) in sorted.iter().take(25) {
         println!("{:8.3} ms  {op:30} {name}", t.as_secs_f64() * 1e3);
     }

@@ -29,14 +29,25 @@ fn run_backend_cpu_matches_interp() {
     for backend in ["interp", "cpu"] {
         let out = dir.join(backend);
         let o = dnnc()
-            .args(["run", model.to_str().unwrap(), "--backend", backend, "--input"])
+            .args([
+                "run",
+                model.to_str().unwrap(),
+                "--backend",
+                backend,
+                "--input",
+            ])
             .arg(&input)
             .arg("--out")
             .arg(&out)
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let f = std::fs::read_dir(&out).unwrap().next().unwrap().unwrap().path();
+        let f = std::fs::read_dir(&out)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
         outs.push(dnnc_ir::tensor::read_npy(&f).unwrap());
     }
     cpu_common::assert_close("lenet5 cpu vs interp", &outs[1], &outs[0], 1e-4, 1e-5);
@@ -55,7 +66,13 @@ fn run_backend_cpu_reports_unsupported_ops() {
     let input = dir.join("a.npy");
     dnnc_ir::tensor::write_npy(&input, &x).unwrap();
     let o = dnnc()
-        .args(["run", model.to_str().unwrap(), "--backend", "cpu", "--input"])
+        .args([
+            "run",
+            model.to_str().unwrap(),
+            "--backend",
+            "cpu",
+            "--input",
+        ])
         .arg(&input)
         .output()
         .unwrap();

@@ -19,7 +19,11 @@ fn random_convolutions_match_the_interpreter() {
         let depthwise = r.below(5) == 0;
         let cg = if depthwise { 1 } else { 1 + r.below(4) };
         let c = cg * groups;
-        let (g, mg) = if depthwise { (c.max(2), 1) } else { (groups, 1 + r.below(4)) };
+        let (g, mg) = if depthwise {
+            (c.max(2), 1)
+        } else {
+            (groups, 1 + r.below(4))
+        };
         let c = if depthwise { g } else { c };
         let m = mg * g;
         let (kh, kw) = (1 + r.below(4), 1 + r.below(4));
@@ -45,7 +49,10 @@ fn random_convolutions_match_the_interpreter() {
             c / g
         );
         if bias {
-            body += &format!("param %b: f32[{m}] = uniform(low=-1, high=1, seed={})\n", round + 1000);
+            body += &format!(
+                "param %b: f32[{m}] = uniform(low=-1, high=1, seed={})\n",
+                round + 1000
+            );
         }
         if epi.contains("%r") {
             body += &format!("input %r: f32[{n},{m},{oh},{ow}]\n");
@@ -61,12 +68,24 @@ fn random_convolutions_match_the_interpreter() {
         let out = if epi.is_empty() { "%c" } else { "%y" };
         body += &format!("{epi}\noutput {out}");
         let src = format!("graph conv{round} {{\n{body}\n}}\n");
-        let graph = dnnc_ir::text::parse(&src, "conv.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"));
-        let mut ins = vec![("x".to_string(), rand_f32(&[n, c, h, w], r.next_u64(), -1.0, 1.0))];
+        let graph =
+            dnnc_ir::text::parse(&src, "conv.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"));
+        let mut ins = vec![(
+            "x".to_string(),
+            rand_f32(&[n, c, h, w], r.next_u64(), -1.0, 1.0),
+        )];
         if epi.contains("%r") {
-            ins.push(("r".to_string(), rand_f32(&[n, m, oh, ow], r.next_u64(), -1.0, 1.0)));
+            ins.push((
+                "r".to_string(),
+                rand_f32(&[n, m, oh, ow], r.next_u64(), -1.0, 1.0),
+            ));
         }
-        for algo in [None, Some(ConvAlgo::Im2col), Some(ConvAlgo::Pointwise), Some(ConvAlgo::Depthwise)] {
+        for algo in [
+            None,
+            Some(ConvAlgo::Im2col),
+            Some(ConvAlgo::Pointwise),
+            Some(ConvAlgo::Depthwise),
+        ] {
             // Sums of up to a few hundred products: scale atol with K.
             check_with(&graph, &ins, 1e-4, 1e-4, &CpuOptions { conv_algo: algo });
         }

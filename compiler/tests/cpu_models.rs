@@ -12,9 +12,12 @@ use std::time::Instant;
 
 fn shared_models() -> Option<Vec<PathBuf>> {
     let base = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let dir = [base.join("../../shared/models"), base.join("../shared/models")]
-        .into_iter()
-        .find(|d| d.is_dir());
+    let dir = [
+        base.join("../../shared/models"),
+        base.join("../shared/models"),
+    ]
+    .into_iter()
+    .find(|d| d.is_dir());
     let Some(dir) = dir else {
         println!("SKIPPED: ../shared/models not found");
         return None;

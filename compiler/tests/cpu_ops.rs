@@ -35,8 +35,11 @@ fn inputs(g: &Graph, seed: u64, lo: f32, hi: f32) -> Vec<(String, Tensor)> {
                     .unwrap(),
                 ),
                 DType::Bool => Tensor::Bool(
-                    ArrayD::from_shape_vec(IxDyn(&shape), (0..n).map(|_| r.below(2) == 1).collect())
-                        .unwrap(),
+                    ArrayD::from_shape_vec(
+                        IxDyn(&shape),
+                        (0..n).map(|_| r.below(2) == 1).collect(),
+                    )
+                    .unwrap(),
                 ),
             };
             (val.name.clone(), t)
@@ -209,7 +212,13 @@ fn every_op_the_ir_supports_is_covered() {
         }
     }
     for op in ["ReduceMean", "ReduceSum", "ReduceMax"] {
-        for (axes, keep) in [("[]", 1), ("[1]", 0), ("[2,3]", 1), ("[0,2]", 0), ("[-1]", 1)] {
+        for (axes, keep) in [
+            ("[]", 1),
+            ("[1]", 0),
+            ("[2,3]", 1),
+            ("[0,2]", 0),
+            ("[-1]", 1),
+        ] {
             seen.extend(diff(
                 &format!("input %x: f32[2,3,5,7]\n%y = {op}(%x) {{axes={axes}, keepdims={keep}}}\noutput %y"),
                 -3.0,
@@ -389,7 +398,10 @@ fn every_op_the_ir_supports_is_covered() {
         .copied()
         .filter(|n| !seen.contains(*n) && !missing.contains(n))
         .collect();
-    assert!(uncovered.is_empty(), "ops without a CPU test: {uncovered:?}");
+    assert!(
+        uncovered.is_empty(),
+        "ops without a CPU test: {uncovered:?}"
+    );
 }
 
 #[test]
@@ -428,7 +440,15 @@ fn transcendentals_over_wide_ranges() {
     let n = vals.len();
     let x = f32_tensor(&[n], vals.clone());
     for op in [
-        "Exp", "Sigmoid", "Tanh", "Erf", "Gelu", "Softplus", "Elu", "Selu", "HardSwish",
+        "Exp",
+        "Sigmoid",
+        "Tanh",
+        "Erf",
+        "Gelu",
+        "Softplus",
+        "Elu",
+        "Selu",
+        "HardSwish",
     ] {
         let g = parse(&format!("input %x: f32[{n}]\n%y = {op}(%x)\noutput %y"));
         check(&g, &[("x".into(), x.clone())]);
@@ -436,7 +456,13 @@ fn transcendentals_over_wide_ranges() {
     // Sin and Cos on moderate magnitudes (range reduction is f32).
     let trig: Vec<f32> = vals
         .iter()
-        .map(|v| if v.is_finite() && v.abs() < 1e4 { *v } else { 0.25 })
+        .map(|v| {
+            if v.is_finite() && v.abs() < 1e4 {
+                *v
+            } else {
+                0.25
+            }
+        })
         .collect();
     for op in ["Sin", "Cos"] {
         let g = parse(&format!("input %x: f32[{n}]\n%y = {op}(%x)\noutput %y"));
@@ -444,7 +470,15 @@ fn transcendentals_over_wide_ranges() {
     }
     // Log and Sqrt on positives, zero, subnormals, negatives and inf.
     let mut pos: Vec<f32> = vals.iter().map(|v| v.abs()).collect();
-    pos.extend([0.0, 1e-40, 1e-44, f32::MIN_POSITIVE, -1.0, f32::INFINITY, 3.0e38]);
+    pos.extend([
+        0.0,
+        1e-40,
+        1e-44,
+        f32::MIN_POSITIVE,
+        -1.0,
+        f32::INFINITY,
+        3.0e38,
+    ]);
     let m = pos.len();
     for op in ["Log", "Sqrt", "Reciprocal"] {
         let g = parse(&format!("input %x: f32[{m}]\n%y = {op}(%x)\noutput %y"));
@@ -487,7 +521,12 @@ fn conv_algorithms_agree() {
     let src = "input %x: f32[2,6,9,8]\nparam %w: f32[6,1,3,3] = he(seed=1)\nparam %v: f32[4,6,1,1] = he(seed=2)\n%d = Conv2d(%x, %w) {pads=[1,1,1,1], group=6}\n%y = Conv2d(%d, %v)\noutput %y";
     let g = parse(src);
     let ins = inputs(&g, 5, -1.0, 1.0);
-    for algo in [None, Some(ConvAlgo::Im2col), Some(ConvAlgo::Pointwise), Some(ConvAlgo::Depthwise)] {
+    for algo in [
+        None,
+        Some(ConvAlgo::Im2col),
+        Some(ConvAlgo::Pointwise),
+        Some(ConvAlgo::Depthwise),
+    ] {
         cpu_common::check_with(&g, &ins, 1e-4, 1e-5, &CpuOptions { conv_algo: algo });
     }
 }

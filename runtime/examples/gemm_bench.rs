@@ -20,13 +20,27 @@ fn best_of<F: FnMut()>(reps: usize, mut f: F) -> f64 {
 fn main() {
     let shapes = [
         (512usize, 512usize, 512usize, "512x512x512"),
-        (3136, 64, 576, "3136x64x576 (ResNet conv, pixels x channels)"),
-        (64, 3136, 576, "64x3136x576 (ResNet conv, channels x pixels)"),
+        (
+            3136,
+            64,
+            576,
+            "3136x64x576 (ResNet conv, pixels x channels)",
+        ),
+        (
+            64,
+            3136,
+            576,
+            "64x3136x576 (ResNet conv, channels x pixels)",
+        ),
         (128, 784, 1152, "128x784x1152 (ResNet layer2 conv)"),
     ];
     for (m, n, k, label) in shapes {
-        let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 * 0.1 - 0.6).collect();
-        let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 11) as f32 * 0.1 - 0.5).collect();
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7) % 13) as f32 * 0.1 - 0.6)
+            .collect();
+        let b: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 5) % 11) as f32 * 0.1 - 0.5)
+            .collect();
         let mut c = vec![0.0f32; m * n];
         let flops = 2.0 * (m * n * k) as f64;
         let reps = 10;

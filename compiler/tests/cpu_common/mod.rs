@@ -73,14 +73,26 @@ pub fn assert_close(what: &str, got: &Tensor, want: &Tensor, rtol: f32, atol: f3
 
 /// Compiles `g` for the CPU and checks every output against the
 /// interpreter; returns the largest absolute error.
-pub fn check_with(g: &Graph, inputs: &[(String, Tensor)], rtol: f32, atol: f32, opts: &CpuOptions) -> f32 {
+pub fn check_with(
+    g: &Graph,
+    inputs: &[(String, Tensor)],
+    rtol: f32,
+    atol: f32,
+    opts: &CpuOptions,
+) -> f32 {
     let want = dnnc_runtime::run(g, inputs).expect("interpreter");
     let exe = compile_cpu(g, opts).unwrap_or_else(|e| panic!("compile {}: {e}", g.name));
     let got = exe.run(inputs).expect("cpu run");
     assert_eq!(got.len(), want.len());
     let mut max = 0.0f32;
     for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-        max = max.max(assert_close(&format!("{} output {i}", g.name), a, b, rtol, atol));
+        max = max.max(assert_close(
+            &format!("{} output {i}", g.name),
+            a,
+            b,
+            rtol,
+            atol,
+        ));
     }
     max
 }

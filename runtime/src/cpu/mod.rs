@@ -21,7 +21,7 @@
 mod alloc;
 pub mod native;
 
-pub use alloc::{AlignedBuf, ArenaPlan, Allocator, PerValueAllocator, TempInfo};
+pub use alloc::{AlignedBuf, Allocator, ArenaPlan, PerValueAllocator, TempInfo};
 
 use crate::RunError;
 use dnnc_ir::{DType, Tensor, TensorType};
@@ -33,6 +33,9 @@ use std::sync::Arc;
 /// A generated kernel: reads and writes the buffers whose pointers `args`
 /// lists, returns 0 or a 1-based error index (see the module docs).
 pub type KernelFn = unsafe extern "C" fn(args: *const *mut u8) -> i32;
+
+/// Per-step profile entries: kernel name, op(s), wall time.
+pub type StepTimes = Vec<(String, String, std::time::Duration)>;
 
 /// Index of a buffer in [`Executable::buffers`].
 pub type BufId = usize;
@@ -177,7 +180,7 @@ impl Executable {
     pub fn run_profiled(
         &self,
         inputs: &[(String, Tensor)],
-    ) -> Result<(Vec<Tensor>, Vec<(String, String, std::time::Duration)>), RunError> {
+    ) -> Result<(Vec<Tensor>, StepTimes), RunError> {
         let mut times = Vec::with_capacity(self.steps.len());
         let out = self.run_inner(inputs, Some(&mut times))?;
         Ok((out, times))
@@ -186,7 +189,7 @@ impl Executable {
     fn run_inner(
         &self,
         inputs: &[(String, Tensor)],
-        mut times: Option<&mut Vec<(String, String, std::time::Duration)>>,
+        mut times: Option<&mut StepTimes>,
     ) -> Result<Vec<Tensor>, RunError> {
         let mut provided: HashMap<&str, &Tensor> = HashMap::new();
         for (name, t) in inputs {

@@ -135,18 +135,21 @@ pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec
 fn acc_arg(c: &KCtx<'_>) -> Result<usize, String> {
     let a = c.g.node(c.k.nodes[0]).outputs[0];
     if needs_acc_ws(c.g, c.k) {
-        return c.ws.last().copied().ok_or("missing accumulator workspace".into());
+        return c
+            .ws
+            .last()
+            .copied()
+            .ok_or("missing accumulator workspace".into());
     }
     if c.k.outputs.contains(&a) {
         return c.arg(a);
     }
     let ty = &c.g.value(a).ty;
-    let v = c
-        .k
-        .outputs
-        .iter()
-        .find(|&&v| c.g.value(v).ty == *ty)
-        .ok_or("no buffer for the contraction result")?;
+    let v =
+        c.k.outputs
+            .iter()
+            .find(|&&v| c.g.value(v).ty == *ty)
+            .ok_or("no buffer for the contraction result")?;
     c.arg(*v)
 }
 
@@ -323,10 +326,7 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<(), String> {
     let geom = ConvGeom::of(c.g, c.k)?;
     let node = c.g.node(c.k.nodes[0]);
     let acc = acc_arg(c)?;
-    let bias = node
-        .inputs
-        .get(2)
-        .map(|&b| (b, vec![geom.m, 1, 1], 1.0f32));
+    let bias = node.inputs.get(2).map(|&b| (b, vec![geom.m, 1, 1], 1.0f32));
     let spec = epilogue(c, acc, bias)?;
     let x = e.bufs[c.arg(node.inputs[0])?];
     let w = e.bufs[c.arg(node.inputs[1])?];
@@ -421,7 +421,14 @@ fn conv_gemm(
 
 /// Static range of output positions `o` whose input position
 /// `o * stride - pad + tap * dil` lies in `[0, size)`.
-fn valid_range(out: usize, size: usize, stride: usize, pad: usize, tap: usize, dil: usize) -> (usize, usize) {
+fn valid_range(
+    out: usize,
+    size: usize,
+    stride: usize,
+    pad: usize,
+    tap: usize,
+    dil: usize,
+) -> (usize, usize) {
     let off = tap as i64 * dil as i64 - pad as i64;
     let (s, size) = (stride as i64, size as i64);
     // o*s + off >= 0  =>  o >= ceil(-off / s)
@@ -460,7 +467,15 @@ fn zero_run(e: &mut Emit<'_>, base: Value, start: Value, len: usize) {
 }
 
 /// Copies `len` f32s from `src[s0 + j*stride]` to `dst[d0 + j]`.
-fn copy_run(e: &mut Emit<'_>, dst: Value, d0: Value, src: Value, s0: Value, len: usize, stride: usize) {
+fn copy_run(
+    e: &mut Emit<'_>,
+    dst: Value,
+    d0: Value,
+    src: Value,
+    s0: Value,
+    len: usize,
+    stride: usize,
+) {
     if len == 0 {
         return;
     }
@@ -580,10 +595,9 @@ fn conv_depthwise(
                         let ih = e.b.ins().iadd_imm_s(ih, i as i64 * dh as i64 - pt as i64);
                         let srow = e.b.ins().imul_imm_s(ih, geo.w as i64);
                         let srow = e.b.ins().iadd(srow, xo);
-                        let s0 = e
-                            .b
-                            .ins()
-                            .iadd_imm_s(srow, (wlo * sw + j * dw) as i64 - pl as i64);
+                        let s0 =
+                            e.b.ins()
+                                .iadd_imm_s(srow, (wlo * sw + j * dw) as i64 - pl as i64);
                         let d = e.b.ins().imul_imm_s(oh, geo.ow as i64);
                         let d = e.b.ins().iadd(d, yo);
                         let d0 = e.b.ins().iadd_imm_s(d, wlo as i64);

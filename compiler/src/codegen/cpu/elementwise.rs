@@ -67,6 +67,10 @@ pub(crate) fn bcast_strides(shape: &[usize], domain: &[usize]) -> Option<Vec<i64
     Some(s)
 }
 
+/// A value read rather than computed: `(value, acc, Some((extra, scale)))`
+/// is `acc + scale * extra` at each point.
+pub(crate) type Preset = (ValueId, Operand, Option<(Operand, f32)>);
+
 /// What to evaluate over the domain.
 pub(crate) struct EwSpec<'g> {
     /// The graph the nodes belong to.
@@ -80,7 +84,7 @@ pub(crate) struct EwSpec<'g> {
     pub inputs: HashMap<(NodeId, usize), Operand>,
     /// Values computed before the loop nest (the contraction result):
     /// value = load(acc) + scale * load(extra).
-    pub preset: Vec<(ValueId, Operand, Option<(Operand, f32)>)>,
+    pub preset: Vec<Preset>,
     /// Values stored at every point.
     pub outputs: Vec<(ValueId, Operand)>,
 }
@@ -205,7 +209,7 @@ pub(crate) fn emit(e: &mut Emit<'_>, spec: &EwSpec<'_>, sub: &SubDomain) -> Resu
     }
     let all_strides: Vec<Vec<i64>> = ops.iter().map(|o| o.strides.clone()).collect();
     let (lens, strides) = coalesce(&sub.lens, &all_strides);
-    if lens.iter().any(|&l| l == 0) {
+    if lens.contains(&0) {
         return Ok(());
     }
     let r = lens.len();
@@ -683,7 +687,7 @@ pub(crate) fn spec_for<'g>(
     domain: &[usize],
     nodes: &[NodeId],
     arg_of: &HashMap<ValueId, usize>,
-    preset: Vec<(ValueId, Operand, Option<(Operand, f32)>)>,
+    preset: Vec<Preset>,
     outputs: &[ValueId],
 ) -> Result<EwSpec<'g>, String> {
     let mut computed: Vec<ValueId> = preset.iter().map(|(v, _, _)| *v).collect();

@@ -27,7 +27,9 @@ fn poly(e: &mut Emit<'_>, x: Value, c: &[f32]) -> Value {
 /// `2^n` for integral f32x4 `n` in `[-252, 254]`, as two factors so that
 /// neither exponent field overflows; `x * 2^n` is returned.
 fn ldexp(e: &mut Emit<'_>, x: Value, n: Value) -> Value {
-    let ni = e.b.ins().fcvt_to_sint_sat(cranelift_codegen::ir::types::I32X4, n);
+    let ni =
+        e.b.ins()
+            .fcvt_to_sint_sat(cranelift_codegen::ir::types::I32X4, n);
     let n1 = e.b.ins().sshr_imm_u(ni, 1);
     let n2 = e.b.ins().isub(ni, n1);
     let bias = e.vi(127);
@@ -65,7 +67,7 @@ pub(crate) fn exp(e: &mut Emit<'_>, x: Value) -> Value {
             8.333_452e-3,
             4.166_579_6e-2,
             1.666_666_5e-1,
-            5.000_000_1e-1,
+            0.5,
         ],
     );
     let r2 = e.b.ins().fmul(r, r);
@@ -100,7 +102,9 @@ pub(crate) fn log(e: &mut Emit<'_>, x: Value) -> Value {
     let half = e.vi(0x3f00_0000);
     let m = e.b.ins().bor(m, half);
     let m = e.as_float(m); // [0.5, 1)
-    let ef = e.b.ins().fcvt_from_sint(cranelift_codegen::ir::types::F32X4, ex);
+    let ef =
+        e.b.ins()
+            .fcvt_from_sint(cranelift_codegen::ir::types::F32X4, ex);
     let ef = e.b.ins().fadd(ef, adj);
     // if m < sqrt(1/2): e -= 1, x = 2m - 1 else x = m - 1
     let sqrthf = e.vf(std::f32::consts::FRAC_1_SQRT_2);
@@ -124,7 +128,7 @@ pub(crate) fn log(e: &mut Emit<'_>, x: Value) -> Value {
             -1.666_805_8e-1,
             2.000_071_4e-1,
             -2.499_999_4e-1,
-            3.333_333_1e-1,
+            0.333_333_3,
         ],
     );
     let y = e.b.ins().fmul(p, xr);
@@ -173,10 +177,10 @@ pub(crate) fn tanh(e: &mut Emit<'_>, x: Value) -> Value {
         z,
         &[
             -5.704_988_7e-3,
-            2.063_908_9e-2,
+            2.063_909e-2,
             -5.373_971_6e-2,
             1.333_144_2e-1,
-            -3.333_328_2e-1,
+            -0.333_332_8,
         ],
     );
     let p = e.b.ins().fmul(p, z);
@@ -303,16 +307,18 @@ pub(crate) fn sincos(e: &mut Emit<'_>, x: Value, cos: bool) -> Value {
     let two_i = e.vi(2);
     let zero_i = e.vi(0);
     let odd = e.b.ins().band(qi, one_i);
-    let odd = e
-        .b
-        .ins()
-        .icmp(cranelift_codegen::ir::condcodes::IntCC::NotEqual, odd, zero_i);
+    let odd = e.b.ins().icmp(
+        cranelift_codegen::ir::condcodes::IntCC::NotEqual,
+        odd,
+        zero_i,
+    );
     let v = e.msel(odd, c, s);
     let neg = e.b.ins().band(qi, two_i);
-    let neg = e
-        .b
-        .ins()
-        .icmp(cranelift_codegen::ir::condcodes::IntCC::NotEqual, neg, zero_i);
+    let neg = e.b.ins().icmp(
+        cranelift_codegen::ir::condcodes::IntCC::NotEqual,
+        neg,
+        zero_i,
+    );
     let nv = e.b.ins().fneg(v);
     let r = e.msel(neg, nv, v);
     let _ = F32X4;

@@ -217,9 +217,8 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 let (s, e) = (clamp(start), clamp(end));
                 let dims: Vec<i64> = x[s..e.max(s)].iter().map(|&d| d as i64).collect();
                 let t = Tensor::I64(
-                    ndarray::ArrayD::from_shape_vec(vec![dims.len()], dims).map_err(|e| {
-                        unsupported(g, n, format!("shape result: {e}"))
-                    })?,
+                    ndarray::ArrayD::from_shape_vec(vec![dims.len()], dims)
+                        .map_err(|e| unsupported(g, n, format!("shape result: {e}")))?,
                 );
                 vbuf.insert(v, buffers.len());
                 buffers.push(Buffer {
@@ -317,13 +316,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             if arg_of.contains_key(&v) {
                 continue;
             }
-            let b = *vbuf
-                .get(&v)
-                .ok_or_else(|| unsupported(g, anchor, format!("`%{}` has no buffer", g.value(v).name)))?;
+            let b = *vbuf.get(&v).ok_or_else(|| {
+                unsupported(g, anchor, format!("`%{}` has no buffer", g.value(v).name))
+            })?;
             arg_of.insert(v, args.len());
             args.push(b);
         }
-        let ws_bytes = contraction::workspaces(g, k, opts).map_err(|m| unsupported(g, anchor, m))?;
+        let ws_bytes =
+            contraction::workspaces(g, k, opts).map_err(|m| unsupported(g, anchor, m))?;
         let mut ws = Vec::new();
         for (i, bytes) in ws_bytes.into_iter().enumerate() {
             ws.push(args.len());
@@ -447,14 +447,20 @@ unsafe extern "C" fn dummy_kernel(_: *const *mut u8) -> i32 {
 /// An elementwise kernel: every node evaluated per point of the output.
 fn lower_elementwise(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
     let last = *c.k.nodes.last().ok_or("empty kernel")?;
-    let domain = c
-        .g
-        .node(last)
-        .outputs
-        .first()
-        .map(|&v| c.g.value(v).ty.shape.clone())
-        .ok_or("node without result")?;
-    let spec = elementwise::spec_for(c.g, &domain, &c.k.nodes, &c.arg_of, Vec::new(), &c.k.outputs)?;
+    let domain =
+        c.g.node(last)
+            .outputs
+            .first()
+            .map(|&v| c.g.value(v).ty.shape.clone())
+            .ok_or("node without result")?;
+    let spec = elementwise::spec_for(
+        c.g,
+        &domain,
+        &c.k.nodes,
+        &c.arg_of,
+        Vec::new(),
+        &c.k.outputs,
+    )?;
     elementwise::emit(e, &spec, &elementwise::SubDomain::full(&domain))?;
     let int_div = c.k.nodes.iter().any(|&n| {
         matches!(c.g.node(n).op, Op::Binary(dnnc_ir::op::Binary::Div))

@@ -83,7 +83,7 @@ pub(crate) fn strided_copy(
     src_str: &[i64],
     dt: DType,
 ) {
-    if dims.iter().any(|&d| d == 0) {
+    if dims.contains(&0) {
         return;
     }
     let (d, sd, ss) = coalesce2(dims, dst_str, src_str);
@@ -276,7 +276,9 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
                 let kd = e.b.ins().iadd_imm_s(k, d as i64);
                 let k = e.b.ins().select(neg, kd, k);
                 let lo = e.b.ins().icmp_imm_s(IntCC::SignedLessThan, k, 0);
-                let hi = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, k, d as i64);
+                let hi =
+                    e.b.ins()
+                        .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, k, d as i64);
                 let bad = e.b.ins().bor(lo, hi);
                 e.fail_if(bad, 1);
                 e.for_n(outer, |e, o| {

@@ -69,7 +69,10 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
         Op::LogSoftmax { axis } => softmax(e, &xs, norm_axis(*axis, xs.len())?, x, y, true),
         Op::Lrn(p) => lrn(e, p, &xs, x, y)?,
         Op::InstanceNormalization { epsilon } => {
-            let (sc, bi) = (e.bufs[c.arg(node.inputs[1])?], e.bufs[c.arg(node.inputs[2])?]);
+            let (sc, bi) = (
+                e.bufs[c.arg(node.inputs[1])?],
+                e.bufs[c.arg(node.inputs[2])?],
+            );
             let (nn, ch) = (xs[0], xs[1]);
             let lane: Vec<usize> = xs[2..].to_vec();
             let l: usize = lane.iter().product();
@@ -214,10 +217,32 @@ fn pool(
         let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
         let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
         e.for_n(oh, |e, r| {
-            let (ilo, ihi, ihp) = tap_range(e, r, p.strides[0], p.pads[0], p.dilations[0], p.kernel[0], h, p.pads[2]);
+            let (ilo, ihi, ihp) = tap_range(
+                e,
+                r,
+                p.strides[0],
+                p.pads[0],
+                p.dilations[0],
+                p.kernel[0],
+                h,
+                p.pads[2],
+            );
             e.for_n(ow, |e, q| {
-                let (jlo, jhi, jhp) = tap_range(e, q, p.strides[1], p.pads[1], p.dilations[1], p.kernel[1], w, p.pads[3]);
-                let init = if max { e.cf(f32::NEG_INFINITY) } else { e.cf(0.0) };
+                let (jlo, jhi, jhp) = tap_range(
+                    e,
+                    q,
+                    p.strides[1],
+                    p.pads[1],
+                    p.dilations[1],
+                    p.kernel[1],
+                    w,
+                    p.pads[3],
+                );
+                let init = if max {
+                    e.cf(f32::NEG_INFINITY)
+                } else {
+                    e.cf(0.0)
+                };
                 let acc = e.var(F32, init);
                 let hs = e.b.ins().imul_imm_s(r, p.strides[0] as i64);
                 let hs = e.b.ins().iadd_imm_s(hs, -(p.pads[0] as i64));
@@ -234,7 +259,11 @@ fn pool(
                         let idx = e.b.ins().iadd(row, iw);
                         let v = e.load_f32(x, idx);
                         let a = e.b.use_var(acc);
-                        let nv = if max { nan_max(e, a, v) } else { e.b.ins().fadd(a, v) };
+                        let nv = if max {
+                            nan_max(e, a, v)
+                        } else {
+                            e.b.ins().fadd(a, v)
+                        };
                         e.b.def_var(acc, nv);
                     });
                 });
@@ -331,7 +360,11 @@ fn run_reduce(e: &mut Emit<'_>, x: Value, off: Value, len: usize, kind: ReduceKi
             let i = e.b.ins().iadd(off, j);
             let v = e.load_v(x, i);
             let a = e.b.use_var(vacc);
-            let nv = if max { e.b.ins().fmax(a, v) } else { e.b.ins().fadd(a, v) };
+            let nv = if max {
+                e.b.ins().fmax(a, v)
+            } else {
+                e.b.ins().fadd(a, v)
+            };
             e.b.def_var(vacc, nv);
         });
     }
@@ -339,7 +372,11 @@ fn run_reduce(e: &mut Emit<'_>, x: Value, off: Value, len: usize, kind: ReduceKi
     let mut r = e.b.ins().extractlane(a, 0);
     for l in 1..4u8 {
         let t = e.b.ins().extractlane(a, l);
-        r = if max { nan_max(e, r, t) } else { e.b.ins().fadd(r, t) };
+        r = if max {
+            nan_max(e, r, t)
+        } else {
+            e.b.ins().fadd(r, t)
+        };
     }
     let sacc = e.var(F32, r);
     if v_end < len {
@@ -349,7 +386,11 @@ fn run_reduce(e: &mut Emit<'_>, x: Value, off: Value, len: usize, kind: ReduceKi
             let i = e.b.ins().iadd(off, j);
             let v = e.load_f32(x, i);
             let a = e.b.use_var(sacc);
-            let nv = if max { nan_max(e, a, v) } else { e.b.ins().fadd(a, v) };
+            let nv = if max {
+                nan_max(e, a, v)
+            } else {
+                e.b.ins().fadd(a, v)
+            };
             e.b.def_var(sacc, nv);
         });
     }
