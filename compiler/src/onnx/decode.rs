@@ -223,7 +223,7 @@ pub(crate) enum Attr {
     Tensor(Box<TensorProto>),
     Floats(Vec<f32>),
     Ints(Vec<i64>),
-    Strs,
+    Strs(Vec<String>),
     /// GRAPH, SPARSE_TENSOR, TYPE_PROTO and lists of them.
     Other(&'static str),
 }
@@ -237,7 +237,7 @@ impl Attr {
             Attr::Tensor(_) => "TENSOR",
             Attr::Floats(_) => "FLOATS",
             Attr::Ints(_) => "INTS",
-            Attr::Strs => "STRINGS",
+            Attr::Strs(_) => "STRINGS",
             Attr::Other(k) => k,
         }
     }
@@ -284,7 +284,7 @@ pub(crate) fn decode_attr(a: &AttributeProto) -> Attr {
         T::Tensor => Attr::Tensor(Box::new(a.t.clone().unwrap_or_default())),
         T::Floats => Attr::Floats(a.floats.clone()),
         T::Ints => Attr::Ints(a.ints.clone()),
-        T::Strings => Attr::Strs,
+        T::Strings => Attr::Strs(a.strings.iter().map(|b| utf8(b)).collect()),
         T::Graph => Attr::Other("GRAPH"),
         T::Graphs => Attr::Other("GRAPHS"),
         T::SparseTensor | T::SparseTensors => Attr::Other("SPARSE_TENSOR"),
@@ -387,6 +387,15 @@ impl Attrs {
             None => Ok(default.to_string()),
             Some(Attr::Str(s)) => Ok(s),
             Some(a) => Err(Self::wrong(key, "STRING", &a)),
+        }
+    }
+
+    pub fn strings_opt(&mut self, key: &str) -> Result<Option<Vec<String>>, Why> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(Attr::Strs(v)) => Ok(Some(v)),
+            Some(Attr::Str(s)) => Ok(Some(vec![s])),
+            Some(a) => Err(Self::wrong(key, "STRINGS", &a)),
         }
     }
 

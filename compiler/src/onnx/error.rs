@@ -55,6 +55,12 @@ pub enum OnnxError {
         /// The file.
         file: String,
     },
+    /// The graph declares no outputs, so there is nothing to compute.
+    #[error("`{file}`: the graph declares no outputs")]
+    NoOutputs {
+        /// The file.
+        file: String,
+    },
     /// The default-domain opset is missing or outside the supported range.
     #[error("`{file}`: {message}")]
     Opset {

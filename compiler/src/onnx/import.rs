@@ -9,13 +9,19 @@ use super::error::{OnnxError, UnsupportedNode};
 use super::fold::{self, Folded};
 use super::proto::{tensor_proto::DataType, GraphProto, ModelProto, NodeProto};
 use dnnc_ir::infer::norm_axis;
-use dnnc_ir::op::{Binary, Conv2d, Gemm, Lrn, PadMode, Pool2d, ReduceKind, Unary};
+use dnnc_ir::op::{
+    Binary, CellKind, Compare, Conv2d, ConvTranspose2d, CoordMode, Gemm, Logical, Lrn, NearestMode,
+    PadMode, Pool2d, Recurrent, ReduceKind, Resize, ResizeMode, RnnActivation, RnnDirection, Unary,
+};
 use dnnc_ir::{DType, Graph, GraphError, Init, Op, Tensor, TensorType, ValueId};
 use ndarray::{ArrayD, IxDyn};
 use std::collections::{HashMap, HashSet};
 
 /// Oldest and newest default-domain opsets whose semantics are implemented.
-pub const OPSET_RANGE: (i64, i64) = (7, 21);
+/// Opsets 22 to 27 changed only the type constraints (bfloat16, float8,
+/// 4- and 2-bit types) of the ops dnnc imports, so their float32 forms
+/// import unchanged.
+pub const OPSET_RANGE: (i64, i64) = (7, 27);
 
 /// Largest attribute value (strides, pads, dilations) accepted, so window
 /// arithmetic cannot overflow.
@@ -82,6 +88,31 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Cast",
     "Equal",
     "Where",
+    "Less",
+    "Greater",
+    "Not",
+    "And",
+    "Or",
+    "Tile",
+    "Sum",
+    "Mean",
+    "ConvTranspose",
+    "InstanceNormalization",
+    "LayerNormalization",
+    "PRelu",
+    "Selu",
+    "Sign",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sin",
+    "Cos",
+    "Einsum",
+    "Resize",
+    "Upsample",
+    "RNN",
+    "GRU",
+    "LSTM",
 ];
 
 /// State of one ONNX name.
@@ -214,6 +245,9 @@ pub(crate) fn import_model(model: &ModelProto, file: &str) -> Result<Graph, Onnx
                 OPSET_RANGE.0, OPSET_RANGE.1
             ),
         });
+    }
+    if graph.output.is_empty() {
+        return Err(OnnxError::NoOutputs { file: file.into() });
     }
     let name = match graph.name() {
         "" => std::path::Path::new(file)
@@ -682,6 +716,11 @@ impl Importer {
         let v = self.opset;
         let op = cx.op;
         match op {
+            "Conv" | "ConvTranspose" | "MaxPool" | "AveragePool"
+                if self.input_rank(cx) == Some(3) =>
+            {
+                return self.as_2d(cx);
+            }
             "Conv" => self.conv(cx, &mut a)?,
             "MaxPool" | "AveragePool" => self.pool(cx, &mut a)?,
             "MatMul" => {
@@ -752,7 +791,8 @@ impl Importer {
                 self.apply(cx, Op::Lrn(l), &[cx.req_input(0, "X")?], &[cx.out0()?])?
             }
             "Relu" | "Sigmoid" | "Tanh" | "Softplus" | "Sqrt" | "Exp" | "Log" | "Neg" | "Abs"
-            | "Reciprocal" | "Erf" | "HardSwish" | "LeakyRelu" | "Elu" | "HardSigmoid" | "Gelu" => {
+            | "Reciprocal" | "Erf" | "HardSwish" | "LeakyRelu" | "Elu" | "HardSigmoid" | "Gelu"
+            | "Selu" | "Sign" | "Floor" | "Ceil" | "Round" | "Sin" | "Cos" => {
                 let u = match op {
                     "Relu" => Unary::Relu,
                     "Sigmoid" => Unary::Sigmoid,
@@ -765,6 +805,16 @@ impl Importer {
                     "Abs" => Unary::Abs,
                     "Reciprocal" => Unary::Reciprocal,
                     "Erf" => Unary::Erf,
+                    "Sign" => Unary::Sign,
+                    "Floor" => Unary::Floor,
+                    "Ceil" => Unary::Ceil,
+                    "Round" => Unary::Round,
+                    "Sin" => Unary::Sin,
+                    "Cos" => Unary::Cos,
+                    "Selu" => Unary::Selu {
+                        alpha: a.float("alpha", 1.673_263_2)?,
+                        gamma: a.float("gamma", 1.050_701)?,
+                    },
                     "HardSwish" => {
                         if v < 14 {
                             unsup!("HardSwish exists from opset 14; the model imports opset {v}");
@@ -811,6 +861,8 @@ impl Importer {
                         self.opt_scalar_f32(cx, 2, "max")?.unwrap_or(f32::INFINITY),
                     )
                 };
+                // ONNX: with min > max every element becomes max.
+                let min = if min > max { max } else { min };
                 let x = cx.req_input(0, "input")?;
                 self.apply(cx, Op::Unary(Unary::Clip { min, max }), &[x], &[cx.out0()?])?
             }
@@ -832,22 +884,35 @@ impl Importer {
                 if b == Binary::Pow {
                     // Pow allows an exponent of another dtype (opset 12+).
                     let (xt, yt) = (self.ty(cx, x)?, self.ty(cx, &y)?);
+                    if xt.dtype != DType::F32 {
+                        unsup!(
+                            "Pow of a {} base is not supported (dnnc's Pow is f32)",
+                            xt.dtype
+                        );
+                    }
                     if xt.dtype != yt.dtype {
+                        let name = self.fresh(&y);
                         if let Some(t) = self.tensor(&y) {
                             let t = fold::cast(t, xt.dtype);
-                            let name = self.fresh(&y);
                             self.set_known(&name, t);
-                            y = name;
+                        } else {
+                            self.apply(
+                                cx,
+                                Op::Cast { to: xt.dtype },
+                                &[&y],
+                                std::slice::from_ref(&name),
+                            )?;
                         }
+                        y = name;
                     }
                 }
                 self.apply(cx, Op::Binary(b), &[x, &y], &[cx.out0()?])?
             }
-            "Max" | "Min" => {
-                let b = if op == "Max" {
-                    Binary::Max
-                } else {
-                    Binary::Min
+            "Max" | "Min" | "Sum" | "Mean" => {
+                let b = match op {
+                    "Max" => Binary::Max,
+                    "Min" => Binary::Min,
+                    _ => Binary::Add,
                 };
                 let ins: Vec<String> =
                     cx.p.input
@@ -856,6 +921,9 @@ impl Importer {
                         .cloned()
                         .collect();
                 let out = cx.out0()?;
+                // Mean sums into a temporary, then divides by the count.
+                let mean = op == "Mean" && ins.len() > 1;
+                let sum_out = if mean { self.fresh(&out) } else { out.clone() };
                 match ins.len() {
                     0 => return Err(cx.invalid("needs at least one input")),
                     1 => self.alias(cx, &ins[0], &out, Op::Identity)?,
@@ -863,7 +931,7 @@ impl Importer {
                         let mut acc = ins[0].clone();
                         for (k, next) in ins.iter().enumerate().skip(1) {
                             let name = if k == n - 1 {
-                                out.clone()
+                                sum_out.clone()
                             } else {
                                 self.fresh(&out)
                             };
@@ -874,6 +942,11 @@ impl Importer {
                                 std::slice::from_ref(&name),
                             )?;
                             acc = name;
+                        }
+                        if mean {
+                            let count = self.fresh(&out);
+                            self.set_known(&count, f32_scalar(n as f32));
+                            self.apply(cx, Op::Binary(Binary::Div), &[&sum_out, &count], &[out])?;
                         }
                     }
                 }
@@ -896,19 +969,25 @@ impl Importer {
                 };
                 let x = cx.req_input(0, "data")?;
                 let out = cx.out0()?;
+                let reduce = Op::Reduce {
+                    kind,
+                    axes: axes.clone(),
+                    keepdims,
+                };
+                let dtype = self.ty(cx, x)?.dtype;
                 if axes.is_empty() && noop {
                     self.alias(cx, x, &out, Op::Identity)?
+                } else if dtype == DType::Bool && kind == ReduceKind::Max {
+                    // Max over bools is any(): exact through 0.0/1.0.
+                    let (f, m) = (self.fresh(&out), self.fresh(&out));
+                    let to_f32 = Op::Cast { to: DType::F32 };
+                    self.apply(cx, to_f32, &[x], std::slice::from_ref(&f))?;
+                    self.apply(cx, reduce, &[&f], std::slice::from_ref(&m))?;
+                    self.apply(cx, Op::Cast { to: DType::Bool }, &[&m], &[out])?
+                } else if dtype != DType::F32 {
+                    unsup!("{op} over {dtype} data is not supported (dnnc reduces f32)")
                 } else {
-                    self.apply(
-                        cx,
-                        Op::Reduce {
-                            kind,
-                            axes,
-                            keepdims,
-                        },
-                        &[x],
-                        &[out],
-                    )?
+                    self.apply(cx, reduce, &[x], &[out])?
                 }
             }
             "Concat" => {
@@ -1016,6 +1095,7 @@ impl Importer {
             }
             "Dropout" => {
                 let mut ratio = 0.5;
+                let mut training = false;
                 if v < 12 {
                     ratio = a.float("ratio", 0.5)?;
                 } else {
@@ -1024,18 +1104,34 @@ impl Importer {
                     }
                     if cx.input(2).is_some() {
                         let t = self.need_const(cx, 2, "training_mode")?;
-                        if Known::new(t).f32s().first().is_some_and(|&b| b != 0.0) {
-                            unsup!("training_mode=true is not supported; export the model in eval() mode");
-                        }
+                        training = Known::new(t).f32s().first().is_some_and(|&b| b != 0.0);
                     }
+                }
+                // Training mode with ratio 0 drops nothing: still a pass-through.
+                if training && ratio != 0.0 {
+                    unsup!("training_mode=true is not supported; export the model in eval() mode");
                 }
                 a.take_any("seed");
+                let x = cx.req_input(0, "data")?;
                 if let Some(mask) = cx.extra_outputs().next() {
                     if self.consumed.contains(mask) {
-                        unsup!("its mask output `{mask}` is used; dnnc imports Dropout for inference only (pass-through)");
+                        // Nothing is dropped: the mask is all true (all
+                        // ones before opset 10, where it had x's type).
+                        let shape = self.ty(cx, x)?.shape;
+                        if shape.iter().product::<usize>() > fold::FOLD_LIMIT {
+                            unsup!(
+                                "its mask output `{mask}` is used and too large to build at import"
+                            );
+                        }
+                        let t = if v >= 10 {
+                            Tensor::Bool(ArrayD::from_elem(IxDyn(&shape), true))
+                        } else {
+                            Tensor::F32(ArrayD::from_elem(IxDyn(&shape), 1.0))
+                        };
+                        let mask = mask.clone();
+                        self.set_known(&mask, t);
                     }
                 }
-                let x = cx.req_input(0, "data")?;
                 self.alias(cx, x, &cx.out0()?, Op::Dropout { ratio })?
             }
             "Constant" => self.constant(cx, &mut a)?,
@@ -1098,15 +1194,26 @@ impl Importer {
                     self.set_const(&out, t, orig);
                 } else {
                     let ty = self.ty(cx, x)?;
-                    if ty.dtype != dtype {
-                        unsup!(
-                            "Cast of the run-time tensor `{x}` from {} to {} is not supported (dnnc folds casts of constants only)",
-                            ty.dtype,
-                            dtype
-                        );
+                    if ty.dtype == dtype {
+                        self.alias(cx, x, &out, Op::Identity)?
+                    } else {
+                        self.apply(cx, Op::Cast { to: dtype }, &[x], &[out])?
                     }
-                    self.alias(cx, x, &out, Op::Identity)?
                 }
+            }
+            "Less" | "Greater" | "And" | "Or" | "Not" => {
+                let o = match op {
+                    "Less" => Op::Compare(Compare::Less),
+                    "Greater" => Op::Compare(Compare::Greater),
+                    "And" => Op::Logical(Logical::And),
+                    "Or" => Op::Logical(Logical::Or),
+                    _ => Op::Not,
+                };
+                let n = if op == "Not" { 1 } else { 2 };
+                let names: Vec<&str> = (0..n)
+                    .map(|i| cx.req_input(i, "operand"))
+                    .collect::<R<_>>()?;
+                self.apply(cx, o, &names, &[cx.out0()?])?
             }
             "Equal" | "Where" => {
                 let n = if op == "Equal" { 2 } else { 3 };
@@ -1114,7 +1221,14 @@ impl Importer {
                     .map(|i| cx.req_input(i, "operand"))
                     .collect::<R<_>>()?;
                 if !names.iter().all(|x| self.is_foldable(x)) {
-                    unsup!("{op} on run-time tensors is not supported (dnnc evaluates it only in constant shape computations)");
+                    let o = if op == "Equal" {
+                        Op::Compare(Compare::Equal)
+                    } else {
+                        Op::Where
+                    };
+                    self.apply(cx, o, &names, &[cx.out0()?])?;
+                    a.finish(op)?;
+                    return Ok(());
                 }
                 let ts: Vec<Tensor> = names
                     .iter()
@@ -1128,6 +1242,51 @@ impl Importer {
                 .map_err(|m| cx.invalid(m))?;
                 self.set_known(&cx.out0()?, r)
             }
+            "Tile" => {
+                let x = cx.req_input(0, "input")?;
+                let reps = self.const_i64s(cx, 1, "repeats")?;
+                if reps.iter().any(|&r| !(0..=MAX_ATTR).contains(&r)) {
+                    return Err(cx.invalid(format!("repeats {reps:?} must be non-negative")));
+                }
+                let repeats = reps.into_iter().map(|r| r as usize).collect();
+                self.apply(cx, Op::Tile { repeats }, &[x], &[cx.out0()?])?
+            }
+            "PRelu" => {
+                let (x, slope) = (cx.req_input(0, "X")?, cx.req_input(1, "slope")?);
+                self.apply(cx, Op::PRelu, &[x, slope], &[cx.out0()?])?
+            }
+            "Einsum" => {
+                let eq = a.string("equation", "")?;
+                if eq.is_empty() {
+                    return Err(cx.invalid("attribute `equation` is required"));
+                }
+                let equation: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
+                let ins: Vec<&str> =
+                    cx.p.input
+                        .iter()
+                        .filter(|s| !s.is_empty())
+                        .map(|s| s.as_str())
+                        .collect();
+                self.apply(cx, Op::Einsum { equation }, &ins, &[cx.out0()?])?
+            }
+            "InstanceNormalization" => {
+                let epsilon = a.float("epsilon", 1e-5)?;
+                let ins = [
+                    cx.req_input(0, "input")?,
+                    cx.req_input(1, "scale")?,
+                    cx.req_input(2, "B")?,
+                ];
+                self.apply(
+                    cx,
+                    Op::InstanceNormalization { epsilon },
+                    &ins,
+                    &[cx.out0()?],
+                )?
+            }
+            "LayerNormalization" => self.layer_norm(cx, &mut a)?,
+            "ConvTranspose" => self.conv_transpose(cx, &mut a)?,
+            "Resize" | "Upsample" => self.resize(cx, &mut a)?,
+            "RNN" | "GRU" | "LSTM" => self.recurrent(cx, &mut a)?,
             other => unsup!("op `{other}` is not supported by dnnc"),
         }
         a.finish(op)?;
@@ -1481,6 +1640,552 @@ impl Importer {
         self.apply(cx, Op::Pad { pads, mode, value }, &[x], &[cx.out0()?])
     }
 
+    fn input_rank(&self, cx: &Ctx) -> Option<usize> {
+        let x = cx.input(0)?;
+        self.ty(cx, x).ok().map(|t| t.rank())
+    }
+
+    /// Conv, ConvTranspose and pooling over 1-D data (`[N, C, L]`): the
+    /// 2-D op on `[N, C, 1, L]` with unit-height windows (the node's
+    /// attributes get a leading 1 / 0 entry), then the axis is dropped.
+    fn as_2d(&mut self, cx: &Ctx) -> R<()> {
+        let mut p = cx.p.clone();
+        let out = cx.out0()?;
+        let unsqueeze = Op::Unsqueeze { axes: vec![2] };
+        let weights = matches!(cx.op, "Conv" | "ConvTranspose");
+        for i in 0..if weights { 2 } else { 1 } {
+            let name = cx.req_input(i, if i == 0 { "X" } else { "W" })?;
+            if self.ty(cx, name)?.rank() != 3 {
+                return Err(
+                    cx.invalid(format!("input `{name}` must have rank 3 like the 1-D data"))
+                );
+            }
+            let t = self.fresh(name);
+            self.apply(cx, unsqueeze.clone(), &[name], std::slice::from_ref(&t))?;
+            p.input[i] = t;
+        }
+        let out2 = self.fresh(&out);
+        p.output[0] = out2.clone();
+        for at in p.attribute.iter_mut() {
+            let lead = match at.name() {
+                "kernel_shape" | "strides" | "dilations" | "output_shape" => 1,
+                "output_padding" => 0,
+                "pads" if at.ints.len() == 2 => {
+                    at.ints = vec![0, at.ints[0], 0, at.ints[1]];
+                    continue;
+                }
+                _ => continue,
+            };
+            if at.ints.len() == 1 {
+                at.ints.insert(0, lead);
+            }
+        }
+        let cx2 = Ctx {
+            p: &p,
+            label: cx.label.clone(),
+            op: cx.op,
+        };
+        let mut a = Attrs::new(&p.attribute)?;
+        match cx.op {
+            "Conv" => self.conv(&cx2, &mut a)?,
+            "ConvTranspose" => self.conv_transpose(&cx2, &mut a)?,
+            _ => self.pool(&cx2, &mut a)?,
+        }
+        a.finish(cx.op)?;
+        self.apply(cx, Op::Squeeze { axes: vec![2] }, &[&out2], &[out])
+    }
+
+    /// LayerNormalization: the IR op gives `Y`; the optional `Mean` and
+    /// `InvStdDev` outputs are rebuilt from reductions when something reads
+    /// them.
+    fn layer_norm(&mut self, cx: &Ctx, a: &mut Attrs) -> R<()> {
+        let axis = a.int("axis", -1)?;
+        let epsilon = a.float("epsilon", 1e-5)?;
+        a.take_any("stash_type");
+        let x = cx.req_input(0, "X")?;
+        let mut ins = vec![x, cx.req_input(1, "Scale")?];
+        if let Some(b) = cx.input(2) {
+            ins.push(b);
+        }
+        let out = cx.out0()?;
+        self.apply(cx, Op::LayerNormalization { axis, epsilon }, &ins, &[out])?;
+        let named = |i: usize| cx.p.output.get(i).filter(|s| !s.is_empty()).cloned();
+        let (mean_out, inv_out) = (named(1), named(2));
+        if mean_out.is_none() && inv_out.is_none() {
+            return Ok(());
+        }
+        let rank = self.ty(cx, x)?.rank();
+        let ax = norm_axis(axis, rank).map_err(|m| cx.invalid(m))?;
+        let axes: Vec<i64> = (ax as i64..rank as i64).collect();
+        let mean_op = Op::Reduce {
+            kind: ReduceKind::Mean,
+            axes,
+            keepdims: true,
+        };
+        let mean = mean_out.clone().unwrap_or_else(|| self.fresh("mean"));
+        self.apply(cx, mean_op.clone(), &[x], std::slice::from_ref(&mean))?;
+        let Some(inv) = inv_out else {
+            return Ok(());
+        };
+        let d = self.fresh(&inv);
+        self.apply(
+            cx,
+            Op::Binary(Binary::Sub),
+            &[x, &mean],
+            std::slice::from_ref(&d),
+        )?;
+        let sq = self.fresh(&inv);
+        self.apply(
+            cx,
+            Op::Binary(Binary::Mul),
+            &[&d, &d],
+            std::slice::from_ref(&sq),
+        )?;
+        let var = self.fresh(&inv);
+        self.apply(cx, mean_op, &[&sq], std::slice::from_ref(&var))?;
+        let eps = self.fresh(&inv);
+        self.set_known(&eps, f32_scalar(epsilon));
+        let ve = self.fresh(&inv);
+        self.apply(
+            cx,
+            Op::Binary(Binary::Add),
+            &[&var, &eps],
+            std::slice::from_ref(&ve),
+        )?;
+        let sd = self.fresh(&inv);
+        self.apply(
+            cx,
+            Op::Unary(Unary::Sqrt),
+            &[&ve],
+            std::slice::from_ref(&sd),
+        )?;
+        self.apply(cx, Op::Unary(Unary::Reciprocal), &[&sd], &[inv])
+    }
+
+    /// ConvTranspose: `auto_pad` and `output_shape` become explicit pads and
+    /// output padding.
+    fn conv_transpose(&mut self, cx: &Ctx, a: &mut Attrs) -> R<()> {
+        let x = cx.req_input(0, "X")?;
+        let w = cx.req_input(1, "W")?;
+        let (xt, wt) = (self.ty(cx, x)?, self.ty(cx, w)?);
+        if xt.rank() != 4 {
+            unsup!(
+                "only 2-D transposed convolution (NCHW input) is supported; input `{x}` is {xt}"
+            );
+        }
+        if wt.rank() != 4 {
+            return Err(cx.invalid(format!(
+                "weight `{w}` is {wt}; a 2-D transposed convolution needs rank 4"
+            )));
+        }
+        let kernel = [wt.shape[2], wt.shape[3]];
+        if kernel.contains(&0) {
+            return Err(cx.invalid(format!("weight `{w}` {wt} has an empty kernel")));
+        }
+        if let Some(k) = a.ints_opt("kernel_shape")? {
+            if k.len() != 2 || k[0] != kernel[0] as i64 || k[1] != kernel[1] as i64 {
+                return Err(cx.invalid(format!(
+                    "kernel_shape {k:?} does not match the weight `{w}` {wt}"
+                )));
+            }
+        }
+        let strides = pos2(cx, a, "strides")?;
+        let dilations = pos2(cx, a, "dilations")?;
+        let group = a.int("group", 1)?;
+        if !(1..=MAX_ATTR).contains(&group) {
+            return Err(cx.invalid(format!("group must be positive, found {group}")));
+        }
+        let mut opad = match a.ints_opt("output_padding")? {
+            None => [0, 0],
+            Some(v) if v.len() == 2 && v.iter().all(|p| (0..=MAX_ATTR).contains(p)) => {
+                [v[0] as usize, v[1] as usize]
+            }
+            Some(v) => {
+                return Err(cx.invalid(format!(
+                    "output_padding {v:?} must be two non-negative values"
+                )))
+            }
+        };
+        let auto = a.string("auto_pad", "NOTSET")?;
+        let explicit = a.ints_opt("pads")?;
+        let output_shape = a.ints_opt("output_shape")?;
+        let input = [xt.shape[2], xt.shape[3]];
+        let target: Option<[usize; 2]> = match (&output_shape, auto.as_str()) {
+            (Some(os), _) => {
+                // Spatial sizes; a full [N, C, H, W] shape is accepted too.
+                let sp = &os[os.len().saturating_sub(2)..];
+                if sp.len() != 2 || sp.iter().any(|d| !(1..=MAX_ATTR).contains(d)) {
+                    return Err(cx.invalid(format!(
+                        "output_shape {os:?} must end in two positive sizes"
+                    )));
+                }
+                Some([sp[0] as usize, sp[1] as usize])
+            }
+            (None, "SAME_UPPER" | "SAME_LOWER") => {
+                Some([input[0] * strides[0], input[1] * strides[1]])
+            }
+            (None, "NOTSET" | "VALID") => None,
+            (None, other) => {
+                unsup!(
+                    "auto_pad `{other}` is not supported (NOTSET, SAME_UPPER, SAME_LOWER, VALID)"
+                )
+            }
+        };
+        let mut pads = [0usize; 4];
+        match target {
+            Some(t) => {
+                for i in 0..2 {
+                    let full = strides[i] * input[i].saturating_sub(1)
+                        + opad[i]
+                        + (kernel[i] - 1) * dilations[i]
+                        + 1;
+                    if full >= t[i] {
+                        let total = full - t[i];
+                        let (small, big) = (total / 2, total - total / 2);
+                        let (b, e) = if auto == "SAME_UPPER" {
+                            (small, big)
+                        } else {
+                            (big, small)
+                        };
+                        pads[i] = b;
+                        pads[i + 2] = e;
+                    } else {
+                        // A larger requested output extends the end.
+                        opad[i] += t[i] - full;
+                    }
+                }
+            }
+            None if auto == "VALID" => {}
+            None => {
+                if let Some(p) = explicit {
+                    if p.len() != 4 || p.iter().any(|x| !(0..=MAX_ATTR).contains(x)) {
+                        return Err(
+                            cx.invalid(format!("pads {p:?} must be four non-negative values"))
+                        );
+                    }
+                    pads = [p[0] as usize, p[1] as usize, p[2] as usize, p[3] as usize];
+                }
+            }
+        }
+        let op = Op::ConvTranspose2d(ConvTranspose2d {
+            strides,
+            pads,
+            dilations,
+            group: group as usize,
+            output_padding: opad,
+        });
+        let mut ins = vec![x, w];
+        if let Some(b) = cx.input(2) {
+            ins.push(b);
+        }
+        self.apply(cx, op, &ins, &[cx.out0()?])
+    }
+
+    /// A constant input as f32 values, or `None` when absent or empty (how
+    /// Resize marks an unused `scales` / `sizes`).
+    fn opt_f32s(&self, cx: &Ctx, i: usize, what: &str) -> R<Option<Vec<f32>>> {
+        if cx.input(i).is_none() {
+            return Ok(None);
+        }
+        let v = Known::new(self.need_const(cx, i, what)?).f32s();
+        Ok((!v.is_empty()).then_some(v))
+    }
+
+    /// Resize (opset 10+) and Upsample (opset 7-9) with constant scales or
+    /// sizes, to the static IR Resize.
+    fn resize(&mut self, cx: &Ctx, a: &mut Attrs) -> R<()> {
+        let v = self.opset;
+        let upsample = cx.op == "Upsample";
+        let x = cx.req_input(0, "X")?;
+        let xt = self.ty(cx, x)?;
+        let rank = xt.rank();
+        let mode = match a.string("mode", "nearest")?.as_str() {
+            "nearest" => ResizeMode::Nearest,
+            "linear" | "bilinear" => ResizeMode::Linear,
+            "cubic" => unsup!("mode `cubic` is not supported (nearest, linear)"),
+            other => return Err(cx.invalid(format!("unknown mode `{other}`"))),
+        };
+        // Upsample and opset-10 Resize: x_in = x_out / scale, nearest floors.
+        let (mut coord, mut nearest) = (CoordMode::Asymmetric, NearestMode::Floor);
+        let (mut axes, mut policy) = (None, "stretch".to_string());
+        if !upsample && v >= 11 {
+            coord = match a.string("coordinate_transformation_mode", "half_pixel")?.as_str() {
+                "half_pixel" => CoordMode::HalfPixel,
+                "pytorch_half_pixel" => CoordMode::PytorchHalfPixel,
+                "align_corners" => CoordMode::AlignCorners,
+                "asymmetric" => CoordMode::Asymmetric,
+                other => unsup!("coordinate_transformation_mode `{other}` is not supported (half_pixel, pytorch_half_pixel, align_corners, asymmetric)"),
+            };
+            nearest = match a.string("nearest_mode", "round_prefer_floor")?.as_str() {
+                "round_prefer_floor" => NearestMode::RoundPreferFloor,
+                "round_prefer_ceil" => NearestMode::RoundPreferCeil,
+                "floor" => NearestMode::Floor,
+                "ceil" => NearestMode::Ceil,
+                other => return Err(cx.invalid(format!("unknown nearest_mode `{other}`"))),
+            };
+            a.take_any("cubic_coeff_a");
+            a.take_any("exclude_outside");
+            a.take_any("extrapolation_value");
+            if v >= 18 {
+                if a.int("antialias", 0)? != 0 {
+                    unsup!("antialias=1 is not supported");
+                }
+                axes = a.ints_opt("axes")?;
+                policy = a.string("keep_aspect_ratio_policy", "stretch")?;
+            }
+        }
+        let (scales, sizes) = if upsample && v < 9 {
+            let s = a
+                .floats_opt("scales")?
+                .ok_or_else(|| cx.invalid("attribute `scales` is required"))?;
+            (Some(s), None)
+        } else if upsample || v < 11 {
+            (self.opt_f32s(cx, 1, "scales")?, None)
+        } else {
+            (
+                self.opt_f32s(cx, 2, "scales")?,
+                self.opt_i64s(cx, 3, "sizes")?.filter(|s| !s.is_empty()),
+            )
+        };
+        // Axes the scales/sizes refer to (all by default).
+        let axes: Vec<usize> = match axes {
+            None => (0..rank).collect(),
+            Some(ax) => ax
+                .iter()
+                .map(|&i| norm_axis(i, rank))
+                .collect::<Result<_, _>>()
+                .map_err(|m| cx.invalid(m))?,
+        };
+        let mut out: Vec<usize> = xt.shape.clone();
+        let mut full_scales: Vec<f32> = vec![1.0; rank];
+        match (scales, sizes) {
+            (_, Some(sz)) => {
+                if sz.len() != axes.len() || sz.iter().any(|&d| !(0..=MAX_ATTR).contains(&d)) {
+                    return Err(cx.invalid(format!(
+                        "sizes {sz:?} must be {} non-negative sizes",
+                        axes.len()
+                    )));
+                }
+                match policy.as_str() {
+                    "stretch" => {
+                        for (&ax, &d) in axes.iter().zip(&sz) {
+                            out[ax] = d as usize;
+                            full_scales[ax] = d as f32 / xt.shape[ax].max(1) as f32;
+                        }
+                    }
+                    "not_larger" | "not_smaller" => {
+                        let ratios = axes
+                            .iter()
+                            .zip(&sz)
+                            .map(|(&ax, &d)| d as f32 / xt.shape[ax].max(1) as f32);
+                        let scale = if policy == "not_larger" {
+                            ratios.fold(f32::INFINITY, f32::min)
+                        } else {
+                            ratios.fold(0.0, f32::max)
+                        };
+                        for &ax in &axes {
+                            out[ax] = round_half_even(scale as f64 * xt.shape[ax] as f64) as usize;
+                            full_scales[ax] = scale;
+                        }
+                    }
+                    other => {
+                        return Err(
+                            cx.invalid(format!("unknown keep_aspect_ratio_policy `{other}`"))
+                        )
+                    }
+                }
+            }
+            (Some(sc), None) => {
+                if sc.len() != axes.len() || sc.iter().any(|&f| !(f > 0.0 && f < 1e6)) {
+                    return Err(cx.invalid(format!(
+                        "scales {sc:?} must be {} positive factors",
+                        axes.len()
+                    )));
+                }
+                for (&ax, &f) in axes.iter().zip(&sc) {
+                    out[ax] = (f as f64 * xt.shape[ax] as f64).floor() as usize;
+                    full_scales[ax] = f;
+                }
+            }
+            (None, None) => return Err(cx.invalid("needs either scales or sizes")),
+        }
+        let n = out
+            .iter()
+            .fold(1u128, |acc, &d| acc.saturating_mul(d as u128));
+        if n > MAX_ELEMENTS {
+            return Err(cx.invalid(format!("output shape {out:?} is too large")));
+        }
+        let op = Op::Resize(Resize {
+            sizes: out,
+            scales: full_scales,
+            mode,
+            coord,
+            nearest,
+        });
+        self.apply(cx, op, &[x], &[cx.out0()?])
+    }
+
+    /// A known all-zero f32 tensor, for omitted optional inputs.
+    fn zeros(&mut self, cx: &Ctx, base: &str, shape: &[usize]) -> R<String> {
+        let n = shape
+            .iter()
+            .fold(1u128, |acc, &d| acc.saturating_mul(d as u128));
+        if n > fold::FOLD_LIMIT as u128 {
+            return Err(cx.invalid(format!(
+                "the default (zero) `{base}` of shape {shape:?} would be too large"
+            )));
+        }
+        let name = self.fresh(base);
+        self.set_known(&name, Tensor::F32(ArrayD::zeros(IxDyn(shape))));
+        Ok(name)
+    }
+
+    /// RNN, GRU and LSTM (layout 0) to the IR recurrent layer; omitted B,
+    /// initial_h and initial_c become zeros.
+    fn recurrent(&mut self, cx: &Ctx, a: &mut Attrs) -> R<()> {
+        let cell = match cx.op {
+            "RNN" => CellKind::Rnn,
+            "GRU" => CellKind::Gru {
+                linear_before_reset: a.flag("linear_before_reset", false)?,
+            },
+            _ => CellKind::Lstm {
+                input_forget: a.flag("input_forget", false)?,
+            },
+        };
+        let lstm = matches!(cell, CellKind::Lstm { .. });
+        // layout 1: X, states and results are batch-major; transpose
+        // around the sequence-major IR layer.
+        let batch_major = match a.int("layout", 0)? {
+            0 => false,
+            1 => true,
+            l => return Err(cx.invalid(format!("layout {l} must be 0 or 1"))),
+        };
+        let swap01 = Op::Transpose {
+            perm: vec![1, 0, 2],
+        };
+        let direction = match a.string("direction", "forward")?.as_str() {
+            "forward" => RnnDirection::Forward,
+            "reverse" => RnnDirection::Reverse,
+            "bidirectional" => RnnDirection::Bidirectional,
+            other => return Err(cx.invalid(format!("unknown direction `{other}`"))),
+        };
+        let mut x = cx.req_input(0, "X")?.to_string();
+        let w = cx.req_input(1, "W")?;
+        let r = cx.req_input(2, "R")?;
+        if batch_major {
+            let t = self.fresh(&x);
+            self.apply(cx, swap01.clone(), &[&x], std::slice::from_ref(&t))?;
+            x = t;
+        }
+        let (xt, rt) = (self.ty(cx, &x)?, self.ty(cx, r)?);
+        if xt.rank() != 3 || rt.rank() != 3 {
+            return Err(cx.invalid(format!("X {xt} and R {rt} must have rank 3")));
+        }
+        let dirs = direction.count();
+        let hidden = match a.int_opt("hidden_size")? {
+            Some(h) if (1..=MAX_ATTR).contains(&h) => h as usize,
+            Some(h) => return Err(cx.invalid(format!("hidden_size {h} must be positive"))),
+            None => rt.shape[2],
+        };
+        let (seq, batch) = (xt.shape[0], xt.shape[1]);
+        let clip = match a.float_opt("clip")? {
+            None => f32::INFINITY,
+            Some(c) if c > 0.0 => c,
+            Some(c) => return Err(cx.invalid(format!("clip {c} must be positive"))),
+        };
+        let alphas = a.floats_opt("activation_alpha")?.unwrap_or_default();
+        let betas = a.floats_opt("activation_beta")?.unwrap_or_default();
+        let activations = match a.strings_opt("activations")? {
+            None => cell.default_activations().repeat(dirs),
+            Some(names) => {
+                let (mut ai, mut bi) = (0, 0);
+                let mut acts = vec![];
+                for name in &names {
+                    acts.push(match name.as_str() {
+                        "Relu" => RnnActivation::Relu,
+                        "Tanh" => RnnActivation::Tanh,
+                        "Sigmoid" => RnnActivation::Sigmoid,
+                        "HardSigmoid" => {
+                            let alpha = alphas.get(ai).copied().unwrap_or(0.2);
+                            let beta = betas.get(bi).copied().unwrap_or(0.5);
+                            ai += 1;
+                            bi += 1;
+                            RnnActivation::HardSigmoid { alpha, beta }
+                        }
+                        other => unsup!(
+                            "activation `{other}` is not supported (Relu, Tanh, Sigmoid, HardSigmoid)"
+                        ),
+                    });
+                }
+                acts
+            }
+        };
+        let g = cell.gates();
+        let b = match cx.input(3) {
+            Some(b) => b.to_string(),
+            None => self.zeros(cx, "B", &[dirs, 2 * g * hidden])?,
+        };
+        if cx.input(4).is_some() {
+            let lens = self.const_i64s(cx, 4, "sequence_lens")?;
+            if lens.iter().any(|&l| l != seq as i64) {
+                unsup!("sequence_lens {lens:?} differ from the sequence length {seq}; dnnc runs every batch entry over the whole sequence");
+            }
+        }
+        let state = |imp: &mut Importer, i: usize, what: &str| -> R<String> {
+            match cx.input(i) {
+                Some(h) if batch_major => {
+                    let t = imp.fresh(h);
+                    imp.apply(cx, swap01.clone(), &[h], std::slice::from_ref(&t))?;
+                    Ok(t)
+                }
+                Some(h) => Ok(h.to_string()),
+                None => imp.zeros(cx, what, &[dirs, batch, hidden]),
+            }
+        };
+        let h0 = state(self, 5, "initial_h")?;
+        let mut ins: Vec<String> = vec![x, w.into(), r.into(), b, h0];
+        if lstm {
+            ins.push(state(self, 6, "initial_c")?);
+            if let Some(p) = cx.input(7) {
+                ins.push(p.to_string());
+            }
+        }
+        let n_out = if lstm { 3 } else { 2 };
+        let mut outs = vec![];
+        let mut transposed = vec![];
+        for i in 0..n_out {
+            outs.push(match cx.p.output.get(i).filter(|s| !s.is_empty()) {
+                Some(o) if batch_major => {
+                    let t = self.fresh(o);
+                    transposed.push((t.clone(), o.clone(), i));
+                    t
+                }
+                Some(o) => o.clone(),
+                None => self.fresh(cx.op),
+            });
+        }
+        let op = Op::Recurrent(Recurrent {
+            cell,
+            hidden_size: hidden,
+            direction,
+            activations,
+            clip,
+        });
+        let refs: Vec<&str> = ins.iter().map(|s| s.as_str()).collect();
+        self.apply(cx, op, &refs, &outs)?;
+        for (from, to, i) in transposed {
+            // Y [seq, dirs, batch, h] -> [batch, seq, dirs, h]; states
+            // [dirs, batch, h] -> [batch, dirs, h].
+            let perm = if i == 0 {
+                vec![2, 0, 1, 3]
+            } else {
+                vec![1, 0, 2]
+            };
+            self.apply(cx, Op::Transpose { perm }, &[&from], &[to])?;
+        }
+        Ok(())
+    }
+
     fn gather(&mut self, cx: &Ctx, a: &mut Attrs) -> R<()> {
         let axis = a.int("axis", 0)?;
         let x = cx.req_input(0, "data")?;
@@ -1506,6 +2211,20 @@ impl Importer {
         }
         self.apply(cx, Op::Gather { axis }, &[x, &idx], &[cx.out0()?])
     }
+}
+
+/// numpy's `round`: halves go to the even neighbour.
+fn round_half_even(x: f64) -> f64 {
+    let r = x.round();
+    if (x - x.trunc()).abs() == 0.5 && r % 2.0 != 0.0 {
+        r - x.signum()
+    } else {
+        r
+    }
+}
+
+fn f32_scalar(v: f32) -> Tensor {
+    Tensor::F32(ArrayD::from_elem(IxDyn(&[]), v))
 }
 
 fn i64_tensor(shape: &[usize], v: Vec<i64>) -> Tensor {
