@@ -35,6 +35,13 @@
 //! BFLOAT16, FLOAT8*, STRING, or sequence/optional/map values stored as
 //! SequenceProto/OptionalProto), when its opset is outside the importer's
 //! range, or when the importer reports an unsupported node or attribute.
+//! Operands dnnc needs at compile time (Reshape's shape, Reduce axes,
+//! Pad's pads, Resize's sizes, Clip's bounds...) but that a test feeds as
+//! graph inputs are bound to the test's values as initializers and the
+//! import retried (when such an operand is computed from inputs rather
+//! than fed directly, every INT64 input is bound): dnnc compiles static shapes, so it specialises a model on
+//! such operands. The pass line lists them (`compile-time inputs: ...`).
+//!
 //! Everything else that does not match — an import error on a well-formed
 //! model, a run-time error, a wrong shape or value — is a *failure*.
 
@@ -62,6 +69,9 @@ pub enum Outcome {
         max_abs: f64,
         /// True when some output needed [`ATOL_F32`] rather than [`ATOL`].
         loose: bool,
+        /// Graph inputs bound to the test's data at import because dnnc
+        /// needs them at compile time (axes, pads, sizes...).
+        specialised: Vec<String>,
     },
     /// Something did not match or did not run; `reason` says what.
     Fail {
@@ -89,10 +99,17 @@ pub struct TestResult {
 impl fmt::Display for TestResult {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.outcome {
-            Outcome::Pass { max_abs, loose } => {
+            Outcome::Pass {
+                max_abs,
+                loose,
+                specialised,
+            } => {
                 write!(f, "pass {} (max abs err {max_abs:.3e}", self.name)?;
                 if *loose {
                     write!(f, ", within atol {ATOL_F32:e} only")?;
+                }
+                if !specialised.is_empty() {
+                    write!(f, ", compile-time inputs: {}", specialised.join(", "))?;
                 }
                 write!(f, ")")
             }
@@ -452,6 +469,7 @@ fn try_test(dir: &Path) -> Result<Outcome, Outcome> {
         return Err(fail("no test_data_set_N folder"));
     }
     let (mut max_abs, mut loose) = (0f64, false);
+    let mut specialised: Vec<String> = vec![];
     for set in &sets {
         let set_name = set
             .file_name()
@@ -467,6 +485,7 @@ fn try_test(dir: &Path) -> Result<Outcome, Outcome> {
             )));
         }
         let mut feeds: Vec<(String, Tensor)> = vec![];
+        let mut protos: Vec<TensorProto> = vec![];
         let mut pinned = model.clone();
         for (k, f) in in_files.iter().enumerate() {
             let (tp, t) = read_tensor(f)?;
@@ -479,9 +498,53 @@ fn try_test(dir: &Path) -> Result<Outcome, Outcome> {
             }
             pin_shape(&mut pinned, &name, &tp.dims);
             feeds.push((name, t));
+            protos.push(tp);
         }
-        let g = import_model_proto(&pinned, &dir.join("model.onnx").display().to_string())
-            .map_err(import_outcome)?;
+        let file = dir.join("model.onnx").display().to_string();
+        let g = loop {
+            match import_model_proto(&pinned, &file) {
+                Ok(g) => break g,
+                Err(OnnxError::Unsupported(nodes)) => {
+                    // Operands dnnc needs at compile time (axes, pads,
+                    // sizes...) fed as graph inputs: bind the test's values.
+                    let needed: Vec<String> = nodes
+                        .iter()
+                        .filter_map(|n| needs_constant(&n.reason))
+                        .collect();
+                    let mut wanted: Vec<String> = needed
+                        .iter()
+                        .filter(|n| feeds.iter().any(|(f, _)| f == *n))
+                        .cloned()
+                        .collect();
+                    if wanted.is_empty() && !needed.is_empty() {
+                        // Computed from inputs (e.g. pads from a shape
+                        // input): bind the integer inputs, which are the
+                        // shape-like ones.
+                        wanted = feeds
+                            .iter()
+                            .filter(|(_, t)| t.dtype() == dnnc_ir::DType::I64)
+                            .map(|(f, _)| f.clone())
+                            .collect();
+                    }
+                    if wanted.is_empty() {
+                        return Err(import_outcome(OnnxError::Unsupported(nodes)));
+                    }
+                    for name in wanted {
+                        let k = feeds.iter().position(|(f, _)| *f == name).unwrap_or(0);
+                        feeds.remove(k);
+                        let mut tp = protos.remove(k);
+                        tp.name = Some(name.clone());
+                        if let Some(g) = pinned.graph.as_mut() {
+                            g.initializer.push(tp);
+                        }
+                        if !specialised.contains(&name) {
+                            specialised.push(name);
+                        }
+                    }
+                }
+                Err(e) => return Err(import_outcome(e)),
+            }
+        };
         if let Err(errs) = dnnc_ir::verify(&g) {
             let msg: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
             return Err(fail(format!(
@@ -512,7 +575,19 @@ fn try_test(dir: &Path) -> Result<Outcome, Outcome> {
             }
         }
     }
-    Ok(Outcome::Pass { max_abs, loose })
+    Ok(Outcome::Pass {
+        max_abs,
+        loose,
+        specialised,
+    })
+}
+
+/// The graph value an importer "must be a constant" reason names: the
+/// reason reads "input I (what, `NAME`) must be a constant ...".
+fn needs_constant(reason: &str) -> Option<String> {
+    let end = reason.find("`) must be a constant")?;
+    let start = reason[..end].rfind('`')? + 1;
+    Some(reason[start..end].to_string())
 }
 
 /// A successful comparison.
@@ -651,6 +726,10 @@ mod tests {
             dir: "t".into(),
             outcome: Outcome::Unsupported { reason: "x".into() },
         });
+        assert_eq!(
+            needs_constant("input 1 (axes, `ax`) must be a constant (an initializer...)"),
+            Some("ax".into())
+        );
         assert_eq!(r.summary(), "0 passed, 0 failed, 1 unsupported");
         assert_eq!(r.exit_code(), 0);
     }
