@@ -504,6 +504,12 @@ fn fused_epilogues_match_and_fuse() {
         ("input %x: f32[1,6,9,9]\nparam %w: f32[12,6,1,1] = he(seed=1)\nparam %d: f32[12,1,3,3] = he(seed=3)\nparam %b: f32[12] = uniform(low=-1, high=1, seed=2)\n%c = Conv2d(%x, %w)\n%r = Clip(%c) {min=0, max=6}\n%e = Conv2d(%r, %d, %b) {strides=[2,2], pads=[1,1,1,1], group=12}\n%y = Clip(%e) {min=0, max=6}\noutput %y", 2),
         // elementwise chain with broadcast operands
         ("input %x: f32[2,3,5,7]\ninput %s: f32[3,1,1]\n%a = Mul(%x, %s)\n%b = Sigmoid(%a)\n%c = Mul(%b, %x)\noutput %c", 1),
+        // reduction + epilogue: pool + relu, global pool + residual mul
+        ("input %x: f32[1,3,9,9]\ninput %s: f32[1,3,1,1]\n%p = MaxPool(%x) {kernel=[3,3], strides=[2,2]}\n%r = Relu(%p)\n%g = GlobalAveragePool(%r)\n%y = Mul(%g, %s)\noutput %y", 2),
+        // a Range head is split from its elementwise chain
+        ("input %x: f32[8]\n%r = Range() {start=0, limit=8, delta=1}\n%e = Exp(%r)\n%y = Add(%e, %x)\noutput %y", 3),
+        // a Split piece nobody reads still gets written somewhere
+        ("input %x: f32[2,6]\n%a, %b = Split(%x) {axis=1, split=[2,4]}\n%y = Neg(%b)\noutput %y", 2),
         // intermediate also used outside: still correct
         ("input %x: f32[1,2,6,6]\nparam %w: f32[2,2,3,3] = he(seed=1)\n%c = Conv2d(%x, %w)\n%r = Relu(%c)\n%t = Tanh(%c)\n%y = Add(%r, %t)\noutput %y", 3),
     ];

@@ -117,6 +117,10 @@ pub struct Executable {
     pub code: Arc<dyn Any + Send + Sync>,
     /// Places activation memory; [`PerValueAllocator`] unless replaced.
     pub allocator: Box<dyn Allocator>,
+    /// Arenas of finished runs, reused so repeated runs neither allocate
+    /// nor page-fault (kernels write every temp before reading it, so
+    /// stale contents are harmless).
+    pub arena_cache: std::sync::Mutex<Vec<AlignedBuf>>,
 }
 
 impl std::fmt::Debug for Executable {
@@ -225,7 +229,11 @@ impl Executable {
 
         let temps = self.temp_infos();
         let plan = self.allocator.plan(&temps);
-        let mut arena = AlignedBuf::zeroed(plan.total_bytes);
+        let cached = self.arena_cache.lock().ok().and_then(|mut c| {
+            let i = c.iter().position(|a| a.len() >= plan.total_bytes)?;
+            Some(c.swap_remove(i))
+        });
+        let mut arena = cached.unwrap_or_else(|| AlignedBuf::zeroed(plan.total_bytes));
         let base = arena.as_mut_ptr();
         let mut temp_offset: HashMap<BufId, usize> = HashMap::new();
         for (t, &off) in temps.iter().zip(&plan.offsets) {
@@ -296,7 +304,9 @@ impl Executable {
             // SAFETY: the buffer holds exactly `o.ty` in row-major order.
             out.push(unsafe { tensor_from_ptr(p, &o.ty) });
         }
-        drop(arena);
+        if let Ok(mut c) = self.arena_cache.lock() {
+            c.push(arena);
+        }
         Ok(out)
     }
 }

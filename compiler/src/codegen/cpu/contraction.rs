@@ -104,7 +104,7 @@ pub(crate) fn supports(op: &Op) -> bool {
 
 /// Whether the anchor's raw result needs its own scratch buffer: it is not
 /// itself a kernel output and no output has its shape to be reused.
-fn needs_acc_ws(g: &Graph, k: &Kernel) -> bool {
+pub(crate) fn needs_acc_ws(g: &Graph, k: &Kernel) -> bool {
     let a = g.node(k.nodes[0]).outputs[0];
     let ty = &g.value(a).ty;
     !k.outputs.contains(&a) && !k.outputs.iter().any(|&v| g.value(v).ty == *ty)
@@ -114,7 +114,11 @@ fn needs_acc_ws(g: &Graph, k: &Kernel) -> bool {
 /// accumulator when [`needs_acc_ws`].
 pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec<usize>, String> {
     let anchor = g.node(k.nodes[0]);
-    if !supports(&anchor.op) || k.kind != super::group::KernelKind::Contraction {
+    let anchored = matches!(
+        k.kind,
+        super::group::KernelKind::Contraction | super::group::KernelKind::Reduction
+    );
+    if !anchored || anchor.outputs.len() != 1 {
         return Ok(Vec::new());
     }
     let mut ws = Vec::new();
@@ -132,7 +136,7 @@ pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec
 }
 
 /// Argument index of the accumulator (anchor result before the epilogue).
-fn acc_arg(c: &KCtx<'_>) -> Result<usize, String> {
+pub(crate) fn acc_arg(c: &KCtx<'_>) -> Result<usize, String> {
     let a = c.g.node(c.k.nodes[0]).outputs[0];
     if needs_acc_ws(c.g, c.k) {
         return c
@@ -199,7 +203,7 @@ fn at(e: &mut Emit<'_>, base: Value, idx: Value) -> Value {
 
 /// The epilogue spec over the anchor's output domain: the anchor value is
 /// `acc + scale * extra` (bias or Gemm's C), then the fused nodes.
-fn epilogue<'g>(
+pub(crate) fn epilogue<'g>(
     c: &KCtx<'g>,
     acc: usize,
     extra: Option<(ValueId, Vec<usize>, f32)>,
@@ -421,7 +425,7 @@ fn conv_gemm(
 
 /// Static range of output positions `o` whose input position
 /// `o * stride - pad + tap * dil` lies in `[0, size)`.
-fn valid_range(
+pub(crate) fn valid_range(
     out: usize,
     size: usize,
     stride: usize,

@@ -1,16 +1,15 @@
-//! Kernel grouping for the CPU backend, in the shape of
-//! `dnnc_passes::fusion::KernelGraph`: a contraction (or an elementwise
-//! node) absorbs the chain of elementwise nodes that consume its result
-//! alone, so epilogues run on the output tile while it is in cache.
-//! Everything else is one node per kernel.
-//!
-//! This is the stand-in until the fusion pass lands; the code generator
-//! only relies on the documented invariants (topological kernels, anchor
-//! first, intermediates used only inside their kernel).
+//! Kernels of the CPU backend, from the fusion pass
+//! (`dnnc_passes::fusion::fuse`): a contraction or reduction with its
+//! elementwise epilogue, an elementwise chain, one data-movement op, or a
+//! view. [`kernels`] adapts the pass's grouping to what the lowerings
+//! handle: a kernel whose nodes cannot all be evaluated together is split
+//! into one-node kernels, and results nobody reads still get a buffer (a
+//! Split's unused piece must be written somewhere).
 
 use super::elementwise;
-use dnnc_ir::{DType, Graph, NodeId, Op, OpClass, ValueId};
-use std::collections::{HashMap, HashSet};
+use dnnc_ir::{Graph, NodeId, Op, OpClass, ValueId};
+use dnnc_passes::fusion::{self, KernelKind as FusedKind};
+use std::collections::HashSet;
 
 /// What kind of loop nest a kernel becomes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,9 +18,9 @@ pub(crate) enum KernelKind {
     Contraction,
     /// One loop nest over the output evaluating a chain of nodes.
     Elementwise,
-    /// Pools, reductions, normalisations.
+    /// Pools, reductions, normalisations, plus an elementwise epilogue.
     Reduction,
-    /// Strided copies.
+    /// Strided copies and generated fills.
     DataMovement,
     /// A buffer alias; no code.
     View,
@@ -30,7 +29,7 @@ pub(crate) enum KernelKind {
 /// One generated function's worth of nodes.
 #[derive(Clone, Debug)]
 pub(crate) struct Kernel {
-    /// Name (the anchor's first result).
+    /// Name (the last node's first result, as the fusion pass names it).
     pub name: String,
     /// Kind.
     pub kind: KernelKind,
@@ -40,10 +39,12 @@ pub(crate) struct Kernel {
     pub nodes: Vec<NodeId>,
     /// Values read from outside the kernel.
     pub inputs: Vec<ValueId>,
-    /// Values used outside the kernel (or graph outputs).
+    /// Values used outside the kernel (or graph outputs), plus results
+    /// nobody uses that the kernel must still write.
     pub outputs: Vec<ValueId>,
 }
 
+/// The kind a single node gets on its own.
 fn kind_of(op: &Op) -> KernelKind {
     if matches!(op, Op::Range(_)) {
         // A generated sequence: no operands to evaluate per point.
@@ -58,87 +59,57 @@ fn kind_of(op: &Op) -> KernelKind {
     }
 }
 
-/// Whether an elementwise node may join a kernel whose loop domain is
-/// `domain`, consuming the kernel's current result `prev` as operand `k`.
-fn joinable(g: &Graph, n: NodeId, prev: ValueId, domain: &[usize]) -> bool {
-    let node = g.node(n);
-    if !elementwise::supports(&node.op) || node.outputs.len() != 1 {
-        return false;
-    }
-    let out = &g.value(node.outputs[0]).ty;
-    if out.shape != domain || out.dtype != DType::F32 {
-        return false;
-    }
-    // BatchNormalization's parameters broadcast along axis 1 only; the
-    // chained value must be its data operand.
-    if matches!(node.op, Op::BatchNormalization { .. }) && node.inputs[0] != prev {
-        return false;
-    }
-    node.inputs
-        .iter()
-        .all(|&v| g.value(v).ty.dtype == DType::F32)
-}
-
-/// Groups the graph's computational nodes into kernels.
-pub(crate) fn group(g: &Graph) -> Vec<Kernel> {
-    let order = g.topo_order();
-    let pos: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    let outputs: HashSet<ValueId> = g.outputs().iter().copied().collect();
-    let mut taken: HashSet<NodeId> = HashSet::new();
-    let mut kernels = Vec::new();
-    for &n in &order {
-        let node = g.node(n);
-        if node.op.class() == OpClass::Source || taken.contains(&n) {
+/// The graph's kernels in execution order.
+pub(crate) fn kernels(g: &Graph) -> Vec<Kernel> {
+    let graph_outputs: HashSet<ValueId> = g.outputs().iter().copied().collect();
+    let mut out = Vec::new();
+    for k in fusion::fuse(g).kernels {
+        let kind = match k.kind {
+            FusedKind::Contraction => KernelKind::Contraction,
+            FusedKind::Elementwise => KernelKind::Elementwise,
+            FusedKind::Reduction => KernelKind::Reduction,
+            FusedKind::DataMovement => KernelKind::DataMovement,
+            FusedKind::View => KernelKind::View,
+        };
+        // An elementwise chain must be evaluable per point; otherwise (a
+        // Range head) every node becomes its own kernel.
+        let splittable = kind == KernelKind::Elementwise
+            && k.nodes
+                .iter()
+                .any(|&n| !elementwise::supports(&g.node(n).op));
+        if splittable || (k.nodes.len() == 1 && kind_of(&g.node(k.nodes[0]).op) != kind) {
+            for &n in &k.nodes {
+                out.push(finish(g, &graph_outputs, vec![n], kind_of(&g.node(n).op)));
+            }
             continue;
         }
-        taken.insert(n);
-        let kind = kind_of(&node.op);
-        let mut nodes = vec![n];
-        let fusable_anchor = match kind {
-            KernelKind::Contraction => {
-                matches!(node.op, Op::Conv2d(_) | Op::Gemm(_) | Op::MatMul)
-            }
-            KernelKind::Elementwise => elementwise::supports(&node.op),
-            _ => false,
+        let mut kernel = Kernel {
+            name: k.name,
+            kind,
+            anchor: k.anchor.or(k.nodes.first().copied()),
+            nodes: k.nodes,
+            inputs: k.inputs,
+            outputs: k.outputs,
         };
-        if fusable_anchor && node.outputs.len() == 1 {
-            let domain = g.value(node.outputs[0]).ty.shape.clone();
-            let mut prev = node.outputs[0];
-            loop {
-                if outputs.contains(&prev) {
-                    break;
-                }
-                let users = g.users(prev);
-                let [(u, _)] = users.as_slice() else {
-                    break;
-                };
-                let u = *u;
-                if taken.contains(&u) || !joinable(g, u, prev, &domain) {
-                    break;
-                }
-                // Every other operand must already exist when this kernel
-                // runs (at the anchor's position).
-                let ready = g.node(u).inputs.iter().all(|&v| {
-                    v == prev || {
-                        let p = g.value(v).producer;
-                        nodes.contains(&p) || pos.get(&p).is_some_and(|&i| i < pos[&n])
-                    }
-                });
-                if !ready || g.node(u).inputs.iter().filter(|&&v| v == prev).count() != 1 {
-                    break;
-                }
-                taken.insert(u);
-                nodes.push(u);
-                prev = g.node(u).outputs[0];
-            }
-        }
-        kernels.push(finish(g, &outputs, nodes, kind));
+        add_dead_results(g, &graph_outputs, &mut kernel);
+        out.push(kernel);
     }
-    kernels
+    out
 }
 
-/// Fills in a kernel's inputs and outputs from its nodes.
-pub(crate) fn finish(
+/// Adds results that have no user at all (and are not graph outputs).
+fn add_dead_results(g: &Graph, graph_outputs: &HashSet<ValueId>, k: &mut Kernel) {
+    for &n in &k.nodes {
+        for &v in &g.node(n).outputs {
+            if !k.outputs.contains(&v) && g.users(v).is_empty() && !graph_outputs.contains(&v) {
+                k.outputs.push(v);
+            }
+        }
+    }
+}
+
+/// A kernel of `nodes` with its inputs and outputs computed.
+fn finish(
     g: &Graph,
     graph_outputs: &HashSet<ValueId>,
     nodes: Vec<NodeId>,
@@ -154,10 +125,8 @@ pub(crate) fn finish(
             }
         }
         for &v in &g.node(n).outputs {
-            // A lone node writes every result, used or not.
-            let external = nodes.len() == 1
-                || graph_outputs.contains(&v)
-                || g.users(v).iter().any(|(u, _)| !inside.contains(u));
+            let external =
+                graph_outputs.contains(&v) || g.users(v).iter().any(|(u, _)| !inside.contains(u));
             if external {
                 outs.push(v);
             }
@@ -170,12 +139,14 @@ pub(crate) fn finish(
         .first()
         .map(|&v| g.value(v).name.clone())
         .unwrap_or_else(|| format!("#{}", anchor.index()));
-    Kernel {
+    let mut k = Kernel {
         name,
         kind,
         anchor: Some(anchor),
         nodes,
         inputs,
         outputs: outs,
-    }
+    };
+    add_dead_results(g, graph_outputs, &mut k);
+    k
 }

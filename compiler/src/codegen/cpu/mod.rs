@@ -149,7 +149,9 @@ fn check_supported(g: &Graph, k: &Kernel) -> Result<(), CodegenError> {
             KernelKind::Contraction => {
                 (n == k.nodes[0] && contraction::supports(op)) || elementwise::supports(op)
             }
-            KernelKind::Reduction => reduce::supports(op),
+            KernelKind::Reduction => {
+                (n == k.nodes[0] && reduce::supports(op)) || elementwise::supports(op)
+            }
             KernelKind::DataMovement => movement::supports(op),
         };
         if !ok {
@@ -164,7 +166,7 @@ fn check_supported(g: &Graph, k: &Kernel) -> Result<(), CodegenError> {
 /// Weights are copied into the executable, so `g` may be dropped after.
 /// Every op must have a lowering; otherwise the error names the node.
 pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenError> {
-    let kernels = group::group(g);
+    let kernels = group::kernels(g);
     for k in &kernels {
         check_supported(g, k)?;
     }
@@ -436,6 +438,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         steps,
         code: Arc::new(JitCode(Mutex::new(Some(module)))),
         allocator: Box::new(PerValueAllocator),
+        arena_cache: Default::default(),
     })
 }
 

@@ -40,7 +40,8 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
         return Err("input must be f32".into());
     }
     let x = e.bufs[c.arg(node.inputs[0])?];
-    let y = e.bufs[c.arg(node.outputs[0])?];
+    let acc = super::contraction::acc_arg(c)?;
+    let y = e.bufs[acc];
     let ys = c.g.value(node.outputs[0]).ty.shape.clone();
     match &node.op {
         Op::MaxPool(p) => pool(e, p, &xs, &ys, x, y, true)?,
@@ -136,6 +137,11 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
         }
         other => return Err(format!("{} is not a reduction", other.name())),
     }
+    // Fused elementwise epilogue, in place over the result.
+    if let Some(spec) = super::contraction::epilogue(c, acc, None)? {
+        let sub = super::elementwise::SubDomain::full(&spec.domain);
+        super::elementwise::emit(e, &spec, &sub)?;
+    }
     Ok(Vec::new())
 }
 
@@ -146,14 +152,14 @@ fn scalar(e: &mut Emit<'_>, x: Value, f: fn(&mut Emit<'_>, Value) -> Value) -> V
     e.lane0(r)
 }
 
-/// `max(a, b)` that keeps a NaN from either side (numpy semantics).
+/// `max(a, b)` that keeps a NaN from either side (numpy semantics), done
+/// in a vector register: Cranelift's scalar `fmax` and `select` on floats
+/// lower to branches, which mispredict on data; the vector `fmax` does not.
 fn nan_max(e: &mut Emit<'_>, m: Value, v: Value) -> Value {
-    let gt = e.b.ins().fcmp(FloatCC::GreaterThan, v, m);
-    let nan = e.b.ins().fcmp(FloatCC::Unordered, v, v);
-    let c = e.b.ins().bor(gt, nan);
-    let mnan = e.b.ins().fcmp(FloatCC::Unordered, m, m);
-    let keep = e.b.ins().band_not(c, mnan);
-    e.b.ins().select(keep, v, m)
+    let a = e.b.ins().scalar_to_vector(F32X4, m);
+    let b = e.b.ins().scalar_to_vector(F32X4, v);
+    let r = e.b.ins().fmax(a, b);
+    e.b.ins().extractlane(r, 0)
 }
 
 /// Runtime `[lo, hi)` of window taps `i < k` with `o*s - pad + i*d` in
@@ -198,8 +204,9 @@ fn tap_range(
     (lo, hi, hip)
 }
 
-/// MaxPool / AveragePool over NCHW: per output element, the window's
-/// valid taps are computed at run time and reduced in a register.
+/// MaxPool / AveragePool over NCHW. Output positions whose whole window
+/// lies inside the input (a static rectangle) use a fully unrolled window;
+/// the border computes each window's valid taps at run time.
 fn pool(
     e: &mut Emit<'_>,
     p: &Pool2d,
@@ -212,85 +219,177 @@ fn pool(
     let (&[n, c, h, w], &[_, _, oh, ow]) = (xs, ys) else {
         return Err("pooling needs rank-4 NCHW tensors".into());
     };
+    let (kh, kw) = (p.kernel[0], p.kernel[1]);
+    // Interior: every tap valid.
+    let inter = |out: usize, size: usize, s: usize, pad: usize, d: usize, k: usize| {
+        (0..k).fold((0usize, out), |(lo, hi), t| {
+            let (a, b) = super::contraction::valid_range(out, size, s, pad, t, d);
+            (lo.max(a), hi.min(b))
+        })
+    };
+    let (rlo, rhi) = inter(oh, h, p.strides[0], p.pads[0], p.dilations[0], kh);
+    let (qlo, qhi) = inter(ow, w, p.strides[1], p.pads[1], p.dilations[1], kw);
+    let unroll = kh * kw <= 49 && rhi > rlo && qhi > qlo;
+    let (rlo, rhi, qlo, qhi) = if unroll {
+        (rlo, rhi, qlo, qhi)
+    } else {
+        (oh, oh, ow, ow)
+    };
     let planes = n * c;
     e.for_n(planes, |e, pl| {
         let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
         let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
-        e.for_n(oh, |e, r| {
-            let (ilo, ihi, ihp) = tap_range(
-                e,
-                r,
-                p.strides[0],
-                p.pads[0],
-                p.dilations[0],
-                p.kernel[0],
-                h,
-                p.pads[2],
-            );
-            e.for_n(ow, |e, q| {
-                let (jlo, jhi, jhp) = tap_range(
-                    e,
-                    q,
-                    p.strides[1],
-                    p.pads[1],
-                    p.dilations[1],
-                    p.kernel[1],
-                    w,
-                    p.pads[3],
-                );
-                let init = if max {
-                    e.cf(f32::NEG_INFINITY)
-                } else {
-                    e.cf(0.0)
-                };
-                let acc = e.var(F32, init);
-                let hs = e.b.ins().imul_imm_s(r, p.strides[0] as i64);
-                let hs = e.b.ins().iadd_imm_s(hs, -(p.pads[0] as i64));
-                let ws = e.b.ins().imul_imm_s(q, p.strides[1] as i64);
-                let ws = e.b.ins().iadd_imm_s(ws, -(p.pads[1] as i64));
-                e.for_range(ilo, ihi, 1, |e, i| {
-                    let ih = e.b.ins().imul_imm_s(i, p.dilations[0] as i64);
-                    let ih = e.b.ins().iadd(ih, hs);
-                    let row = e.b.ins().imul_imm_s(ih, w as i64);
-                    let row = e.b.ins().iadd(row, xo);
-                    e.for_range(jlo, jhi, 1, |e, j| {
-                        let iw = e.b.ins().imul_imm_s(j, p.dilations[1] as i64);
-                        let iw = e.b.ins().iadd(iw, ws);
-                        let idx = e.b.ins().iadd(row, iw);
-                        let v = e.load_f32(x, idx);
-                        let a = e.b.use_var(acc);
-                        let nv = if max {
-                            nan_max(e, a, v)
-                        } else {
-                            e.b.ins().fadd(a, v)
-                        };
-                        e.b.def_var(acc, nv);
-                    });
+        let generic_rows = |e: &mut Emit<'_>, a: usize, b: usize| {
+            if b > a {
+                let s = e.ci(a as i64);
+                let en = e.ci(b as i64);
+                e.for_range(s, en, 1, |e, r| {
+                    let s = e.ci(0);
+                    let en = e.ci(ow as i64);
+                    pool_generic(e, p, (h, w, ow), x, y, xo, yo, r, s, en, max);
                 });
-                let a = e.b.use_var(acc);
-                let out = if max {
-                    a
-                } else {
-                    let (ch, cw) = if p.count_include_pad {
-                        (ihp, jhp)
+            }
+        };
+        generic_rows(e, 0, rlo.min(oh));
+        if rhi > rlo {
+            let s = e.ci(rlo as i64);
+            let en = e.ci(rhi as i64);
+            e.for_range(s, en, 1, |e, r| {
+                let s = e.ci(0);
+                let en = e.ci(qlo as i64);
+                pool_generic(e, p, (h, w, ow), x, y, xo, yo, r, s, en, max);
+                let s = e.ci(qhi as i64);
+                let en = e.ci(ow as i64);
+                pool_generic(e, p, (h, w, ow), x, y, xo, yo, r, s, en, max);
+                let s = e.ci(qlo as i64);
+                let en = e.ci(qhi as i64);
+                e.for_range(s, en, 1, |e, q| {
+                    let hs = e.b.ins().imul_imm_s(r, p.strides[0] as i64);
+                    let hs = e.b.ins().iadd_imm_s(hs, -(p.pads[0] as i64));
+                    let row0 = e.b.ins().imul_imm_s(hs, w as i64);
+                    let row0 = e.b.ins().iadd(row0, xo);
+                    let ws = e.b.ins().imul_imm_s(q, p.strides[1] as i64);
+                    let ws = e.b.ins().iadd_imm_s(ws, -(p.pads[1] as i64));
+                    let base = e.b.ins().iadd(row0, ws);
+                    let bp = e.addr(x, base, 4);
+                    let mut acc: Option<Value> = None;
+                    for i in 0..kh {
+                        for j in 0..kw {
+                            let off = (i * p.dilations[0] * w + j * p.dilations[1]) * 4;
+                            let v = e.b.ins().load(F32, super::emit::mem(), bp, off as i32);
+                            acc = Some(match acc {
+                                None => v,
+                                Some(a) if max => nan_max(e, a, v),
+                                Some(a) => e.b.ins().fadd(a, v),
+                            });
+                        }
+                    }
+                    let a = acc.unwrap_or_else(|| e.cf(0.0));
+                    let out = if max {
+                        a
                     } else {
-                        let ch = e.b.ins().isub(ihi, ilo);
-                        let cw = e.b.ins().isub(jhi, jlo);
-                        (ch, cw)
+                        let inv = e.cf(1.0 / (kh * kw) as f32);
+                        e.b.ins().fmul(a, inv)
                     };
-                    let cnt = e.b.ins().imul(ch, cw);
-                    let cf = e.b.ins().fcvt_from_sint(F32, cnt);
-                    e.b.ins().fdiv(a, cf)
-                };
-                let oi = e.b.ins().iadd(yo, q);
-                let rr = e.b.ins().imul_imm_s(r, ow as i64);
-                let oi = e.b.ins().iadd(oi, rr);
-                e.store_f32(out, y, oi);
+                    let oi = e.b.ins().imul_imm_s(r, ow as i64);
+                    let oi = e.b.ins().iadd(oi, yo);
+                    let oi = e.b.ins().iadd(oi, q);
+                    e.store_f32(out, y, oi);
+                });
             });
-        });
+        }
+        generic_rows(e, rhi.max(rlo), oh);
     });
     let _ = (IntCC::Equal, I64);
     Ok(())
+}
+
+/// Output row `r`, columns `[q0, q1)` of one plane, with the valid taps of
+/// each window computed at run time.
+#[allow(clippy::too_many_arguments)]
+fn pool_generic(
+    e: &mut Emit<'_>,
+    p: &Pool2d,
+    (h, w, ow): (usize, usize, usize),
+    x: Value,
+    y: Value,
+    xo: Value,
+    yo: Value,
+    r: Value,
+    q0: Value,
+    q1: Value,
+    max: bool,
+) {
+    let (ilo, ihi, ihp) = tap_range(
+        e,
+        r,
+        p.strides[0],
+        p.pads[0],
+        p.dilations[0],
+        p.kernel[0],
+        h,
+        p.pads[2],
+    );
+    e.for_range(q0, q1, 1, |e, q| {
+        let (jlo, jhi, jhp) = tap_range(
+            e,
+            q,
+            p.strides[1],
+            p.pads[1],
+            p.dilations[1],
+            p.kernel[1],
+            w,
+            p.pads[3],
+        );
+        let init = if max {
+            e.cf(f32::NEG_INFINITY)
+        } else {
+            e.cf(0.0)
+        };
+        let acc = e.var(F32, init);
+        let hs = e.b.ins().imul_imm_s(r, p.strides[0] as i64);
+        let hs = e.b.ins().iadd_imm_s(hs, -(p.pads[0] as i64));
+        let ws = e.b.ins().imul_imm_s(q, p.strides[1] as i64);
+        let ws = e.b.ins().iadd_imm_s(ws, -(p.pads[1] as i64));
+        e.for_range(ilo, ihi, 1, |e, i| {
+            let ih = e.b.ins().imul_imm_s(i, p.dilations[0] as i64);
+            let ih = e.b.ins().iadd(ih, hs);
+            let row = e.b.ins().imul_imm_s(ih, w as i64);
+            let row = e.b.ins().iadd(row, xo);
+            e.for_range(jlo, jhi, 1, |e, j| {
+                let iw = e.b.ins().imul_imm_s(j, p.dilations[1] as i64);
+                let iw = e.b.ins().iadd(iw, ws);
+                let idx = e.b.ins().iadd(row, iw);
+                let v = e.load_f32(x, idx);
+                let a = e.b.use_var(acc);
+                let nv = if max {
+                    nan_max(e, a, v)
+                } else {
+                    e.b.ins().fadd(a, v)
+                };
+                e.b.def_var(acc, nv);
+            });
+        });
+        let a = e.b.use_var(acc);
+        let out = if max {
+            a
+        } else {
+            let (ch, cw) = if p.count_include_pad {
+                (ihp, jhp)
+            } else {
+                let ch = e.b.ins().isub(ihi, ilo);
+                let cw = e.b.ins().isub(jhi, jlo);
+                (ch, cw)
+            };
+            let cnt = e.b.ins().imul(ch, cw);
+            let cf = e.b.ins().fcvt_from_sint(F32, cnt);
+            e.b.ins().fdiv(a, cf)
+        };
+        let oi = e.b.ins().imul_imm_s(r, ow as i64);
+        let oi = e.b.ins().iadd(oi, yo);
+        let oi = e.b.ins().iadd(oi, q);
+        e.store_f32(out, y, oi);
+    });
 }
 
 /// Reduces `x` of shape `xs` over `axes` (sorted) into the dense output.
