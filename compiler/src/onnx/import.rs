@@ -1958,6 +1958,7 @@ impl Importer {
         };
         let mut out: Vec<usize> = xt.shape.clone();
         let mut full_scales: Vec<f32> = vec![1.0; rank];
+        let sizes_stretch = sizes.is_some() && policy == "stretch";
         match (scales, sizes) {
             (_, Some(sz)) => {
                 if sz.len() != axes.len() || sz.iter().any(|&d| !(0..=MAX_ATTR).contains(&d)) {
@@ -2014,6 +2015,11 @@ impl Importer {
             .fold(1u128, |acc, &d| acc.saturating_mul(d as u128));
         if n > MAX_ELEMENTS {
             return Err(cx.invalid(format!("output shape {out:?} is too large")));
+        }
+        // Stretched sizes: the coordinate transform uses sizes / in (empty
+        // scales); given scales (and aspect-ratio scales) are kept as is.
+        if sizes_stretch {
+            full_scales.clear();
         }
         let op = Op::Resize(Resize {
             sizes: out,
