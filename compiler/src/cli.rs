@@ -48,6 +48,38 @@ pub enum Command {
         /// Execution backend.
         #[arg(long, value_enum, default_value_t = Backend::Interp)]
         backend: Backend,
+        /// Threads for the cpu backend (at least 1).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = threads_arg)]
+        threads: usize,
+        /// Print per-kernel times (cpu backend): share of the total, the
+        /// ops fused, conv algorithm and GFLOP/s.
+        #[arg(long)]
+        profile: bool,
+    },
+    /// Time a model: median, min and max latency, GFLOP/s and % of peak,
+    /// peak activation bytes and compile time.
+    Bench {
+        /// Model file (.dnn text model or .onnx).
+        model: PathBuf,
+        /// Input tensor: NAME=FILE.npy, or just FILE.npy for a single-input
+        /// model (default: seeded random data).
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Safetensors file whose tensors bind parameters by name.
+        #[arg(long, value_name = "FILE.safetensors")]
+        weights: Option<PathBuf>,
+        /// Threads (at least 1).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = threads_arg)]
+        threads: usize,
+        /// Untimed runs before timing.
+        #[arg(long, value_name = "N", default_value_t = 3)]
+        warmup: usize,
+        /// Timed runs (at least 1).
+        #[arg(long, value_name = "N", default_value_t = 20, value_parser = iters_arg)]
+        iters: usize,
+        /// Execution backend.
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
     },
     /// Print the Work-Depth analysis: per-node W, D and conv algorithm costs.
     Analyze {
@@ -88,6 +120,25 @@ pub enum Command {
     },
 }
 
+/// Peak f32 throughput of one core of this project's machine class, in
+/// GFLOP/s: a 2.6 GHz Intel Xeon with AVX-512 (`lscpu`), two 16-lane FMA
+/// ports, `2.6 * 2 * 16 * 2 = 166.4`. The tuned GEMM reaches ~165 GFLOP/s on
+/// 512^3 there (ARCHITECTURE.md), so this is an attainable ceiling. `%
+/// of peak` in `dnnc bench` is against `threads` times this.
+pub const PEAK_GFLOPS_PER_CORE: f64 = 166.4;
+
+fn threads_arg(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn iters_arg(s: &str) -> Result<usize, String> {
+    threads_arg(s)
+}
+
 /// Runs a parsed command line, returning what it prints on stdout.
 /// Progress notes go to `notes` (stderr in the binary).
 pub fn execute(cli: Cli, notes: &mut dyn FnMut(&str)) -> Result<String, DnncError> {
@@ -118,18 +169,34 @@ fn execute_command(
             weights,
             out,
             backend,
+            threads,
+            profile,
         } => {
+            if backend == Backend::Interp && (threads != 1 || profile) {
+                return Err(DnncError::Usage(
+                    "--threads and --profile need --backend cpu".into(),
+                ));
+            }
             let mut g = load_model(&model)?;
             if let Some(w) = weights {
                 bind_weights_file(&mut g, &w, notes)?;
             }
             g.check_weights_bound()?;
             let feeds = gather_inputs(&g, &inputs, notes)?;
+            let mut report = String::new();
             let results = match backend {
                 Backend::Interp => dnnc_runtime::run(&g, &feeds)?,
                 Backend::Cpu => {
-                    let opts = crate::codegen::cpu::CpuOptions::default();
-                    crate::codegen::cpu::compile_cpu(&g, &opts)?.run(&feeds)?
+                    let exe = compile_for_cpu(&g, threads)?;
+                    if profile {
+                        // The first run pays page faults; profile a warm one.
+                        exe.run(&feeds)?;
+                        let (r, times) = exe.run_profiled(&feeds)?;
+                        report = crate::bench::render_profile(&g, &exe, &times);
+                        r
+                    } else {
+                        exe.run(&feeds)?
+                    }
                 }
             };
             let mut text = String::new();
@@ -147,7 +214,34 @@ fn execute_command(
                     let _ = writeln!(text, "  wrote {}", path.display());
                 }
             }
+            text.push_str(&report);
             Ok(text)
+        }
+        Command::Bench {
+            model,
+            inputs,
+            weights,
+            threads,
+            warmup,
+            iters,
+            backend,
+        } => {
+            if backend == Backend::Interp && threads != 1 {
+                return Err(DnncError::Usage("--threads needs --backend cpu".into()));
+            }
+            let mut g = load_model(&model)?;
+            if let Some(w) = weights {
+                bind_weights_file(&mut g, &w, notes)?;
+            }
+            g.check_weights_bound()?;
+            let feeds = gather_inputs(&g, &inputs, notes)?;
+            let cfg = crate::bench::BenchConfig {
+                threads,
+                warmup,
+                iters,
+                cpu: backend == Backend::Cpu,
+            };
+            crate::bench::bench(&g, &feeds, &cfg)
         }
         Command::Analyze { model, json, procs } => {
             let procs = match procs {
@@ -156,7 +250,8 @@ fn execute_command(
                 None => std::thread::available_parallelism().map_or(1, |n| n.get()),
             };
             let g = load_model(&model)?;
-            let a = dnnc_passes::wd::analyze(&g);
+            let mut a = dnnc_passes::wd::analyze(&g);
+            a.memory = Some(dnnc_passes::wd::activation_memory(&g));
             Ok(if json {
                 dnnc_passes::wd::render_json(&a, procs)
             } else {
@@ -176,6 +271,17 @@ fn execute_command(
             Ok(report.render())
         }
     }
+}
+
+/// Compiles for the cpu backend with `threads` worker threads.
+pub fn compile_for_cpu(
+    g: &Graph,
+    threads: usize,
+) -> Result<dnnc_runtime::cpu::Executable, DnncError> {
+    let opts = crate::codegen::cpu::CpuOptions::default();
+    let mut exe = crate::codegen::cpu::compile_cpu(g, &opts)?;
+    exe.set_threads(threads).map_err(DnncError::Usage)?;
+    Ok(exe)
 }
 
 /// `dnnc ir`: the pipeline's pass list, the IR after a pass, or the

@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod cli;
 pub mod codegen;
 pub mod conformance;

@@ -24,6 +24,7 @@ pub mod dot;
 pub mod graph;
 pub mod infer;
 pub mod init;
+pub mod memplan;
 pub mod op;
 pub mod tensor;
 pub mod text;

@@ -22,10 +22,12 @@
 //! ```
 
 pub mod conv;
+mod memory;
 mod render;
 pub mod rules;
 
 pub use conv::{AlgoCost, ConvAlgos, ConvShape, FFT_C};
+pub use memory::{activation_memory, format_bytes, ActivationMemory, ACTIVATION_ALIGN};
 pub use render::{format_thousands, render_json, render_table};
 pub use rules::{ceil_log2, node_cost, Cost};
 
@@ -97,6 +99,10 @@ pub struct Analysis {
     pub depth: u64,
     /// The hidden FFT constant the conv figures were computed with.
     pub fft_c: f64,
+    /// Peak activation memory, when computed ([`activation_memory`]);
+    /// rendered as a totals line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<ActivationMemory>,
 }
 
 impl Analysis {
@@ -224,5 +230,6 @@ pub fn analyze(g: &Graph) -> Analysis {
         work,
         depth,
         fft_c: FFT_C,
+        memory: None,
     }
 }

@@ -2,7 +2,7 @@
 //! Both are deterministic: fixed column order, widths computed from the
 //! content, no hash-ordered data.
 
-use super::{class_name, Analysis, NodeCost};
+use super::{class_name, format_bytes, ActivationMemory, Analysis, NodeCost};
 use dnnc_ir::OpClass;
 use serde::Serialize;
 use std::fmt::Write;
@@ -186,6 +186,19 @@ pub fn render_table(a: &Analysis, procs: usize) -> String {
             format!("contractions, {:.1}% of W", 100.0 * cw as f64 / w),
         ),
     ];
+    let mut totals = totals;
+    if let Some(m) = &a.memory {
+        totals.push((
+            "activations".into(),
+            format_bytes(m.planned),
+            format!(
+                "peak, planned (naive {}, live-set bound {}, {} values)",
+                format_bytes(m.naive),
+                format_bytes(m.lower_bound),
+                m.values
+            ),
+        ));
+    }
     let lw = totals.iter().map(|t| t.0.len()).max().unwrap_or(0);
     let vw = totals.iter().map(|t| t.1.len()).max().unwrap_or(0);
     out.push_str("\ntotals\n");
@@ -226,6 +239,8 @@ struct Report<'a> {
     contraction_work: u64,
     brent: Brent,
     fft_c: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    activation_memory: Option<ActivationMemory>,
     nodes: &'a [NodeCost],
 }
 
@@ -246,6 +261,7 @@ pub fn render_json(a: &Analysis, procs: usize) -> String {
             upper,
         },
         fft_c: a.fft_c,
+        activation_memory: a.memory,
         nodes: &a.nodes,
     };
     serde_json::to_string_pretty(&report).expect("analysis serialises")

@@ -102,6 +102,11 @@ pub struct TempInfo {
     pub first_step: usize,
     /// Last step that touches it (`steps.len()` for graph outputs).
     pub last_step: usize,
+    /// Index (into the same `temps` slice) of a temp whose memory this one
+    /// may take over: the kernel at `first_step` is elementwise, reads that
+    /// temp for the last time and writes this one element by element at
+    /// the same positions (see `Step::inplace`). An allocator may ignore it.
+    pub reuse: Option<usize>,
 }
 
 /// Byte offsets of every temp in one arena.

@@ -20,8 +20,10 @@
 
 mod alloc;
 pub mod native;
+mod plan;
 
-pub use alloc::{AlignedBuf, Allocator, ArenaPlan, PerValueAllocator, TempInfo};
+pub use alloc::{AlignedBuf, Allocator, ArenaPlan, PerValueAllocator, TempInfo, ALIGN};
+pub use plan::GreedyPlanner;
 
 use crate::RunError;
 use dnnc_ir::{DType, Tensor, TensorType};
@@ -87,6 +89,16 @@ pub struct Step {
     pub args: Vec<BufId>,
     /// Messages for the non-zero return codes, 1-based.
     pub errors: Vec<String>,
+    /// Names of the graph nodes fused into this kernel, in order (for
+    /// profiles).
+    pub nodes: Vec<String>,
+    /// The convolution algorithm, for conv kernels (for profiles).
+    pub algo: Option<String>,
+    /// `(input arg, output arg)` index pairs the kernel allows to share
+    /// memory: it reads each element of the input before writing the same
+    /// element of the output and reads the input nowhere else, so a
+    /// planner may place the output over an input that dies here.
+    pub inplace: Vec<(usize, usize)>,
 }
 
 /// A graph output: which buffer holds it and its type.
@@ -121,6 +133,35 @@ pub struct Executable {
     /// nor page-fault (kernels write every temp before reading it, so
     /// stale contents are harmless).
     pub arena_cache: std::sync::Mutex<Vec<AlignedBuf>>,
+    /// Threads a run may use ([`Executable::set_threads`]); one by default.
+    pub parallel: Parallel,
+}
+
+/// The executable's worker threads: a persistent rayon pool, so runs do not
+/// spawn threads.
+#[derive(Debug, Default)]
+pub struct Parallel {
+    pool: Option<rayon::ThreadPool>,
+}
+
+impl Parallel {
+    /// Threads a run uses (1 when no pool is set).
+    pub fn threads(&self) -> usize {
+        self.pool.as_ref().map_or(1, |p| p.current_num_threads())
+    }
+}
+
+/// Activation memory of an executable, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryReport {
+    /// The arena the allocator plans: peak activation bytes per run.
+    pub planned: usize,
+    /// Every temp in its own buffer (no reuse).
+    pub naive: usize,
+    /// The most bytes live at one step: no placement can use less.
+    pub lower_bound: usize,
+    /// Temps that took over a dying input's memory in place.
+    pub in_place: usize,
 }
 
 impl std::fmt::Debug for Executable {
@@ -137,6 +178,41 @@ impl Executable {
     /// Number of kernel calls per run.
     pub fn num_steps(&self) -> usize {
         self.steps.len()
+    }
+
+    /// Sets the number of threads runs use (a persistent pool of that many
+    /// workers; 1 runs on the caller's thread). Large GEMMs are split across
+    /// them when the W-D work pays for it; results do not change.
+    pub fn set_threads(&mut self, threads: usize) -> Result<(), String> {
+        if threads == 0 {
+            return Err("the thread count must be at least 1".into());
+        }
+        self.parallel.pool = if threads == 1 {
+            None
+        } else {
+            Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("dnnc-worker-{i}"))
+                    .build()
+                    .map_err(|e| format!("cannot start {threads} threads: {e}"))?,
+            )
+        };
+        Ok(())
+    }
+
+    /// Peak activation bytes as planned by the executable's allocator,
+    /// against one buffer per temp and the live-set lower bound.
+    pub fn memory(&self) -> MemoryReport {
+        let temps = self.temp_infos();
+        let iv = plan::intervals(&temps);
+        let p = dnnc_ir::memplan::plan(&iv, ALIGN);
+        MemoryReport {
+            planned: self.allocator.plan(&temps).total_bytes,
+            naive: dnnc_ir::memplan::naive_bytes(&iv, ALIGN),
+            lower_bound: dnnc_ir::memplan::lower_bound(&iv, ALIGN),
+            in_place: p.in_place,
+        }
     }
 
     /// Lifetime information of every temp buffer, for the allocator.
@@ -159,7 +235,8 @@ impl Executable {
         for o in &self.outputs {
             last[root(o.buf)] = self.steps.len();
         }
-        self.buffers
+        let mut temps: Vec<TempInfo> = self
+            .buffers
             .iter()
             .enumerate()
             .filter(|(_, b)| matches!(b.kind, BufferKind::Temp))
@@ -168,8 +245,38 @@ impl Executable {
                 bytes: b.bytes,
                 first_step: first[i].min(last[i]),
                 last_step: last[i],
+                reuse: None,
             })
-            .collect()
+            .collect();
+        // In-place candidates: the input's root temp is read by no other
+        // argument of the step, is reached without an offset and covers
+        // the whole input; the planner checks that it dies at this step.
+        let index: HashMap<BufId, usize> =
+            temps.iter().enumerate().map(|(k, t)| (t.buf, k)).collect();
+        for s in &self.steps {
+            for &(ia, oa) in &s.inplace {
+                let (Some(&ib), Some(&ob)) = (s.args.get(ia), s.args.get(oa)) else {
+                    continue;
+                };
+                let r = root(ib);
+                let whole = match self.buffers[ib].kind {
+                    BufferKind::Temp => true,
+                    BufferKind::Alias { of, offset } => {
+                        offset == 0 && of == r && self.buffers[ib].bytes == self.buffers[r].bytes
+                    }
+                    _ => false,
+                };
+                let alone = s.args.iter().filter(|&&a| root(a) == r).count() == 1;
+                if let (true, true, Some(&d), Some(&t)) =
+                    (whole, alone, index.get(&r), index.get(&ob))
+                {
+                    if temps[d].bytes >= temps[t].bytes && temps[t].reuse.is_none() {
+                        temps[t].reuse = Some(d);
+                    }
+                }
+            }
+        }
+        temps
     }
 
     /// Runs the executable on `inputs` (matched to the graph inputs by
@@ -193,7 +300,7 @@ impl Executable {
     fn run_inner(
         &self,
         inputs: &[(String, Tensor)],
-        mut times: Option<&mut StepTimes>,
+        times: Option<&mut StepTimes>,
     ) -> Result<Vec<Tensor>, RunError> {
         let mut provided: HashMap<&str, &Tensor> = HashMap::new();
         for (name, t) in inputs {
@@ -268,6 +375,40 @@ impl Executable {
             ptrs.push(p);
         }
 
+        let threads = self.parallel.threads();
+        let run = SendRun {
+            exe: self,
+            ptrs: &ptrs,
+            times,
+        };
+        match &self.parallel.pool {
+            Some(pool) => pool.install(move || native::with_threads(threads, move || run.go()))?,
+            None => run.go()?,
+        }
+
+        let mut out = Vec::with_capacity(self.outputs.len());
+        for o in &self.outputs {
+            let p = ptrs[o.buf];
+            if p.is_null() {
+                return Err(RunError::Output {
+                    name: o.name.clone(),
+                });
+            }
+            // SAFETY: the buffer holds exactly `o.ty` in row-major order.
+            out.push(unsafe { tensor_from_ptr(p, &o.ty) });
+        }
+        if let Ok(mut c) = self.arena_cache.lock() {
+            c.push(arena);
+        }
+        Ok(out)
+    }
+
+    /// Runs every step on the buffers at `ptrs`.
+    fn exec_steps(
+        &self,
+        ptrs: &[*mut u8],
+        mut times: Option<&mut StepTimes>,
+    ) -> Result<(), RunError> {
         let mut args: Vec<*mut u8> = Vec::new();
         for s in &self.steps {
             args.clear();
@@ -292,22 +433,25 @@ impl Executable {
                 });
             }
         }
+        Ok(())
+    }
+}
 
-        let mut out = Vec::with_capacity(self.outputs.len());
-        for o in &self.outputs {
-            let p = ptrs[o.buf];
-            if p.is_null() {
-                return Err(RunError::Output {
-                    name: o.name.clone(),
-                });
-            }
-            // SAFETY: the buffer holds exactly `o.ty` in row-major order.
-            out.push(unsafe { tensor_from_ptr(p, &o.ty) });
-        }
-        if let Ok(mut c) = self.arena_cache.lock() {
-            c.push(arena);
-        }
-        Ok(out)
+/// One run's steps, moved onto a pool thread.
+struct SendRun<'a> {
+    exe: &'a Executable,
+    ptrs: &'a [*mut u8],
+    times: Option<&'a mut StepTimes>,
+}
+
+// SAFETY: the pointers address the run's arena, inputs and the
+// executable's weights, all of which outlive the run; the caller waits for
+// the pool to finish before touching them again.
+unsafe impl Send for SendRun<'_> {}
+
+impl SendRun<'_> {
+    fn go(self) -> Result<(), RunError> {
+        self.exe.exec_steps(self.ptrs, self.times)
     }
 }
 

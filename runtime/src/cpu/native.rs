@@ -9,7 +9,11 @@
 /// strides. With `beta == 0` the old `C` is not read (it may be garbage).
 ///
 /// Wraps `matrixmultiply`'s f32 kernel (see ARCHITECTURE.md, "CPU backend",
-/// for the measured choice), single-threaded.
+/// for the measured choice). Inside [`with_threads`]`(p > 1, ..)` on a
+/// rayon pool, a call whose work pays for it ([`gemm_tasks`]) is split into
+/// slices of C's rows or columns run concurrently; each element is still
+/// computed by the same kernel with the same summation order, so results
+/// are bitwise identical to one thread.
 ///
 /// # Safety
 /// The pointers must address matrices of the given sizes and strides; `C`
@@ -45,10 +49,127 @@ pub unsafe extern "C" fn dnnc_sgemm(
         }
         return;
     }
-    // matrixmultiply: C = alpha A B + beta C, C not read when beta == 0.
-    matrixmultiply::sgemm(
-        m, k, n, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, c_cs,
-    );
+    let tasks = gemm_tasks(m, n, k, THREADS.with(|t| t.get()));
+    if tasks <= 1 {
+        // matrixmultiply: C = alpha A B + beta C, C not read when beta == 0.
+        matrixmultiply::sgemm(
+            m, k, n, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, c_cs,
+        );
+        return;
+    }
+    // Split the longer of C's dimensions into `tasks` slices, each a
+    // multiple of SLICE_ALIGN (the kernel's register tile) except the last.
+    let split_m = m >= n;
+    let len = if split_m { m } else { n };
+    let chunk = len.div_ceil(tasks).div_ceil(SLICE_ALIGN) * SLICE_ALIGN;
+    let p = SendPtrs(a, b, c);
+    let slice = |i: usize| {
+        let p = &p;
+        let lo = i * chunk;
+        let hi = ((i + 1) * chunk).min(len);
+        if lo >= hi {
+            return;
+        }
+        // SAFETY: each slice addresses a disjoint part of C and reads
+        // A/B inside the caller's matrices.
+        unsafe {
+            if split_m {
+                matrixmultiply::sgemm(
+                    hi - lo,
+                    k,
+                    n,
+                    alpha,
+                    p.0.offset(lo as isize * a_rs),
+                    a_rs,
+                    a_cs,
+                    p.1,
+                    b_rs,
+                    b_cs,
+                    beta,
+                    p.2.offset(lo as isize * c_rs),
+                    c_rs,
+                    c_cs,
+                );
+            } else {
+                matrixmultiply::sgemm(
+                    m,
+                    k,
+                    hi - lo,
+                    alpha,
+                    p.0,
+                    a_rs,
+                    a_cs,
+                    p.1.offset(lo as isize * b_cs),
+                    b_rs,
+                    b_cs,
+                    beta,
+                    p.2.offset(lo as isize * c_cs),
+                    c_rs,
+                    c_cs,
+                );
+            }
+        }
+    };
+    let slices = len.div_ceil(chunk);
+    rayon::scope(|s| {
+        for i in 1..slices {
+            let slice = &slice;
+            s.spawn(move |_| slice(i));
+        }
+        slice(0);
+    });
+}
+
+/// GEMM operand pointers, shared read-only (A, B) or by disjoint slices
+/// (C) between the tasks of one split call.
+struct SendPtrs(*const f32, *const f32, *mut f32);
+// SAFETY: the tasks of one call touch disjoint parts of C and only read A
+// and B, all of which outlive the scope.
+unsafe impl Sync for SendPtrs {}
+
+/// Slices of a split GEMM are multiples of this many rows/columns (the
+/// micro-kernel's register tile is at most 16 x 32 wide in f32).
+const SLICE_ALIGN: usize = 32;
+
+/// Per-task overhead of a split, in multiply-accumulates: waking a pool
+/// worker and joining it costs about 10 µs on this machine class (measured
+/// with `cargo run --release -p dnnc-runtime --example gemm_bench`), which
+/// is ~400k MACs at the single-thread GEMM rate of ~40-80 GMAC/s. A slice
+/// must carry at least this many times more work than that overhead.
+pub const TASK_OVERHEAD_MACS: u64 = 400_000;
+
+/// How many slices a GEMM of `m x n x k` gets on `threads` threads: its
+/// Work-Depth work `W = m*n*k` (MACs; depth is `log k`, negligible) is
+/// split into `p` tasks only while `W / p` stays at least
+/// `8 * TASK_OVERHEAD_MACS`, so the overhead stays under ~1/8 of the
+/// saving, and never finer than one register tile per slice.
+pub fn gemm_tasks(m: usize, n: usize, k: usize, threads: usize) -> usize {
+    if threads <= 1 {
+        return 1;
+    }
+    let w = (m as u64).saturating_mul(n as u64).saturating_mul(k as u64);
+    let by_work = (w / (8 * TASK_OVERHEAD_MACS)).max(1) as usize;
+    let by_shape = m.max(n).div_ceil(SLICE_ALIGN);
+    threads.min(by_work).min(by_shape).max(1)
+}
+
+thread_local! {
+    static THREADS: std::cell::Cell<usize> = const { std::cell::Cell::new(1) };
+}
+
+/// Runs `f` with native helpers on this thread allowed to split work into
+/// `threads` tasks on the current rayon pool (call it inside
+/// `ThreadPool::install`). Restores the previous setting afterwards.
+pub fn with_threads<R>(threads: usize, f: impl FnOnce() -> R) -> R {
+    let old = THREADS.with(|t| t.replace(threads.max(1)));
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            THREADS.with(|t| t.set(self.0));
+        }
+    }
+    let _restore = Restore(old);
+    f()
 }
 
 /// Name and address of every native helper, for the JIT's symbol table.
@@ -59,6 +180,57 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn split_gemm_is_bitwise_identical() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        for &(m, n, k) in &[
+            (64usize, 3136usize, 576usize),
+            (300, 170, 129),
+            (37, 1000, 300),
+        ] {
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 7) % 13) as f32 * 0.13 - 0.6)
+                .collect();
+            let b: Vec<f32> = (0..k * n)
+                .map(|i| ((i * 5) % 11) as f32 * 0.7 - 0.5)
+                .collect();
+            let run = |threads: usize| {
+                let mut c = vec![0.25f32; m * n];
+                pool.install(|| {
+                    with_threads(threads, || unsafe {
+                        assert!(threads == 1 || gemm_tasks(m, n, k, threads) > 1);
+                        dnnc_sgemm(
+                            m,
+                            n,
+                            k,
+                            a.as_ptr(),
+                            k as isize,
+                            1,
+                            b.as_ptr(),
+                            n as isize,
+                            1,
+                            c.as_mut_ptr(),
+                            n as isize,
+                            1,
+                            1.5,
+                            0.5,
+                        )
+                    })
+                });
+                c
+            };
+            let one = run(1);
+            let two = run(2);
+            assert!(one
+                .iter()
+                .zip(&two)
+                .all(|(x, y)| x.to_bits() == y.to_bits()));
+        }
+    }
 
     #[test]
     fn sgemm_matches_naive_with_transposes_and_beta() {

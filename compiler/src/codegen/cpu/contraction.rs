@@ -644,3 +644,14 @@ fn conv_depthwise(
     let _ = I64;
     err.map_or(Ok(()), Err)
 }
+
+/// The algorithm a conv kernel is lowered with (`None` for other kernels),
+/// for profiles.
+pub(crate) fn algo_of(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Option<ConvAlgo> {
+    if k.kind != super::group::KernelKind::Contraction
+        || !matches!(g.node(k.nodes[0]).op, Op::Conv2d(_))
+    {
+        return None;
+    }
+    ConvGeom::of(g, k).ok().map(|geom| choose_algo(&geom, opts))
+}

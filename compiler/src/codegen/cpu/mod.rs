@@ -29,8 +29,8 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
 use dnnc_ir::{DType, Graph, NodeId, Op, Tensor, ValueId};
 use dnnc_runtime::cpu::{
-    native, AlignedBuf, BufId, Buffer, BufferKind, Executable, KernelFn, OutputSpec,
-    PerValueAllocator, Step,
+    native, AlignedBuf, BufId, Buffer, BufferKind, Executable, GreedyPlanner, KernelFn,
+    OutputSpec, Step,
 };
 use emit::Emit;
 use group::{Kernel, KernelKind};
@@ -386,6 +386,8 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let cfg = e.cfg;
             e.b.finalize(cfg);
             let ops: Vec<&str> = k.nodes.iter().map(|&n| g.node(n).op.name()).collect();
+            let inplace = inplace_pairs(g, k, &kctx.arg_of);
+            let algo = contraction::algo_of(g, k, opts).map(|a| format!("{a:?}").to_lowercase());
             pending.push((
                 fid,
                 Step {
@@ -394,6 +396,9 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                     func: dummy_kernel,
                     args,
                     errors,
+                    nodes: k.nodes.iter().map(|&n| node_label(g, n)).collect(),
+                    algo,
+                    inplace,
                 },
             ));
         }
@@ -437,9 +442,43 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         buffers,
         steps,
         code: Arc::new(JitCode(Mutex::new(Some(module)))),
-        allocator: Box::new(PerValueAllocator),
+        allocator: Box::new(GreedyPlanner),
         arena_cache: Default::default(),
+        parallel: Default::default(),
     })
+}
+
+/// Argument pairs `(input, output)` an elementwise kernel may run in
+/// place: both have the loop domain's shape and dtype, so every operand
+/// walks them with identical strides and each point loads all its inputs
+/// before storing (see `elementwise::emit`). Other kernels write outputs
+/// (GEMM results, reductions) before their inputs are fully read.
+fn inplace_pairs(g: &Graph, k: &Kernel, arg_of: &HashMap<ValueId, usize>) -> Vec<(usize, usize)> {
+    if k.kind != KernelKind::Elementwise {
+        return Vec::new();
+    }
+    let Some(domain) = k
+        .nodes
+        .last()
+        .and_then(|&n| g.node(n).outputs.first())
+        .map(|&v| &g.value(v).ty)
+    else {
+        return Vec::new();
+    };
+    let mut pairs = Vec::new();
+    for &o in &k.outputs {
+        if g.value(o).ty != *domain {
+            continue;
+        }
+        for &i in &k.inputs {
+            if g.value(i).ty == *domain && !k.outputs.contains(&i) {
+                if let (Some(&ia), Some(&oa)) = (arg_of.get(&i), arg_of.get(&o)) {
+                    pairs.push((ia, oa));
+                }
+            }
+        }
+    }
+    pairs
 }
 
 /// Placeholder until the real pointer is known after finalisation.

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# dnnc vs onnxruntime on every model in ../shared/models, at 1 and 2
+# threads, timed in the same run (interleaved per model, so machine noise
+# hits both), then peak RSS of `dnnc run` vs onnxruntime on ResNet-18.
+#
+# Usage: bench/compare_ort.sh [ITERS]   (from the repository root; default 20)
+# Needs: a release build (`cargo build --release -p dnnc-compiler`), the
+# onnxruntime venv at ../ort-venv, /usr/bin/time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ITERS=${1:-20}
+MODELS=../shared/models
+PY=../ort-venv/bin/python
+ORT=../shared/bench/ort_reference.py
+DNNC=./target/release/dnnc
+[ -x "$DNNC" ] || { echo "build first: cargo build --release -p dnnc-compiler" >&2; exit 2; }
+[ -x "$PY" ] || { echo "onnxruntime venv $PY not found" >&2; exit 2; }
+
+echo "# $(date -u +%Y-%m-%d) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# dnnc bench --warmup 3 --iters $ITERS vs ort_reference.py --warmup 3 --runs $ITERS; medians in ms"
+printf '%-20s %7s %10s %10s %10s %12s\n' model threads dnnc_ms ort_ms dnnc/ort dnnc_GFLOP/s
+for dir in "$MODELS"/*/; do
+  name=$(basename "$dir")
+  for t in 1 2; do
+    d=$("$DNNC" bench "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --warmup 3 --iters "$ITERS" 2>/dev/null) || {
+      printf '%-20s %7s %10s\n' "$name" "$t" "failed"; continue; }
+    dms=$(sed -n 's/.*median \([0-9.]*\) ms.*/\1/p' <<<"$d")
+    gf=$(sed -n 's/.*throughput *\([0-9.]*\) GFLOP.*/\1/p' <<<"$d")
+    o=$("$PY" "$ORT" "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --runs "$ITERS" 2>/dev/null)
+    oms=$(sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' <<<"$o")
+    ratio=$(awk -v a="$dms" -v b="$oms" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
+    printf '%-20s %7s %10s %10s %10s %12s\n' "$name" "$t" "$dms" "$oms" "$ratio" "$gf"
+  done
+done
+
+echo
+echo "# peak RSS (/usr/bin/time -v, maximum resident set size), ResNet-18, 1 thread, one inference"
+R=$MODELS/resnet18
+rss() { /usr/bin/time -v "$@" 2>&1 >/dev/null | sed -n 's/.*Maximum resident set size (kbytes): //p'; }
+d_rss=$(rss "$DNNC" run "$R/model.onnx" --input "$R/input.npy" --backend cpu)
+o_rss=$(rss "$PY" "$ORT" "$R/model.onnx" --input "$R/input.npy" --threads 1 --runs 1 --warmup 0)
+echo "dnnc run --backend cpu: ${d_rss} KiB"
+echo "onnxruntime (python):   ${o_rss} KiB"
+"$DNNC" bench "$R/model.onnx" --input "$R/input.npy" --warmup 0 --iters 1 | grep activations

@@ -1,0 +1,243 @@
+//! `dnnc bench` and `dnnc run --profile`: latency statistics and
+//! per-kernel profiles of the CPU backend, with throughput from the
+//! Work-Depth analysis (GFLOP/s = 2 x contraction MACs / time).
+
+use crate::cli::PEAK_GFLOPS_PER_CORE;
+use crate::error::DnncError;
+use dnnc_ir::{Graph, OpClass, Tensor};
+use dnnc_passes::wd::{self, format_bytes};
+use dnnc_runtime::cpu::{Executable, StepTimes};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+/// What `dnnc bench` measures.
+#[derive(Clone, Copy, Debug)]
+pub struct BenchConfig {
+    /// Worker threads (cpu backend), at least 1.
+    pub threads: usize,
+    /// Untimed runs first.
+    pub warmup: usize,
+    /// Timed runs, at least 1.
+    pub iters: usize,
+    /// The cpu backend (else the interpreter).
+    pub cpu: bool,
+}
+
+/// Latency statistics of timed runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Latency {
+    /// Median (mean of the middle two for an even count), seconds.
+    pub median: f64,
+    /// Fastest run, seconds.
+    pub min: f64,
+    /// Slowest run, seconds.
+    pub max: f64,
+}
+
+impl Latency {
+    /// Statistics of `times` (seconds); all zero when empty.
+    pub fn of(times: &[f64]) -> Latency {
+        if times.is_empty() {
+            return Latency {
+                median: 0.0,
+                min: 0.0,
+                max: 0.0,
+            };
+        }
+        let mut t = times.to_vec();
+        t.sort_by(f64::total_cmp);
+        let n = t.len();
+        let median = if n % 2 == 1 {
+            t[n / 2]
+        } else {
+            (t[n / 2 - 1] + t[n / 2]) / 2.0
+        };
+        Latency {
+            median,
+            min: t[0],
+            max: t[n - 1],
+        }
+    }
+}
+
+/// Times `g` on `feeds` and renders the report `dnnc bench` prints.
+pub fn bench(
+    g: &Graph,
+    feeds: &[(String, Tensor)],
+    cfg: &BenchConfig,
+) -> Result<String, DnncError> {
+    if cfg.threads == 0 || cfg.iters == 0 {
+        return Err(DnncError::Usage(
+            "--threads and --iters must be at least 1".into(),
+        ));
+    }
+    let analysis = wd::analyze(g);
+    let macs = analysis.contraction_work();
+    let mut text = String::new();
+    let t0 = Instant::now();
+    let exe = if cfg.cpu {
+        Some(crate::cli::compile_for_cpu(g, cfg.threads)?)
+    } else {
+        None
+    };
+    let compile = t0.elapsed();
+    let run_once = || -> Result<(), DnncError> {
+        match &exe {
+            Some(e) => e.run(feeds).map(drop)?,
+            None => dnnc_runtime::run(g, feeds).map(drop)?,
+        }
+        Ok(())
+    };
+    for _ in 0..cfg.warmup {
+        run_once()?;
+    }
+    let mut times = Vec::with_capacity(cfg.iters);
+    for _ in 0..cfg.iters {
+        let t = Instant::now();
+        run_once()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let lat = Latency::of(&times);
+    let gflops = 2.0 * macs as f64 / lat.median.max(1e-12) / 1e9;
+    let peak = PEAK_GFLOPS_PER_CORE * cfg.threads as f64;
+    let _ = writeln!(
+        text,
+        "bench `{}` on {}, {} thread{}: {} warm-up + {} timed run{}",
+        g.name,
+        if cfg.cpu { "cpu" } else { "interp" },
+        cfg.threads,
+        if cfg.threads == 1 { "" } else { "s" },
+        cfg.warmup,
+        cfg.iters,
+        if cfg.iters == 1 { "" } else { "s" }
+    );
+    let ms = |s: f64| s * 1e3;
+    let _ = writeln!(
+        text,
+        "  latency      median {:.3} ms  min {:.3} ms  max {:.3} ms",
+        ms(lat.median),
+        ms(lat.min),
+        ms(lat.max)
+    );
+    let _ = writeln!(
+        text,
+        "  throughput   {gflops:.1} GFLOP/s (2 x {} conv+FC MACs / median), {:.1}% of peak {peak:.1} GFLOP/s ({} x {PEAK_GFLOPS_PER_CORE} per core)",
+        wd::format_thousands(macs),
+        100.0 * gflops / peak,
+        cfg.threads
+    );
+    if let Some(e) = &exe {
+        let m = e.memory();
+        let _ = writeln!(
+            text,
+            "  activations  peak {} planned ({} bytes; naive {}, live-set bound {}, {} in place)",
+            format_bytes(m.planned),
+            m.planned,
+            format_bytes(m.naive),
+            format_bytes(m.lower_bound),
+            m.in_place
+        );
+        let _ = writeln!(
+            text,
+            "  compile      {:.1} ms ({} kernels)",
+            compile.as_secs_f64() * 1e3,
+            e.num_steps()
+        );
+    }
+    Ok(text)
+}
+
+/// The per-kernel table `dnnc run --profile` prints: time, share of the
+/// total, GFLOP/s (2 x the W-D work of the kernel's contraction nodes /
+/// time), conv algorithm and the ops fused, slowest first.
+pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String {
+    let analysis = wd::analyze(g);
+    let macs: HashMap<&str, u64> = analysis
+        .nodes
+        .iter()
+        .filter(|n| n.class == OpClass::Contraction)
+        .map(|n| (n.name.as_str(), n.work))
+        .collect();
+    let total: Duration = times.iter().map(|t| t.2).sum();
+    let total_s = total.as_secs_f64().max(1e-12);
+    let mut rows: Vec<(usize, Duration)> = times.iter().map(|t| t.2).enumerate().collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut cells: Vec<[String; 6]> = Vec::new();
+    let mut all_macs = 0u64;
+    for (i, d) in rows {
+        let Some(step) = exe.steps.get(i) else {
+            continue;
+        };
+        let w: u64 = step.nodes.iter().filter_map(|n| macs.get(n.as_str())).sum();
+        all_macs += w;
+        let s = d.as_secs_f64();
+        cells.push([
+            step.name.clone(),
+            format!("{:.3}", s * 1e3),
+            format!("{:.1}%", 100.0 * s / total_s),
+            if w > 0 && s > 0.0 {
+                format!("{:.1}", 2.0 * w as f64 / s / 1e9)
+            } else {
+                "-".into()
+            },
+            step.algo.clone().unwrap_or_else(|| "-".into()),
+            step.op.clone(),
+        ]);
+    }
+    let header = ["kernel", "ms", "share", "GFLOP/s", "algo", "ops fused"];
+    let mut width = header.map(str::len);
+    for r in &cells {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let right = [false, true, true, true, false, false];
+    let line = |r: &[String]| {
+        let mut s = String::new();
+        for (i, c) in r.iter().enumerate() {
+            let pad = " ".repeat(width[i] - c.chars().count());
+            s.push_str("  ");
+            if right[i] {
+                s.push_str(&pad);
+                s.push_str(c);
+            } else {
+                s.push_str(c);
+                s.push_str(&pad);
+            }
+        }
+        s.trim_end().to_string()
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nprofile of `{}` (cpu, {} thread{}): {} kernels, {:.3} ms in kernels, {:.1} GFLOP/s overall",
+        g.name,
+        exe.parallel.threads(),
+        if exe.parallel.threads() == 1 { "" } else { "s" },
+        times.len(),
+        total_s * 1e3,
+        2.0 * all_macs as f64 / total_s / 1e9
+    );
+    out.push_str(&line(&header.map(String::from)));
+    out.push('\n');
+    for r in &cells {
+        out.push_str(&line(r));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_stats() {
+        let l = Latency::of(&[3.0, 1.0, 2.0]);
+        assert_eq!((l.median, l.min, l.max), (2.0, 1.0, 3.0));
+        let l = Latency::of(&[4.0, 1.0, 2.0, 3.0]);
+        assert_eq!(l.median, 2.5);
+        assert_eq!(Latency::of(&[]).median, 0.0);
+    }
+}

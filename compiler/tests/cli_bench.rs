@@ -1,0 +1,160 @@
+//! `dnnc bench`, `dnnc run --threads/--profile` and the activation line of
+//! `dnnc analyze` through the real binary: bad input exits 2 with a clear
+//! message; good input prints the expected fields (never timing values).
+
+use ndarray::ArrayD;
+use ndarray_npy::WriteNpyExt;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const GOOD: &str = r#"graph tiny {
+  input %x: f32[1,2,8,8]
+  param %w: f32[3,2,3,3] = he(seed=1)
+  param %b: f32[3] = zeros
+  %c = Conv2d(%x, %w, %b) {pads=[1,1,1,1]}
+  %r = Relu(%c)
+  output %r
+}
+"#;
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("dnnc-bench-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+    fn file(&self, name: &str, contents: &[u8]) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, contents).unwrap();
+        p
+    }
+    fn npy(&self, name: &str, shape: &[usize]) -> PathBuf {
+        let p = self.0.join(name);
+        let a = ArrayD::<f32>::from_elem(shape.to_vec(), 0.5);
+        a.write_npy(std::fs::File::create(&p).unwrap()).unwrap();
+        p
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn dnnc(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dnnc"));
+    for a in args {
+        c.arg(a);
+    }
+    c.env("NO_COLOR", "1").output().expect("spawn dnnc")
+}
+
+fn fails_with(out: &Output, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "exit code; stderr:\n{err}");
+    assert!(!err.contains("panicked"), "panic:\n{err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}:\n{err}");
+    }
+}
+
+fn succeeds(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{err}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn bench_prints_every_figure() {
+    let s = Scratch::new("ok");
+    let m = s.file("m.dnn", GOOD.as_bytes());
+    let x = s.npy("x.npy", &[1, 2, 8, 8]);
+    let out = succeeds(&dnnc(&[
+        &"bench",
+        &m,
+        &"--input",
+        &x,
+        &"--threads",
+        &"2",
+        &"--warmup",
+        &"0",
+        &"--iters",
+        &"3",
+    ]));
+    for needle in [
+        "2 threads",
+        "median",
+        "min",
+        "max",
+        "GFLOP/s",
+        "% of peak",
+        "activations",
+        "compile",
+    ] {
+        assert!(out.contains(needle), "{needle}:\n{out}");
+    }
+}
+
+#[test]
+fn run_with_threads_and_profile() {
+    let s = Scratch::new("prof");
+    let m = s.file("m.dnn", GOOD.as_bytes());
+    let one = succeeds(&dnnc(&[&"run", &m, &"--backend", &"cpu"]));
+    let two = succeeds(&dnnc(&[
+        &"run",
+        &m,
+        &"--backend",
+        &"cpu",
+        &"--threads",
+        &"2",
+    ]));
+    assert_eq!(one, two);
+    let prof = succeeds(&dnnc(&[&"run", &m, &"--backend", &"cpu", &"--profile"]));
+    for needle in ["profile of", "share", "GFLOP/s", "im2col", "Conv2d+Relu"] {
+        assert!(prof.contains(needle), "{needle}:\n{prof}");
+    }
+}
+
+#[test]
+fn analyze_reports_peak_activations() {
+    let s = Scratch::new("an");
+    let m = s.file("m.dnn", GOOD.as_bytes());
+    let out = succeeds(&dnnc(&[&"analyze", &m]));
+    assert!(out.contains("activations"), "{out}");
+    let json = succeeds(&dnnc(&[&"analyze", &m, &"--json"]));
+    assert!(json.contains("\"activation_memory\""), "{json}");
+}
+
+#[test]
+fn bad_bench_and_thread_arguments_exit_2() {
+    let s = Scratch::new("bad");
+    let m = s.file("m.dnn", GOOD.as_bytes());
+    let wrong = s.npy("wrong.npy", &[1, 3, 8, 8]);
+    fails_with(
+        &dnnc(&[&"bench", &m, &"--threads", &"0"]),
+        &["--threads", "at least 1"],
+    );
+    fails_with(
+        &dnnc(&[&"bench", &m, &"--iters", &"0"]),
+        &["--iters", "at least 1"],
+    );
+    fails_with(&dnnc(&[&"bench", &m, &"--threads", &"two"]), &["--threads"]);
+    fails_with(
+        &dnnc(&[&"run", &m, &"--backend", &"cpu", &"--threads", &"0"]),
+        &["--threads", "at least 1"],
+    );
+    fails_with(
+        &dnnc(&[&"bench", &s.0.join("missing.dnn")]),
+        &["missing.dnn"],
+    );
+    fails_with(&dnnc(&[&"bench", &m, &"--input", &wrong]), &["x"]);
+    fails_with(
+        &dnnc(&[&"bench", &m, &"--input", &s.0.join("nope.npy")]),
+        &["nope.npy"],
+    );
+    fails_with(&dnnc(&[&"run", &m, &"--threads", &"2"]), &["--backend cpu"]);
+}
