@@ -156,5 +156,8 @@ fn bad_bench_and_thread_arguments_exit_2() {
         &dnnc(&[&"bench", &m, &"--input", &s.0.join("nope.npy")]),
         &["nope.npy"],
     );
-    fails_with(&dnnc(&[&"run", &m, &"--threads", &"2"]), &["--backend cpu"]);
+    fails_with(
+        &dnnc(&[&"run", &m, &"--backend", &"interp", &"--threads", &"2"]),
+        &["--backend cpu"],
+    );
 }
