@@ -5,7 +5,7 @@
 //! added. Also prints the acceptance metric: the pass rate among tests
 //! whose op types (INDEX.tsv) are all in the importer's supported set.
 
-use dnnc_compiler::conformance::{run_dirs, Outcome, Report};
+use dnnc_compiler::conformance::{run_dirs, run_dirs_on, Backend, Outcome, Report};
 use dnnc_compiler::onnx::SUPPORTED_OPS;
 use dnnc_integration::shared_or_skip;
 use std::collections::{BTreeSet, HashMap};
@@ -146,5 +146,40 @@ fn onnx_node_tests_pass_on_the_interpreter() {
         pct(p_f, n_f) >= 90.0,
         "acceptance target: at least 90% of supported-op float tests pass, got {:.1}%",
         pct(p_f, n_f)
+    );
+}
+
+/// The committed expected-pass list holds on the compiled CPU backend too
+/// (the default of `dnnc run` and `dnnc onnx-test`): every listed test
+/// passes with the same tolerance rule, and nothing falls back to the
+/// interpreter.
+#[test]
+fn expected_pass_list_holds_on_the_cpu_backend() {
+    let Some(shared) = shared_or_skip("expected_pass_list_holds_on_the_cpu_backend") else {
+        return;
+    };
+    let node = shared.join("onnx-tests").join("node");
+    if !node.is_dir() {
+        eprintln!(
+            "SKIPPED expected_pass_list_holds_on_the_cpu_backend: {} is missing",
+            node.display()
+        );
+        return;
+    }
+    let dirs: Vec<_> = expected().iter().map(|n| node.join(n)).collect();
+    let report = run_dirs_on(&dirs, Backend::Cpu, &mut |_| {})
+        .expect("the listed test folders are readable");
+    print_report(&report);
+    let failures: Vec<String> = report
+        .results
+        .iter()
+        .filter(|r| !matches!(r.outcome, Outcome::Pass { .. }))
+        .map(|r| r.to_string())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} listed test(s) fail on the cpu backend:\n{}",
+        failures.len(),
+        failures.join("\n")
     );
 }

@@ -45,8 +45,9 @@ pub enum Command {
         /// Directory to write `<output name>.npy` files into.
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
-        /// Execution backend.
-        #[arg(long, value_enum, default_value_t = Backend::Interp)]
+        /// Execution backend (native code by default; `interp` is the
+        /// reference interpreter).
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
         /// Threads for the cpu backend (at least 1).
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = threads_arg)]
@@ -109,10 +110,13 @@ pub enum Command {
         /// Model file.
         model: PathBuf,
     },
-    /// Run ONNX backend conformance tests on the interpreter: one line per
+    /// Run ONNX backend conformance tests on a backend: one line per
     /// test, then `N passed, N failed, N unsupported`. Exit status 1 when a
     /// test failed (unsupported ones do not count).
     OnnxTest {
+        /// Execution backend, as for `run`.
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
         /// Test folders (with model.onnx and test_data_set_N/), or folders
         /// of test folders such as onnx's `backend/test/data/node`.
         #[arg(required = true, value_name = "DIR")]
@@ -264,8 +268,8 @@ fn execute_command(
             after,
         } => ir_command(&model, passes, after.as_deref(), notes),
         Command::Dot { model } => Ok(dnnc_ir::dot::to_dot(&load_model(&model)?)),
-        Command::OnnxTest { dirs } => {
-            let report = crate::conformance::run_dirs(&dirs, &mut |_| {})
+        Command::OnnxTest { backend, dirs } => {
+            let report = crate::conformance::run_dirs_on(&dirs, backend, &mut |_| {})
                 .map_err(|e| DnncError::Usage(e.to_string()))?;
             *status = report.exit_code();
             Ok(report.render())

@@ -1,6 +1,7 @@
 //! The ONNX backend conformance runner behind `dnnc onnx-test`: imports each
 //! test's `model.onnx`, runs every `test_data_set_N` on the reference
-//! interpreter and compares the outputs with the expected `output_K.pb`.
+//! interpreter or the compiled CPU backend ([`Backend`]) and compares the
+//! outputs with the expected `output_K.pb`.
 //!
 //! # Layout
 //!
@@ -45,6 +46,7 @@
 //! Everything else that does not match — an import error on a well-formed
 //! model, a run-time error, a wrong shape or value — is a *failure*.
 
+pub use crate::cli::Backend;
 use crate::onnx::proto::{tensor_proto::DataType, type_proto, ModelProto, TensorProto};
 use crate::onnx::{decode_tensor_proto, import_model_proto, OnnxError};
 use dnnc_ir::Tensor;
@@ -216,43 +218,60 @@ pub fn discover(dirs: &[PathBuf]) -> Result<Vec<PathBuf>, ConformanceError> {
     Ok(tests)
 }
 
-/// Runs every test under `dirs` (see [`discover`]), calling `progress` after
-/// each one so a caller can stream lines.
+/// Runs every test under `dirs` (see [`discover`]) on the interpreter,
+/// calling `progress` after each one so a caller can stream lines.
 pub fn run_dirs(
     dirs: &[PathBuf],
+    progress: &mut dyn FnMut(&TestResult),
+) -> Result<Report, ConformanceError> {
+    run_dirs_on(dirs, Backend::Interp, progress)
+}
+
+/// [`run_dirs`] on a chosen backend, so the same expected-pass list can
+/// hold for compiled code as for the interpreter.
+pub fn run_dirs_on(
+    dirs: &[PathBuf],
+    backend: Backend,
     progress: &mut dyn FnMut(&TestResult),
 ) -> Result<Report, ConformanceError> {
     let tests = discover(dirs)?;
     let mut report = Report::default();
     for t in tests {
-        let r = run_test(&t);
+        let r = run_test_on(&t, backend);
         progress(&r);
         report.results.push(r);
     }
     Ok(report)
 }
 
-/// Runs one test folder. Never panics: a panic inside the importer or the
-/// interpreter is reported as a failure.
+/// Runs one test folder on the interpreter. Never panics: a panic inside
+/// the importer or the interpreter is reported as a failure.
 pub fn run_test(dir: &Path) -> TestResult {
+    run_test_on(dir, Backend::Interp)
+}
+
+/// [`run_test`] on a chosen backend; on `Cpu` a graph the code generator
+/// rejects is a failure (the interpreter is never a fallback).
+pub fn run_test_on(dir: &Path, backend: Backend) -> TestResult {
     let name = dir
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| dir.display().to_string());
-    let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| try_test(dir))) {
-        Ok(Ok(o)) => o,
-        Ok(Err(o)) => o,
-        Err(payload) => {
-            let msg = payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "panic".into());
-            Outcome::Fail {
-                reason: format!("panicked: {msg}"),
+    let outcome =
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| try_test(dir, backend))) {
+            Ok(Ok(o)) => o,
+            Ok(Err(o)) => o,
+            Err(payload) => {
+                let msg = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "panic".into());
+                Outcome::Fail {
+                    reason: format!("panicked: {msg}"),
+                }
             }
-        }
-    };
+        };
     TestResult {
         name,
         dir: dir.to_path_buf(),
@@ -445,7 +464,7 @@ fn import_outcome(e: OnnxError) -> Outcome {
     }
 }
 
-fn try_test(dir: &Path) -> Result<Outcome, Outcome> {
+fn try_test(dir: &Path, backend: Backend) -> Result<Outcome, Outcome> {
     let bytes = read(&dir.join("model.onnx"))?;
     let model = ModelProto::decode(bytes.as_slice())
         .map_err(|e| fail(format!("model.onnx is not a ModelProto: {e}")))?;
@@ -559,8 +578,17 @@ fn try_test(dir: &Path) -> Result<Outcome, Outcome> {
                 g.outputs().len()
             )));
         }
-        let results = dnnc_runtime::run(&g, &feeds)
-            .map_err(|e| fail(format!("{set_name}: run failed: {e}")))?;
+        let results = match backend {
+            Backend::Interp => dnnc_runtime::run(&g, &feeds)
+                .map_err(|e| fail(format!("{set_name}: run failed: {e}")))?,
+            Backend::Cpu => {
+                let opts = crate::codegen::cpu::CpuOptions::default();
+                let exe = crate::codegen::cpu::compile_cpu(&g, &opts)
+                    .map_err(|e| fail(format!("cpu backend: {e}")))?;
+                exe.run(&feeds)
+                    .map_err(|e| fail(format!("{set_name}: run failed: {e}")))?
+            }
+        };
         for (k, (f, got)) in out_files.iter().zip(&results).enumerate() {
             let (_, want) = read_tensor(f)?;
             let out_name = g.value(g.outputs()[k]).name.clone();

@@ -1,6 +1,5 @@
 //! `dnnc run --backend cpu` through the real binary: same outputs as the
-//! interpreter, and a clean error (exit 2, node named) for an op the
-//! backend cannot compile.
+//! interpreter, and cpu as the default backend.
 
 mod cpu_common;
 
@@ -54,7 +53,9 @@ fn run_backend_cpu_matches_interp() {
 }
 
 #[test]
-fn run_backend_cpu_reports_unsupported_ops() {
+fn run_defaults_to_cpu_and_compiles_einsum() {
+    // Einsum once had no lowering; `run` now defaults to the cpu backend
+    // and matches `--backend interp`.
     let dir = tmp("einsum");
     let model = dir.join("e.dnn");
     std::fs::write(
@@ -65,19 +66,20 @@ fn run_backend_cpu_reports_unsupported_ops() {
     let x = cpu_common::rand_f32(&[2, 3], 1, -1.0, 1.0);
     let input = dir.join("a.npy");
     dnnc_ir::tensor::write_npy(&input, &x).unwrap();
-    let o = dnnc()
-        .args([
-            "run",
-            model.to_str().unwrap(),
-            "--backend",
-            "cpu",
-            "--input",
-        ])
-        .arg(&input)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("prod") && err.contains("Einsum"), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
+    let mut outs = Vec::new();
+    for backend in [None, Some("interp")] {
+        let out = dir.join(backend.unwrap_or("default"));
+        let mut cmd = dnnc();
+        cmd.args(["run", model.to_str().unwrap(), "--input"])
+            .arg(&input)
+            .arg("--out")
+            .arg(&out);
+        if let Some(b) = backend {
+            cmd.args(["--backend", b]);
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        outs.push(dnnc_ir::tensor::read_npy(&out.join("prod.npy")).unwrap());
+    }
+    cpu_common::assert_close("einsum cpu vs interp", &outs[0], &outs[1], 1e-4, 1e-5);
 }

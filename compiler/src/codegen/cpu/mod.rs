@@ -12,12 +12,17 @@
 //! [`CodegenError::Unsupported`] naming the node.
 
 mod contraction;
+mod convt;
+mod einsum;
 mod elementwise;
 mod emit;
+mod extended;
 mod group;
 mod math;
 mod movement;
+mod recurrent;
 mod reduce;
+mod resize;
 
 pub use contraction::ConvAlgo;
 
@@ -29,8 +34,8 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
 use dnnc_ir::{DType, Graph, NodeId, Op, Tensor, ValueId};
 use dnnc_runtime::cpu::{
-    native, AlignedBuf, BufId, Buffer, BufferKind, Executable, GreedyPlanner, KernelFn,
-    OutputSpec, Step,
+    native, AlignedBuf, BufId, Buffer, BufferKind, Executable, GreedyPlanner, KernelFn, OutputSpec,
+    Step,
 };
 use emit::Emit;
 use group::{Kernel, KernelKind};
@@ -147,12 +152,13 @@ fn check_supported(g: &Graph, k: &Kernel) -> Result<(), CodegenError> {
             KernelKind::View => true,
             KernelKind::Elementwise => elementwise::supports(op),
             KernelKind::Contraction => {
-                (n == k.nodes[0] && contraction::supports(op)) || elementwise::supports(op)
+                (n == k.nodes[0] && (contraction::supports(op) || extended::supports(op)))
+                    || elementwise::supports(op)
             }
             KernelKind::Reduction => {
                 (n == k.nodes[0] && reduce::supports(op)) || elementwise::supports(op)
             }
-            KernelKind::DataMovement => movement::supports(op),
+            KernelKind::DataMovement => movement::supports(op) || extended::supports(op),
         };
         if !ok {
             return Err(unsupported(g, n, "no lowering for this op yet"));
@@ -324,8 +330,11 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             arg_of.insert(v, args.len());
             args.push(b);
         }
-        let ws_bytes =
-            contraction::workspaces(g, k, opts).map_err(|m| unsupported(g, anchor, m))?;
+        let ws_bytes = match extended::workspaces(g, k) {
+            Some(ws) => ws,
+            None => contraction::workspaces(g, k, opts),
+        }
+        .map_err(|m| unsupported(g, anchor, m))?;
         let mut ws = Vec::new();
         for (i, bytes) in ws_bytes.into_iter().enumerate() {
             ws.push(args.len());
@@ -370,6 +379,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 cfg: module.target_config(),
             };
             let lowered = match k.kind {
+                _ if extended::supports(&g.node(anchor).op) => extended::lower(&mut e, &kctx),
                 KernelKind::Contraction => contraction::lower(&mut e, &kctx),
                 KernelKind::Elementwise => lower_elementwise(&mut e, &kctx),
                 KernelKind::Reduction => reduce::lower(&mut e, &kctx),
@@ -454,7 +464,11 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
 /// before storing (see `elementwise::emit`). Other kernels write outputs
 /// (GEMM results, reductions) before their inputs are fully read.
 fn inplace_pairs(g: &Graph, k: &Kernel, arg_of: &HashMap<ValueId, usize>) -> Vec<(usize, usize)> {
-    if k.kind != KernelKind::Elementwise {
+    let lowered_elsewhere = k
+        .anchor
+        .or(k.nodes.first().copied())
+        .is_some_and(|n| extended::supports(&g.node(n).op));
+    if k.kind != KernelKind::Elementwise || lowered_elsewhere {
         return Vec::new();
     }
     let Some(domain) = k
