@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 /// What `dnnc bench` measures.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct BenchConfig {
     /// Worker threads (cpu backend), at least 1.
     pub threads: usize,
@@ -22,6 +22,8 @@ pub struct BenchConfig {
     pub iters: usize,
     /// The cpu backend (else the interpreter).
     pub cpu: bool,
+    /// Code generator options (convolution algorithms) for the cpu backend.
+    pub cpu_opts: crate::codegen::cpu::CpuOptions,
 }
 
 /// Latency statistics of timed runs.
@@ -77,7 +79,7 @@ pub fn bench(
     let mut text = String::new();
     let t0 = Instant::now();
     let exe = if cfg.cpu {
-        Some(crate::cli::compile_for_cpu(g, cfg.threads)?)
+        Some(crate::cli::compile_for_cpu(g, &cfg.cpu_opts, cfg.threads)?)
     } else {
         None
     };

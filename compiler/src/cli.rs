@@ -29,6 +29,20 @@ pub enum Backend {
     Cpu,
 }
 
+/// `--conv-algo` and `--conv-algo-for` of `dnnc run` and `dnnc bench`
+/// (cpu backend; see ARCHITECTURE.md, "Convolution algorithms").
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct ConvArgs {
+    /// Force this convolution algorithm wherever it applies (elsewhere the
+    /// default is used and a note says why). `winograd` is `winograd4`.
+    #[arg(long, value_enum, value_name = "ALGO")]
+    pub conv_algo: Option<crate::codegen::cpu::ConvAlgo>,
+    /// Force an algorithm on one Conv2d, by its result's name (repeatable;
+    /// overrides --conv-algo for that node).
+    #[arg(long, value_name = "NODE=ALGO")]
+    pub conv_algo_for: Vec<String>,
+}
+
 /// dnnc's subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -56,6 +70,9 @@ pub enum Command {
         /// ops fused, conv algorithm and GFLOP/s.
         #[arg(long)]
         profile: bool,
+        /// Convolution algorithm choices.
+        #[command(flatten)]
+        conv: ConvArgs,
     },
     /// Time a model: median, min and max latency, GFLOP/s and % of peak,
     /// peak activation bytes and compile time.
@@ -81,6 +98,9 @@ pub enum Command {
         /// Execution backend.
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
+        /// Convolution algorithm choices.
+        #[command(flatten)]
+        conv: ConvArgs,
     },
     /// Print the Work-Depth analysis: per-node W, D and conv algorithm costs.
     Analyze {
@@ -175,6 +195,7 @@ fn execute_command(
             backend,
             threads,
             profile,
+            conv,
         } => {
             if backend == Backend::Interp && (threads != 1 || profile) {
                 return Err(DnncError::Usage(
@@ -191,7 +212,8 @@ fn execute_command(
             let results = match backend {
                 Backend::Interp => dnnc_runtime::run(&g, &feeds)?,
                 Backend::Cpu => {
-                    let exe = compile_for_cpu(&g, threads)?;
+                    let opts = cpu_options(&g, &conv, notes)?;
+                    let exe = compile_for_cpu(&g, &opts, threads)?;
                     if profile {
                         // The first run pays page faults; profile a warm one.
                         exe.run(&feeds)?;
@@ -229,6 +251,7 @@ fn execute_command(
             warmup,
             iters,
             backend,
+            conv,
         } => {
             if backend == Backend::Interp && threads != 1 {
                 return Err(DnncError::Usage("--threads needs --backend cpu".into()));
@@ -244,6 +267,11 @@ fn execute_command(
                 warmup,
                 iters,
                 cpu: backend == Backend::Cpu,
+                cpu_opts: if backend == Backend::Cpu {
+                    cpu_options(&g, &conv, notes)?
+                } else {
+                    Default::default()
+                },
             };
             crate::bench::bench(&g, &feeds, &cfg)
         }
@@ -280,10 +308,10 @@ fn execute_command(
 /// Compiles for the cpu backend with `threads` worker threads.
 pub fn compile_for_cpu(
     g: &Graph,
+    opts: &crate::codegen::cpu::CpuOptions,
     threads: usize,
 ) -> Result<dnnc_runtime::cpu::Executable, DnncError> {
-    let opts = crate::codegen::cpu::CpuOptions::default();
-    let mut exe = crate::codegen::cpu::compile_cpu(g, &opts)?;
+    let mut exe = crate::codegen::cpu::compile_cpu(g, opts)?;
     exe.set_threads(threads).map_err(DnncError::Usage)?;
     Ok(exe)
 }
@@ -322,6 +350,58 @@ fn ir_command(
         Some(kg) if after == "fusion" => dnnc_passes::print_kernels(&g, kg),
         _ => dnnc_ir::text::print(&g),
     })
+}
+
+/// CPU-backend options from `--conv-algo` and `--conv-algo-for`: unknown
+/// node names and algorithms are usage errors; a forced algorithm that does
+/// not apply to a conv is a note naming the node, the reason and the
+/// algorithm used instead.
+pub fn cpu_options(
+    g: &Graph,
+    conv: &ConvArgs,
+    notes: &mut dyn FnMut(&str),
+) -> Result<crate::codegen::cpu::CpuOptions, DnncError> {
+    use crate::codegen::cpu::{conv_plan, ConvAlgo, CpuOptions};
+    let mut opts = CpuOptions {
+        conv_algo: conv.conv_algo,
+        ..Default::default()
+    };
+    let plan = conv_plan(g, &opts);
+    for arg in &conv.conv_algo_for {
+        let Some((node, algo)) = arg.split_once('=') else {
+            return Err(DnncError::Usage(format!(
+                "--conv-algo-for {arg}: expected NODE=ALGO"
+            )));
+        };
+        let algo = <ConvAlgo as ValueEnum>::from_str(algo, true).map_err(|_| {
+            let names: Vec<&str> = ConvAlgo::value_variants()
+                .iter()
+                .map(|a| a.name())
+                .collect();
+            DnncError::Usage(format!(
+                "--conv-algo-for {arg}: unknown algorithm `{algo}` (one of {})",
+                names.join(", ")
+            ))
+        })?;
+        let node = node.trim_start_matches('%');
+        if !plan.iter().any(|c| c.node == node) {
+            return Err(DnncError::Usage(format!(
+                "--conv-algo-for {arg}: the model has no Conv2d named `{node}`"
+            )));
+        }
+        opts.conv_algo_for.insert(node.to_string(), algo);
+    }
+    for c in conv_plan(g, &opts) {
+        if let (Some(r), Some(why)) = (c.requested, &c.fallback) {
+            notes(&format!(
+                "note: conv %{}: {} does not apply ({why}); using {}",
+                c.node,
+                r.name(),
+                c.algo.name()
+            ));
+        }
+    }
+    Ok(opts)
 }
 
 /// Loads a safetensors file and binds its tensors to parameters by name.

@@ -4,6 +4,7 @@
 
 mod cpu_common;
 
+use clap::ValueEnum;
 use cpu_common::{check_with, rand_f32, Rng};
 use dnnc_compiler::codegen::cpu::{ConvAlgo, CpuOptions};
 
@@ -80,14 +81,20 @@ fn random_convolutions_match_the_interpreter() {
                 rand_f32(&[n, m, oh, ow], r.next_u64(), -1.0, 1.0),
             ));
         }
-        for algo in [
-            None,
-            Some(ConvAlgo::Im2col),
-            Some(ConvAlgo::Pointwise),
-            Some(ConvAlgo::Depthwise),
-        ] {
+        let algos =
+            std::iter::once(None).chain(ConvAlgo::value_variants().iter().copied().map(Some));
+        for algo in algos {
             // Sums of up to a few hundred products: scale atol with K.
-            check_with(&graph, &ins, 1e-4, 1e-4, &CpuOptions { conv_algo: algo });
+            check_with(
+                &graph,
+                &ins,
+                1e-4,
+                1e-4,
+                &CpuOptions {
+                    conv_algo: algo,
+                    ..Default::default()
+                },
+            );
         }
     }
 }

@@ -757,7 +757,16 @@ fn conv_algorithms_agree() {
         Some(ConvAlgo::Pointwise),
         Some(ConvAlgo::Depthwise),
     ] {
-        cpu_common::check_with(&g, &ins, 1e-4, 1e-5, &CpuOptions { conv_algo: algo });
+        cpu_common::check_with(
+            &g,
+            &ins,
+            1e-4,
+            1e-5,
+            &CpuOptions {
+                conv_algo: algo,
+                ..Default::default()
+            },
+        );
     }
 }
 

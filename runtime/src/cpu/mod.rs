@@ -19,6 +19,7 @@
 //! gets fresh activation memory, and weights are only read.
 
 mod alloc;
+pub mod fftconv;
 pub mod native;
 mod plan;
 

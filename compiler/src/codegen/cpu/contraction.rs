@@ -5,20 +5,25 @@
 //! to each output tile right after it is produced.
 //!
 //! Convolution algorithms are pluggable: [`ConvAlgo`] names them and each
-//! has its own lowering function; [`choose_algo`] picks one per conv.
+//! has its own lowering function; [`conv_plan`] tells which one each conv
+//! gets (forced per node or globally through `CpuOptions`, else a
+//! documented heuristic).
 
 use super::elementwise::{self, bcast_strides, contiguous, Operand, SubDomain};
 use super::emit::Emit;
 use super::group::Kernel;
 use super::{CpuOptions, KCtx};
-use cranelift_codegen::ir::types::I64;
 use cranelift_codegen::ir::{InstBuilder, Value};
 use dnnc_ir::op::Conv2d;
-use dnnc_ir::{DType, Graph, Op, ValueId};
+use dnnc_ir::{DType, Graph, NodeId, Op, ValueId};
+use dnnc_runtime::cpu::{fftconv, AlignedBuf};
 
-/// A convolution algorithm of the CPU backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A convolution algorithm of the CPU backend. Each has its own lowering;
+/// [`conv_plan`] tells which one every Conv2d gets and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum ConvAlgo {
+    /// A generated direct loop nest (no GEMM): the baseline.
+    Direct,
     /// Generated im2col packing per (image, group), then one GEMM.
     Im2col,
     /// 1x1, stride 1, no padding: the input already is the GEMM operand.
@@ -26,37 +31,102 @@ pub enum ConvAlgo {
     /// One input channel per group and one output channel per group: a
     /// generated direct loop (no GEMM).
     Depthwise,
+    /// Winograd F(2x2, 3x3): 4x4 input tiles, 16 batched GEMMs.
+    Winograd2,
+    /// Winograd F(4x4, 3x3) (points 0, ±1, ±2, ∞): 6x6 input tiles, 36
+    /// batched GEMMs. `winograd` on the command line.
+    #[value(alias = "winograd")]
+    Winograd4,
+    /// Whole-image FFT convolution (native `rustfft` helper, filter spectra
+    /// precomputed at compile time).
+    Fft,
 }
 
+impl ConvAlgo {
+    /// The command-line spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConvAlgo::Direct => "direct",
+            ConvAlgo::Im2col => "im2col",
+            ConvAlgo::Pointwise => "pointwise",
+            ConvAlgo::Depthwise => "depthwise",
+            ConvAlgo::Winograd2 => "winograd2",
+            ConvAlgo::Winograd4 => "winograd4",
+            ConvAlgo::Fft => "fft",
+        }
+    }
+
+    /// Winograd's output tile size `m`, for the Winograd variants.
+    fn wino_m(self) -> Option<usize> {
+        match self {
+            ConvAlgo::Winograd2 => Some(2),
+            ConvAlgo::Winograd4 => Some(4),
+            _ => None,
+        }
+    }
+}
+
+/// The algorithm one Conv2d node gets: what was asked for, what it runs,
+/// and why a request could not be honoured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvChoice {
+    /// Node name (its result's name), the key of
+    /// [`CpuOptions::conv_algo_for`](super::CpuOptions::conv_algo_for).
+    pub node: String,
+    /// The algorithm forced for this node (per node, else globally).
+    pub requested: Option<ConvAlgo>,
+    /// The algorithm it runs.
+    pub algo: ConvAlgo,
+    /// Why `requested` does not apply (the node then gets the default).
+    pub fallback: Option<String>,
+}
+
+/// Largest filter spectrum (bytes) an FFT convolution may keep.
+const FFT_MAX_SPECTRUM: usize = 256 << 20;
+
+/// Winograd F(4x4) by default needs at least this many input and output
+/// channels per group (measured; see ARCHITECTURE.md, "Convolution
+/// algorithms").
+const WINO_MIN_CHANNELS: usize = 16;
+
 /// Static geometry of one convolution.
-struct ConvGeom {
-    n: usize,
-    c: usize,
-    h: usize,
-    w: usize,
-    m: usize,
-    kh: usize,
-    kw: usize,
-    oh: usize,
-    ow: usize,
-    g: usize,
-    p: Conv2d,
+pub(crate) struct ConvGeom {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub m: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub g: usize,
+    pub p: Conv2d,
+    /// Whether the filter is a compile-time constant (Param/Constant), as
+    /// Winograd and FFT transform it at compile time.
+    pub const_w: bool,
 }
 
 impl ConvGeom {
     fn of(g: &Graph, k: &Kernel) -> Result<ConvGeom, String> {
-        let node = g.node(k.nodes[0]);
+        Self::of_node(g, k.nodes[0])
+    }
+
+    fn of_node(g: &Graph, id: NodeId) -> Result<ConvGeom, String> {
+        let node = g.node(id);
         let Op::Conv2d(p) = &node.op else {
             return Err("not a Conv2d".into());
         };
         let x = &g.value(node.inputs[0]).ty.shape;
-        let wt = &g.value(node.inputs[1]).ty.shape;
+        let wv = node.inputs[1];
+        let wt = &g.value(wv).ty.shape;
         let y = &g.value(node.outputs[0]).ty.shape;
         let (&[n, c, h, w], &[m, _, kh, kw], &[_, _, oh, ow]) =
             (x.as_slice(), wt.as_slice(), y.as_slice())
         else {
             return Err("Conv2d operands must be rank 4".into());
         };
+        let const_w = matches!(g.node(g.value(wv).producer).op, Op::Param(_) | Op::Constant);
         Ok(ConvGeom {
             n,
             c,
@@ -69,32 +139,144 @@ impl ConvGeom {
             ow,
             g: p.group.max(1),
             p: p.clone(),
+            const_w,
         })
     }
 
-    fn applies(&self, a: ConvAlgo) -> bool {
-        match a {
-            ConvAlgo::Im2col => true,
-            ConvAlgo::Pointwise => {
-                self.kh == 1 && self.kw == 1 && self.p.strides == [1, 1] && self.p.pads == [0; 4]
+    /// Input and output channels per group.
+    pub fn per_group(&self) -> (usize, usize) {
+        (self.c / self.g, self.m / self.g)
+    }
+
+    /// FFT grid `(hf, wf)`: the padded input rounded up to smooth sizes.
+    pub fn fft_grid(&self) -> (usize, usize) {
+        let pads = &self.p.pads;
+        (
+            fftconv::smooth_size(self.h + pads[0] + pads[2]),
+            fftconv::smooth_size(self.w + pads[1] + pads[3]),
+        )
+    }
+
+    /// Why `a` cannot compute this convolution (`None`: it can).
+    fn unfit(&self, a: ConvAlgo) -> Option<String> {
+        let (cg, mg) = self.per_group();
+        let s1d1 = || {
+            if self.p.strides != [1, 1] {
+                Some(format!(
+                    "stride {}x{} (needs 1)",
+                    self.p.strides[0], self.p.strides[1]
+                ))
+            } else if self.p.dilations != [1, 1] {
+                Some(format!(
+                    "dilation {}x{} (needs 1)",
+                    self.p.dilations[0], self.p.dilations[1]
+                ))
+            } else if !self.const_w {
+                Some("the filter is not a compile-time constant".into())
+            } else {
+                None
             }
-            ConvAlgo::Depthwise => self.g == self.c && self.g == self.m,
+        };
+        match a {
+            ConvAlgo::Im2col | ConvAlgo::Direct => None,
+            ConvAlgo::Pointwise => {
+                let ok = self.kh == 1
+                    && self.kw == 1
+                    && self.p.strides == [1, 1]
+                    && self.p.pads == [0; 4];
+                (!ok).then(|| "needs a 1x1 kernel, stride 1 and no padding".into())
+            }
+            ConvAlgo::Depthwise => (!(self.g == self.c && self.g == self.m))
+                .then(|| "needs one input and one output channel per group".into()),
+            ConvAlgo::Winograd2 | ConvAlgo::Winograd4 => {
+                if self.kh != 3 || self.kw != 3 {
+                    Some(format!("kernel {}x{} (needs 3x3)", self.kh, self.kw))
+                } else if cg == 1 && mg == 1 {
+                    Some("depthwise: the per-point GEMMs would be 1x1".into())
+                } else {
+                    s1d1()
+                }
+            }
+            ConvAlgo::Fft => s1d1().or_else(|| {
+                let (hf, wf) = self.fft_grid();
+                let bytes = self.m * cg * fftconv::plane_len(hf, wf) * 8;
+                (bytes > FFT_MAX_SPECTRUM).then(|| {
+                    format!(
+                        "the filter spectrum would take {} MiB (limit {})",
+                        bytes >> 20,
+                        FFT_MAX_SPECTRUM >> 20
+                    )
+                })
+            }),
+        }
+    }
+
+    /// The default algorithm (documented heuristic, see ARCHITECTURE.md):
+    /// depthwise and pointwise where they apply; Winograd F(4x4) for 3x3
+    /// stride-1 convolutions with enough channels; FFT for kernels of 7x7
+    /// and more at stride 1; im2col otherwise.
+    fn default_algo(&self) -> ConvAlgo {
+        let (cg, mg) = self.per_group();
+        let fits = |a| self.unfit(a).is_none();
+        if fits(ConvAlgo::Depthwise) {
+            ConvAlgo::Depthwise
+        } else if fits(ConvAlgo::Pointwise) {
+            ConvAlgo::Pointwise
+        } else if fits(ConvAlgo::Winograd4) && cg >= WINO_MIN_CHANNELS && mg >= WINO_MIN_CHANNELS {
+            ConvAlgo::Winograd4
+        } else if fits(ConvAlgo::Fft) && self.kh * self.kw >= 49 {
+            ConvAlgo::Fft
+        } else {
+            ConvAlgo::Im2col
         }
     }
 }
 
-/// The algorithm for a conv: the forced one when it applies, else
-/// depthwise, pointwise or im2col by shape.
-fn choose_algo(geom: &ConvGeom, opts: &CpuOptions) -> ConvAlgo {
-    if let Some(a) = opts.conv_algo {
-        if geom.applies(a) {
-            return a;
-        }
+/// The algorithm for one conv: the one forced for this node (else the
+/// global one) when it applies, else the default, with the reason.
+fn choose(geom: &ConvGeom, node: &str, opts: &CpuOptions) -> ConvChoice {
+    let requested = opts.conv_algo_for.get(node).copied().or(opts.conv_algo);
+    let fallback = requested.and_then(|a| geom.unfit(a));
+    let algo = match requested {
+        Some(a) if fallback.is_none() => a,
+        _ => geom.default_algo(),
+    };
+    ConvChoice {
+        node: node.to_string(),
+        requested,
+        algo,
+        fallback,
     }
-    [ConvAlgo::Depthwise, ConvAlgo::Pointwise]
+}
+
+fn choose_algo(geom: &ConvGeom, g: &Graph, k: &Kernel, opts: &CpuOptions) -> ConvAlgo {
+    let node = g.node(k.nodes[0]);
+    let name = node
+        .outputs
+        .first()
+        .map(|&v| g.value(v).name.as_str())
+        .unwrap_or("");
+    choose(geom, name, opts).algo
+}
+
+/// The algorithm every Conv2d of `g` gets under `opts`, in topological
+/// order: what [`compile_cpu`](super::compile_cpu) will generate, and the
+/// reason wherever a forced algorithm does not apply (the command line
+/// prints those as notes).
+pub fn conv_plan(g: &Graph, opts: &CpuOptions) -> Vec<ConvChoice> {
+    g.topo_order()
         .into_iter()
-        .find(|&a| geom.applies(a))
-        .unwrap_or(ConvAlgo::Im2col)
+        .filter(|&n| matches!(g.node(n).op, Op::Conv2d(_)))
+        .filter_map(|n| {
+            let geom = ConvGeom::of_node(g, n).ok()?;
+            let name = g
+                .node(n)
+                .outputs
+                .first()
+                .map(|&v| g.value(v).name.clone())?;
+            Some(choose(&geom, &name, opts))
+        })
+        .collect()
 }
 
 /// Whether `op` can anchor a contraction kernel.
@@ -124,15 +306,92 @@ pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec
     let mut ws = Vec::new();
     if matches!(anchor.op, Op::Conv2d(_)) {
         let geom = ConvGeom::of(g, k)?;
-        if choose_algo(&geom, opts) == ConvAlgo::Im2col {
-            let kk = geom.c / geom.g * geom.kh * geom.kw;
-            ws.push(kk * geom.oh * geom.ow * 4);
+        let algo = choose_algo(&geom, g, k, opts);
+        match algo {
+            ConvAlgo::Im2col => {
+                let kk = geom.c / geom.g * geom.kh * geom.kw;
+                ws.push(kk * geom.oh * geom.ow * 4);
+            }
+            ConvAlgo::Fft => {
+                let (hf, wf) = geom.fft_grid();
+                ws.push(fftconv::workspace_bytes(geom.per_group().0, hf, wf));
+            }
+            _ => {}
+        }
+        if let Some(m) = algo.wino_m() {
+            // The output transform feeds the epilogue: no accumulator.
+            ws.extend(super::fastconv::workspaces(&geom, m));
+            return Ok(ws);
         }
     }
     if needs_acc_ws(g, k) {
         ws.push(g.value(anchor.outputs[0]).ty.size_bytes());
     }
     Ok(ws)
+}
+
+/// Weight buffers a kernel needs prepared at compile time: Winograd's
+/// transformed filters and tile table, the FFT descriptor and filter
+/// spectra. Passed after the workspaces, in this order.
+pub(crate) fn prepared(
+    g: &Graph,
+    k: &Kernel,
+    opts: &CpuOptions,
+) -> Result<Vec<AlignedBuf>, String> {
+    let anchor = g.node(k.nodes[0]);
+    if k.kind != super::group::KernelKind::Contraction || !matches!(anchor.op, Op::Conv2d(_)) {
+        return Ok(Vec::new());
+    }
+    let geom = ConvGeom::of(g, k)?;
+    let algo = choose_algo(&geom, g, k, opts);
+    if algo.wino_m().is_none() && algo != ConvAlgo::Fft {
+        return Ok(Vec::new());
+    }
+    let wt = g
+        .weight(anchor.inputs[1])
+        .map_err(|e| format!("filter: {e}"))?;
+    let dnnc_ir::Tensor::F32(wt) = wt.as_ref() else {
+        return Err("filter must be f32".into());
+    };
+    let wv: Vec<f32> = wt.iter().copied().collect();
+    if let Some(m) = algo.wino_m() {
+        return Ok(super::fastconv::prepared(&geom, m, &wv));
+    }
+    let (cg, mg) = geom.per_group();
+    let (hf, wf) = geom.fft_grid();
+    let desc = [
+        cg,
+        mg,
+        geom.h,
+        geom.w,
+        geom.p.pads[0],
+        geom.p.pads[1],
+        hf,
+        wf,
+        geom.oh,
+        geom.ow,
+    ]
+    .map(|v| v as i64);
+    let spec = fftconv::filter_spectrum(&wv, (geom.m, cg, geom.kh, geom.kw), hf, wf)?;
+    Ok(vec![i64_buf(&desc), f32_buf(&spec)])
+}
+
+/// A weight buffer holding `v`.
+pub(crate) fn f32_buf(v: &[f32]) -> AlignedBuf {
+    let mut b = AlignedBuf::zeroed(v.len() * 4);
+    for (c, x) in b.as_bytes_mut().chunks_exact_mut(4).zip(v) {
+        c.copy_from_slice(&x.to_ne_bytes());
+    }
+    b
+}
+
+/// A weight buffer holding `v`.
+pub(crate) fn i64_buf(v: &[i64]) -> AlignedBuf {
+    let mut b = AlignedBuf::zeroed(v.len() * 8);
+    for (c, x) in b.as_bytes_mut().chunks_exact_mut(8).zip(v) {
+        c.copy_from_slice(&x.to_ne_bytes());
+    }
+    b
 }
 
 /// Argument index of the accumulator (anchor result before the epilogue).
@@ -160,7 +419,7 @@ pub(crate) fn acc_arg(c: &KCtx<'_>) -> Result<usize, String> {
 /// Lowers a contraction kernel; returns its error messages (none).
 pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
     match &c.g.node(c.k.nodes[0]).op {
-        Op::Conv2d(_) => lower_conv(e, c)?,
+        Op::Conv2d(_) => return lower_conv(e, c),
         Op::Gemm(p) => lower_gemm(e, c, p.alpha, p.beta, p.trans_a, p.trans_b)?,
         Op::MatMul => lower_matmul(e, c)?,
         other => return Err(format!("{} is not a contraction", other.name())),
@@ -170,7 +429,7 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
 
 /// Emits `dnnc_sgemm(m, n, k, a, .., b, .., c, .., alpha, 0)`.
 #[allow(clippy::too_many_arguments)]
-fn sgemm(
+pub(crate) fn sgemm(
     e: &mut Emit<'_>,
     (m, n, k): (usize, usize, usize),
     a: Value,
@@ -197,7 +456,7 @@ fn sgemm(
 }
 
 /// Pointer to element `idx` of f32 buffer `base`.
-fn at(e: &mut Emit<'_>, base: Value, idx: Value) -> Value {
+pub(crate) fn at(e: &mut Emit<'_>, base: Value, idx: Value) -> Value {
     e.addr(base, idx, 4)
 }
 
@@ -326,8 +585,13 @@ fn lower_matmul(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<(), String> {
     Ok(())
 }
 
-fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<(), String> {
+fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
     let geom = ConvGeom::of(c.g, c.k)?;
+    let algo = choose_algo(&geom, c.g, c.k, c.opts);
+    if let Some(m) = algo.wino_m() {
+        super::fastconv::lower(e, c, &geom, m)?;
+        return Ok(Vec::new());
+    }
     let node = c.g.node(c.k.nodes[0]);
     let acc = acc_arg(c)?;
     let bias = node.inputs.get(2).map(|&b| (b, vec![geom.m, 1, 1], 1.0f32));
@@ -335,20 +599,22 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<(), String> {
     let x = e.bufs[c.arg(node.inputs[0])?];
     let w = e.bufs[c.arg(node.inputs[1])?];
     let y = e.bufs[acc];
-    match choose_algo(&geom, c.opts) {
-        ConvAlgo::Depthwise => conv_depthwise(e, &geom, x, w, y, spec.as_ref()),
+    match algo {
+        ConvAlgo::Depthwise | ConvAlgo::Direct => conv_direct(e, &geom, x, w, y, spec.as_ref())?,
+        ConvAlgo::Fft => return super::fastconv::lower_fft(e, c, &geom, y, spec.as_ref()),
         algo => {
             let col = match algo {
                 ConvAlgo::Im2col => Some(e.bufs[*c.ws.first().ok_or("missing im2col workspace")?]),
                 _ => None,
             };
-            conv_gemm(e, &geom, x, w, y, col, spec.as_ref())
+            conv_gemm(e, &geom, x, w, y, col, spec.as_ref())?
         }
     }
+    Ok(Vec::new())
 }
 
 /// Runs the epilogue on output channels `[m0, m0 + mg)` of image `n`.
-fn tile_epilogue(
+pub(crate) fn tile_epilogue(
     e: &mut Emit<'_>,
     spec: Option<&elementwise::EwSpec<'_>>,
     n: Value,
@@ -449,7 +715,7 @@ pub(crate) fn valid_range(
 }
 
 /// Writes zeros to `len` f32s at element `start` of `base` (f32x4 + tail).
-fn zero_run(e: &mut Emit<'_>, base: Value, start: Value, len: usize) {
+pub(crate) fn zero_run(e: &mut Emit<'_>, base: Value, start: Value, len: usize) {
     if len == 0 {
         return;
     }
@@ -471,7 +737,7 @@ fn zero_run(e: &mut Emit<'_>, base: Value, start: Value, len: usize) {
 }
 
 /// Copies `len` f32s from `src[s0 + j*stride]` to `dst[d0 + j]`.
-fn copy_run(
+pub(crate) fn copy_run(
     e: &mut Emit<'_>,
     dst: Value,
     d0: Value,
@@ -557,10 +823,12 @@ fn im2col(e: &mut Emit<'_>, geo: &ConvGeom, xg: Value, col: Value, cg: usize) {
     });
 }
 
-/// Direct depthwise convolution: per (image, channel), zero the output
-/// plane, then for every tap add `w * x` over the tap's valid rectangle
-/// (f32x4 along rows when the stride is 1), then the channel's epilogue.
-fn conv_depthwise(
+/// Direct convolution (and depthwise, its one-channel-per-group case): per
+/// (image, output channel), zero the output plane, then for every input
+/// channel of its group and every tap add `w * x` over the tap's valid
+/// rectangle (computed at compile time; f32x4 along rows when the stride
+/// is 1), then the channel's epilogue while the plane is in cache.
+fn conv_direct(
     e: &mut Emit<'_>,
     geo: &ConvGeom,
     x: Value,
@@ -571,78 +839,109 @@ fn conv_depthwise(
     let (sh, sw) = (geo.p.strides[0], geo.p.strides[1]);
     let (dh, dw) = (geo.p.dilations[0], geo.p.dilations[1]);
     let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
+    let (cg, mg) = geo.per_group();
     let p = geo.oh * geo.ow;
+    let taps = geo.kh * geo.kw;
     let mut err = None;
     e.for_n(geo.n, |e, n| {
-        e.for_n(geo.c, |e, ch| {
-            let t = e.b.ins().imul_imm_s(n, geo.c as i64);
-            let plane = e.b.ins().iadd(t, ch);
+        e.for_n(geo.m, |e, co| {
+            let t = e.b.ins().imul_imm_s(n, geo.m as i64);
+            let plane = e.b.ins().iadd(t, co);
             let yo = e.b.ins().imul_imm_s(plane, p as i64);
-            let xo = e.b.ins().imul_imm_s(plane, (geo.h * geo.w) as i64);
             zero_run(e, y, yo, p);
-            let wo = e.b.ins().imul_imm_s(ch, (geo.kh * geo.kw) as i64);
-            for i in 0..geo.kh {
-                let (olo, ohi) = valid_range(geo.oh, geo.h, sh, pt, i, dh);
-                for j in 0..geo.kw {
-                    let (wlo, whi) = valid_range(geo.ow, geo.w, sw, pl, j, dw);
-                    if ohi <= olo || whi <= wlo {
-                        continue;
-                    }
-                    let wi = e.b.ins().iadd_imm_s(wo, (i * geo.kw + j) as i64);
-                    let ws = e.load_f32(w, wi);
-                    let wv = e.splat(ws);
-                    let len = whi - wlo;
-                    let s = e.ci(olo as i64);
-                    let en = e.ci(ohi as i64);
-                    e.for_range(s, en, 1, |e, oh| {
-                        let ih = e.b.ins().imul_imm_s(oh, sh as i64);
-                        let ih = e.b.ins().iadd_imm_s(ih, i as i64 * dh as i64 - pt as i64);
-                        let srow = e.b.ins().imul_imm_s(ih, geo.w as i64);
-                        let srow = e.b.ins().iadd(srow, xo);
-                        let s0 =
-                            e.b.ins()
-                                .iadd_imm_s(srow, (wlo * sw + j * dw) as i64 - pl as i64);
-                        let d = e.b.ins().imul_imm_s(oh, geo.ow as i64);
-                        let d = e.b.ins().iadd(d, yo);
-                        let d0 = e.b.ins().iadd_imm_s(d, wlo as i64);
-                        let v_end = if sw == 1 { len / 4 * 4 } else { 0 };
-                        if v_end > 0 {
-                            let a = e.ci(0);
-                            let b = e.ci(v_end as i64);
-                            e.for_range(a, b, 4, |e, jj| {
-                                let si = e.b.ins().iadd(s0, jj);
-                                let xv = e.load_v(x, si);
-                                let di = e.b.ins().iadd(d0, jj);
-                                let yv = e.load_v(y, di);
-                                let pr = e.b.ins().fmul(xv, wv);
-                                let r = e.b.ins().fadd(yv, pr);
-                                e.store_v(r, y, di);
-                            });
-                        }
-                        if v_end < len {
-                            let a = e.ci(v_end as i64);
-                            let b = e.ci(len as i64);
-                            e.for_range(a, b, 1, |e, jj| {
-                                let t = e.b.ins().imul_imm_s(jj, sw as i64);
-                                let si = e.b.ins().iadd(s0, t);
-                                let xs = e.load_f32(x, si);
-                                let di = e.b.ins().iadd(d0, jj);
-                                let ys = e.load_f32(y, di);
-                                let pr = e.b.ins().fmul(xs, ws);
-                                let r = e.b.ins().fadd(ys, pr);
-                                e.store_f32(r, y, di);
-                            });
-                        }
-                    });
-                }
+            // First input channel of co's group: n*C + (co / mg) * cg.
+            let gi = e.b.ins().udiv_imm_u(co, mg as i64);
+            let c0 = e.b.ins().imul_imm_s(gi, cg as i64);
+            let t = e.b.ins().imul_imm_s(n, geo.c as i64);
+            let c0 = e.b.ins().iadd(t, c0);
+            let wco = e.b.ins().imul_imm_s(co, (cg * taps) as i64);
+            let body = |e: &mut Emit<'_>, ci: Value| {
+                let xc = e.b.ins().iadd(c0, ci);
+                let xo = e.b.ins().imul_imm_s(xc, (geo.h * geo.w) as i64);
+                let wo = e.b.ins().imul_imm_s(ci, taps as i64);
+                let wo = e.b.ins().iadd(wo, wco);
+                direct_taps(e, geo, x, w, y, (xo, wo, yo), (sh, sw, dh, dw, pt, pl));
+            };
+            if cg == 1 {
+                let z = e.ci(0);
+                body(e, z);
+            } else {
+                e.for_n(cg, body);
             }
-            if let Err(m) = tile_epilogue(e, spec, n, ch, 1) {
+            if let Err(m) = tile_epilogue(e, spec, n, co, 1) {
                 err.get_or_insert(m);
             }
         });
     });
-    let _ = I64;
     err.map_or(Ok(()), Err)
+}
+
+/// Adds every tap of one (output channel, input channel) pair: plane
+/// offsets `(xo, wo, yo)` in elements.
+fn direct_taps(
+    e: &mut Emit<'_>,
+    geo: &ConvGeom,
+    x: Value,
+    w: Value,
+    y: Value,
+    (xo, wo, yo): (Value, Value, Value),
+    (sh, sw, dh, dw, pt, pl): (usize, usize, usize, usize, usize, usize),
+) {
+    for i in 0..geo.kh {
+        let (olo, ohi) = valid_range(geo.oh, geo.h, sh, pt, i, dh);
+        for j in 0..geo.kw {
+            let (wlo, whi) = valid_range(geo.ow, geo.w, sw, pl, j, dw);
+            if ohi <= olo || whi <= wlo {
+                continue;
+            }
+            let wi = e.b.ins().iadd_imm_s(wo, (i * geo.kw + j) as i64);
+            let ws = e.load_f32(w, wi);
+            let wv = e.splat(ws);
+            let len = whi - wlo;
+            let s = e.ci(olo as i64);
+            let en = e.ci(ohi as i64);
+            e.for_range(s, en, 1, |e, oh| {
+                let ih = e.b.ins().imul_imm_s(oh, sh as i64);
+                let ih = e.b.ins().iadd_imm_s(ih, i as i64 * dh as i64 - pt as i64);
+                let srow = e.b.ins().imul_imm_s(ih, geo.w as i64);
+                let srow = e.b.ins().iadd(srow, xo);
+                let s0 =
+                    e.b.ins()
+                        .iadd_imm_s(srow, (wlo * sw + j * dw) as i64 - pl as i64);
+                let d = e.b.ins().imul_imm_s(oh, geo.ow as i64);
+                let d = e.b.ins().iadd(d, yo);
+                let d0 = e.b.ins().iadd_imm_s(d, wlo as i64);
+                let v_end = if sw == 1 { len / 4 * 4 } else { 0 };
+                if v_end > 0 {
+                    let a = e.ci(0);
+                    let b = e.ci(v_end as i64);
+                    e.for_range(a, b, 4, |e, jj| {
+                        let si = e.b.ins().iadd(s0, jj);
+                        let xv = e.load_v(x, si);
+                        let di = e.b.ins().iadd(d0, jj);
+                        let yv = e.load_v(y, di);
+                        let pr = e.b.ins().fmul(xv, wv);
+                        let r = e.b.ins().fadd(yv, pr);
+                        e.store_v(r, y, di);
+                    });
+                }
+                if v_end < len {
+                    let a = e.ci(v_end as i64);
+                    let b = e.ci(len as i64);
+                    e.for_range(a, b, 1, |e, jj| {
+                        let t = e.b.ins().imul_imm_s(jj, sw as i64);
+                        let si = e.b.ins().iadd(s0, t);
+                        let xs = e.load_f32(x, si);
+                        let di = e.b.ins().iadd(d0, jj);
+                        let ys = e.load_f32(y, di);
+                        let pr = e.b.ins().fmul(xs, ws);
+                        let r = e.b.ins().fadd(ys, pr);
+                        e.store_f32(r, y, di);
+                    });
+                }
+            });
+        }
+    }
 }
 
 /// The algorithm a conv kernel is lowered with (`None` for other kernels),
@@ -653,5 +952,5 @@ pub(crate) fn algo_of(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Option<ConvAl
     {
         return None;
     }
-    ConvGeom::of(g, k).ok().map(|geom| choose_algo(&geom, opts))
+    ConvGeom::of(g, k).ok().map(|geom| choose_algo(&geom, g, k, opts))
 }

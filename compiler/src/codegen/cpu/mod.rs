@@ -17,6 +17,7 @@ mod einsum;
 mod elementwise;
 mod emit;
 mod extended;
+mod fastconv;
 mod group;
 mod math;
 mod movement;
@@ -24,7 +25,7 @@ mod recurrent;
 mod reduce;
 mod resize;
 
-pub use contraction::ConvAlgo;
+pub use contraction::{conv_plan, ConvAlgo, ConvChoice};
 
 use cranelift_codegen::ir::types::{F32, I32, I64};
 use cranelift_codegen::ir::{AbiParam, InstBuilder, UserFuncName};
@@ -49,6 +50,10 @@ pub struct CpuOptions {
     /// Force one convolution algorithm where it applies (`None`: choose
     /// per convolution).
     pub conv_algo: Option<ConvAlgo>,
+    /// Per-node convolution algorithms, keyed by the Conv2d's result name;
+    /// they take precedence over `conv_algo`. A forced algorithm that does
+    /// not apply falls back to the default, as [`conv_plan`] reports.
+    pub conv_algo_for: HashMap<String, ConvAlgo>,
 }
 
 /// Why a graph could not be compiled for the CPU. Each names the node.
@@ -108,6 +113,9 @@ pub(crate) struct KCtx<'g> {
     pub arg_of: HashMap<ValueId, usize>,
     /// Argument indices of the workspaces requested.
     pub ws: Vec<usize>,
+    /// Argument indices of the weights prepared at compile time
+    /// (`contraction::prepared`).
+    pub prep: Vec<usize>,
     /// Options.
     pub opts: &'g CpuOptions,
 }
@@ -345,11 +353,23 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 kind: BufferKind::Temp,
             });
         }
+        let mut prep = Vec::new();
+        let prepared = contraction::prepared(g, k, opts).map_err(|m| unsupported(g, anchor, m))?;
+        for (i, buf) in prepared.into_iter().enumerate() {
+            prep.push(args.len());
+            args.push(buffers.len());
+            buffers.push(Buffer {
+                name: format!("{}:prep{i}", k.name),
+                bytes: buf.len(),
+                kind: BufferKind::Weight(buf),
+            });
+        }
         let kctx = KCtx {
             g,
             k,
             arg_of,
             ws,
+            prep,
             opts,
         };
 

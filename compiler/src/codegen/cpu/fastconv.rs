@@ -1,0 +1,503 @@
+//! Fast convolution algorithms: Winograd F(m x m, 3 x 3) for m = 2, 4 and
+//! whole-image FFT convolution.
+//!
+//! **Winograd** (Lavin & Gray). Filters are transformed once at compile
+//! time, `U = G g Gᵀ`, and kept as a weight laid out `[group][α²][Co][Ci]`
+//! so each of the α² frequency points is one GEMM `U_s (Co x Ci) · V_s
+//! (Ci x tiles)` through `dnnc_sgemm`. Per (image, group) the generated
+//! code
+//! 1. copies the input into a zero-padded plane per channel (any padding;
+//!    the plane is large enough for whole tiles, so edge tiles need no
+//!    special case),
+//! 2. transforms input tiles, `V = Bᵀ d B`, four tiles per f32x4 (tile
+//!    offsets come from a compile-time table; the tile count is rounded up
+//!    to 4 with copies of tile 0 whose results are discarded),
+//! 3. runs the α² GEMMs,
+//! 4. per output channel transforms the products back, `Y = Aᵀ M A`, into
+//!    a staging plane and runs the fused epilogue (bias, activations,
+//!    residual adds) on that plane right away, while it is in L1; the
+//!    epilogue's crop to `H' x W'` handles partial edge tiles.
+//!
+//! The transforms are straight-line code derived from the matrices in
+//! [`WINOGRAD`] (zero coefficients skipped, ±1 as add/sub): no per-tile
+//! code is written by hand, so F(2x2) and F(4x4) share everything.
+//!
+//! **FFT**: the native helper `dnnc_runtime::cpu::fftconv::dnnc_fft_conv`
+//! per (image, group) with the filter spectra precomputed at compile time,
+//! then the usual epilogue on the group's output.
+
+use super::contraction::{
+    at, copy_run, f32_buf, i64_buf, sgemm, tile_epilogue, zero_run, ConvGeom,
+};
+use super::elementwise::{self, bcast_strides, Operand, SubDomain};
+use super::emit::{mem, Emit};
+use super::KCtx;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{F32, F32X4, I32, I64};
+use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, Value};
+use dnnc_ir::DType;
+use dnnc_runtime::cpu::{fftconv, AlignedBuf};
+
+/// The matrices of one Winograd algorithm F(m x m, r x r): output tile `m`,
+/// input tile `α = m + r - 1`; `y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`.
+pub(crate) struct Winograd {
+    /// Output tile size.
+    pub m: usize,
+    /// Input tile size α.
+    pub alpha: usize,
+    /// `Bᵀ`, α x α.
+    pub bt: &'static [&'static [f64]],
+    /// `G`, α x r.
+    pub g: &'static [&'static [f64]],
+    /// `Aᵀ`, m x α.
+    pub at: &'static [&'static [f64]],
+}
+
+/// F(2x2, 3x3), interpolation points 0, 1, -1, ∞.
+const F2: Winograd = Winograd {
+    m: 2,
+    alpha: 4,
+    bt: &[
+        &[1.0, 0.0, -1.0, 0.0],
+        &[0.0, 1.0, 1.0, 0.0],
+        &[0.0, -1.0, 1.0, 0.0],
+        &[0.0, 1.0, 0.0, -1.0],
+    ],
+    g: &[
+        &[1.0, 0.0, 0.0],
+        &[0.5, 0.5, 0.5],
+        &[0.5, -0.5, 0.5],
+        &[0.0, 0.0, 1.0],
+    ],
+    at: &[&[1.0, 1.0, 1.0, 0.0], &[0.0, 1.0, -1.0, -1.0]],
+};
+
+/// F(4x4, 3x3), interpolation points 0, ±1, ±2, ∞ (Lavin & Gray).
+const F4: Winograd = Winograd {
+    m: 4,
+    alpha: 6,
+    bt: &[
+        &[4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
+        &[0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
+        &[0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
+        &[0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
+        &[0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
+        &[0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
+    ],
+    g: &[
+        &[1.0 / 4.0, 0.0, 0.0],
+        &[-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+        &[-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+        &[1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+        &[1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+        &[0.0, 0.0, 1.0],
+    ],
+    at: &[
+        &[1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
+        &[0.0, 1.0, -1.0, 2.0, -2.0, 0.0],
+        &[0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
+        &[0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
+    ],
+};
+
+/// Every Winograd algorithm the backend generates, by output tile size.
+pub(crate) const WINOGRAD: [&Winograd; 2] = [&F2, &F4];
+
+fn winograd(m: usize) -> &'static Winograd {
+    WINOGRAD.into_iter().find(|w| w.m == m).unwrap_or(&F4)
+}
+
+/// Tile grid of one convolution: `th x tw` output tiles of `m x m`, the
+/// padded input plane `hp x wp` (whole tiles plus the 2-pixel halo), `p`
+/// tiles, rounded up to `p4` for four tiles per vector.
+struct Tiling {
+    hp: usize,
+    wp: usize,
+    hs: usize,
+    p: usize,
+    p4: usize,
+    tw: usize,
+}
+
+fn tiling(geo: &ConvGeom, m: usize) -> Tiling {
+    let (th, tw) = (geo.oh.div_ceil(m), geo.ow.div_ceil(m));
+    let p = th * tw;
+    Tiling {
+        hp: th * m + 2,
+        wp: tw * m + 2,
+        hs: th * m,
+        p,
+        p4: p.div_ceil(4) * 4,
+        tw,
+    }
+}
+
+/// Workspace bytes: padded input, transformed input V, products M, one
+/// staging output plane.
+pub(crate) fn workspaces(geo: &ConvGeom, m: usize) -> Vec<usize> {
+    let w = winograd(m);
+    let t = tiling(geo, m);
+    let (cg, mg) = geo.per_group();
+    let a2 = w.alpha * w.alpha;
+    vec![
+        cg * t.hp * t.wp * 4,
+        a2 * cg * t.p4 * 4,
+        a2 * mg * t.p4 * 4,
+        t.hs * t.wp * 4,
+    ]
+}
+
+/// Compile-time weights: `U = G g Gᵀ` as `[group][α²][Co][Ci]` (computed in
+/// f64), and the tile table (element offset of every tile's top-left
+/// corner in the padded plane, which the staging plane shares).
+pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
+    let wn = winograd(m);
+    let a = wn.alpha;
+    let (cg, mg) = geo.per_group();
+    let mut u = vec![0f32; geo.g * a * a * mg * cg];
+    for co in 0..geo.m {
+        let (gi, mo) = (co / mg, co % mg);
+        for ci in 0..cg {
+            let f = &w[(co * cg + ci) * 9..(co * cg + ci + 1) * 9];
+            // t = G f (α x 3), then U = t Gᵀ (α x α).
+            let mut t = vec![[0f64; 3]; a];
+            for (i, row) in t.iter_mut().enumerate() {
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = (0..3).map(|k| wn.g[i][k] * f[k * 3 + j] as f64).sum();
+                }
+            }
+            for i in 0..a {
+                for j in 0..a {
+                    let v: f64 = (0..3).map(|k| t[i][k] * wn.g[j][k]).sum();
+                    let s = i * a + j;
+                    u[((gi * a * a + s) * mg + mo) * cg + ci] = v as f32;
+                }
+            }
+        }
+    }
+    let t = tiling(geo, m);
+    let tiles: Vec<i64> = (0..t.p4)
+        .map(|p| {
+            let p = if p < t.p { p } else { 0 };
+            ((p / t.tw * m) * t.wp + p % t.tw * m) as i64
+        })
+        .collect();
+    vec![f32_buf(&u), i64_buf(&tiles)]
+}
+
+/// `sum_k coef[k] * xs[k]` on f32x4 values: zero coefficients skipped,
+/// ±1 as add/sub, the rest multiplied by a splat constant.
+fn lin(e: &mut Emit<'_>, coef: &[f64], xs: &[Value]) -> Value {
+    let mut acc: Option<Value> = None;
+    for (&c, &x) in coef.iter().zip(xs) {
+        if c == 0.0 {
+            continue;
+        }
+        acc = Some(match (acc, c) {
+            (None, 1.0) => x,
+            (None, -1.0) => e.b.ins().fneg(x),
+            (Some(a), 1.0) => e.b.ins().fadd(a, x),
+            (Some(a), -1.0) => e.b.ins().fsub(a, x),
+            (a, c) => {
+                let k = e.vf(c as f32);
+                let t = e.b.ins().fmul(x, k);
+                match a {
+                    Some(a) => e.b.ins().fadd(a, t),
+                    None => t,
+                }
+            }
+        });
+    }
+    acc.unwrap_or_else(|| e.vf(0.0))
+}
+
+/// Four f32s, one per lane, each at byte offset `off` from its lane's base.
+fn gather4(e: &mut Emit<'_>, bases: &[Value; 4], off: i32) -> Value {
+    let s0 = e.b.ins().load(F32, mem(), bases[0], off);
+    let mut v = e.b.ins().scalar_to_vector(F32X4, s0);
+    for (l, &b) in bases.iter().enumerate().skip(1) {
+        let s = e.b.ins().load(F32, mem(), b, off);
+        v = e.b.ins().insertlane(v, s, l as u8);
+    }
+    v
+}
+
+/// Byte addresses `base + 4 * (tiles[pg + l] + extra)` of four lanes.
+fn lane_bases(e: &mut Emit<'_>, tiles: Value, pg: Value, base: Value, extra: Value) -> [Value; 4] {
+    [0, 1, 2, 3].map(|l| {
+        let i = e.b.ins().iadd_imm_s(pg, l);
+        let off = e.load_ty(I64, tiles, i);
+        let off = e.b.ins().iadd(off, extra);
+        e.addr(base, off, 4)
+    })
+}
+
+/// Lowers a 3x3 stride-1 convolution with Winograd F(m x m, 3 x 3).
+pub(crate) fn lower(
+    e: &mut Emit<'_>,
+    c: &KCtx<'_>,
+    geo: &ConvGeom,
+    m: usize,
+) -> Result<(), String> {
+    let wn = winograd(m);
+    let al = wn.alpha;
+    let t = tiling(geo, m);
+    let (cg, mg) = geo.per_group();
+    let node = c.g.node(c.k.nodes[0]);
+    let (Some(&ws0), Some(&pr0)) = (c.ws.first(), c.prep.first()) else {
+        return Err("missing Winograd buffers".into());
+    };
+    if c.ws.len() < 4 || c.prep.len() < 2 {
+        return Err("missing Winograd buffers".into());
+    }
+    let (xp, vb, mb, zb) = (
+        e.bufs[ws0],
+        e.bufs[c.ws[1]],
+        e.bufs[c.ws[2]],
+        e.bufs[c.ws[3]],
+    );
+    let (u, tiles) = (e.bufs[pr0], e.bufs[c.prep[1]]);
+    let x = e.bufs[c.arg(node.inputs[0])?];
+
+    // Epilogue over the staging plane: strides (0, 0, wp, 1).
+    let a = node.outputs[0];
+    let domain = c.g.value(a).ty.shape.clone();
+    let zop = Operand {
+        arg: c.ws[3],
+        dtype: DType::F32,
+        strides: vec![0, 0, t.wp as i64, 1],
+    };
+    let bias = match node.inputs.get(2) {
+        Some(&b) => Some((
+            Operand {
+                arg: c.arg(b)?,
+                dtype: DType::F32,
+                strides: bcast_strides(&[geo.m, 1, 1], &domain)
+                    .ok_or("bias does not broadcast to the result")?,
+            },
+            1.0,
+        )),
+        None => None,
+    };
+    let spec = elementwise::spec_for(
+        c.g,
+        &domain,
+        &c.k.nodes[1..],
+        &c.arg_of,
+        vec![(a, zop, bias)],
+        &c.k.outputs,
+    )?;
+
+    let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
+    let (hp, wp, p4) = (t.hp, t.wp, t.p4);
+    let plane = (hp * wp) as i64;
+    let mut err = None;
+    e.for_n(geo.n, |e, n| {
+        e.for_n(geo.g, |e, gi| {
+            // 1. Zero-padded copy of the group's input channels.
+            let t0 = e.b.ins().imul_imm_s(n, geo.c as i64);
+            let t1 = e.b.ins().imul_imm_s(gi, cg as i64);
+            let cbase = e.b.ins().iadd(t0, t1);
+            e.for_n(cg, |e, ci| {
+                let sc = e.b.ins().iadd(cbase, ci);
+                let src = e.b.ins().imul_imm_s(sc, (geo.h * geo.w) as i64);
+                let dst = e.b.ins().imul_imm_s(ci, plane);
+                zero_run(e, xp, dst, pt * wp);
+                e.for_n(geo.h, |e, ih| {
+                    let r = e.b.ins().iadd_imm_s(ih, pt as i64);
+                    let r = e.b.ins().imul_imm_s(r, wp as i64);
+                    let d = e.b.ins().iadd(dst, r);
+                    zero_run(e, xp, d, pl);
+                    let so = e.b.ins().imul_imm_s(ih, geo.w as i64);
+                    let so = e.b.ins().iadd(src, so);
+                    let d0 = e.b.ins().iadd_imm_s(d, pl as i64);
+                    copy_run(e, xp, d0, x, so, geo.w, 1);
+                    let d1 = e.b.ins().iadd_imm_s(d, (pl + geo.w) as i64);
+                    zero_run(e, xp, d1, wp - pl - geo.w);
+                });
+                let tail = e.b.ins().iadd_imm_s(dst, ((pt + geo.h) * wp) as i64);
+                zero_run(e, xp, tail, (hp - pt - geo.h) * wp);
+            });
+            // 2. Input transform V[s][ci][p] = (Bᵀ d B)[s], four tiles a vector.
+            let s0 = e.ci(0);
+            let s1 = e.ci(p4 as i64);
+            e.for_range(s0, s1, 4, |e, pg| {
+                e.for_n(cg, |e, ci| {
+                    let cb = e.b.ins().imul_imm_s(ci, plane);
+                    let lanes = lane_bases(e, tiles, pg, xp, cb);
+                    // Columns first: tcol[j][i] = sum_k Bᵀ[i][k] d[k][j].
+                    let mut tr: Vec<Vec<Value>> = vec![Vec::with_capacity(al); al];
+                    for j in 0..al {
+                        let d: Vec<Value> = (0..al)
+                            .map(|k| gather4(e, &lanes, ((k * wp + j) * 4) as i32))
+                            .collect();
+                        for (i, row) in tr.iter_mut().enumerate() {
+                            row.push(lin(e, wn.bt[i], &d));
+                        }
+                    }
+                    let vi = e.b.ins().imul_imm_s(ci, p4 as i64);
+                    let vi = e.b.ins().iadd(vi, pg);
+                    for (i, row) in tr.iter().enumerate() {
+                        for jj in 0..al {
+                            let v = lin(e, wn.bt[jj], row);
+                            let idx = e.b.ins().iadd_imm_s(vi, ((i * al + jj) * cg * p4) as i64);
+                            e.store_v(v, vb, idx);
+                        }
+                    }
+                });
+            });
+            // 3. One GEMM per frequency point: M_s = U_s V_s.
+            let ug = e.b.ins().imul_imm_s(gi, (al * al * mg * cg) as i64);
+            for s in 0..al * al {
+                let uo = e.b.ins().iadd_imm_s(ug, (s * mg * cg) as i64);
+                let ua = at(e, u, uo);
+                let vo = e.ci((s * cg * p4) as i64);
+                let va = at(e, vb, vo);
+                let mo = e.ci((s * mg * p4) as i64);
+                let ma = at(e, mb, mo);
+                sgemm(
+                    e,
+                    (mg, p4, cg),
+                    ua,
+                    (cg as i64, 1),
+                    va,
+                    (p4 as i64, 1),
+                    ma,
+                    (p4 as i64, 1),
+                    1.0,
+                );
+            }
+            // 4. Output transform per channel into the staging plane, then
+            //    the epilogue on that plane.
+            e.for_n(mg, |e, mo| {
+                let s0 = e.ci(0);
+                let s1 = e.ci(p4 as i64);
+                e.for_range(s0, s1, 4, |e, pg| {
+                    let z = e.ci(0);
+                    let lanes = lane_bases(e, tiles, pg, zb, z);
+                    let base = e.b.ins().imul_imm_s(mo, p4 as i64);
+                    let base = e.b.ins().iadd(base, pg);
+                    // tr[i][jj] = sum_k Aᵀ[i][k] M[k][jj].
+                    let mut tr: Vec<Vec<Value>> = vec![Vec::with_capacity(al); m];
+                    for jj in 0..al {
+                        let mk: Vec<Value> = (0..al)
+                            .map(|k| {
+                                let idx =
+                                    e.b.ins().iadd_imm_s(base, ((k * al + jj) * mg * p4) as i64);
+                                e.load_v(mb, idx)
+                            })
+                            .collect();
+                        for (i, row) in tr.iter_mut().enumerate() {
+                            row.push(lin(e, wn.at[i], &mk));
+                        }
+                    }
+                    for (i, row) in tr.iter().enumerate() {
+                        for j in 0..m {
+                            let y = lin(e, wn.at[j], row);
+                            for (l, &b) in lanes.iter().enumerate() {
+                                let s = e.b.ins().extractlane(y, l as u8);
+                                e.b.ins().store(mem(), s, b, ((i * wp + j) * 4) as i32);
+                            }
+                        }
+                    }
+                });
+                let t = e.b.ins().imul_imm_s(gi, mg as i64);
+                let co = e.b.ins().iadd(t, mo);
+                let sub = SubDomain {
+                    starts: vec![Some(n), Some(co), None, None],
+                    lens: vec![1, 1, geo.oh, geo.ow],
+                };
+                if let Err(m) = elementwise::emit(e, &spec, &sub) {
+                    err.get_or_insert(m);
+                }
+            });
+        });
+    });
+    err.map_or(Ok(()), Err)
+}
+
+/// Lowers a stride-1 convolution as FFTs: per (image, group) one call of
+/// the native helper (through its address: it lives in this process, like
+/// `dnnc_sgemm`), then the group's epilogue on `y`.
+pub(crate) fn lower_fft(
+    e: &mut Emit<'_>,
+    c: &KCtx<'_>,
+    geo: &ConvGeom,
+    y: Value,
+    spec: Option<&elementwise::EwSpec<'_>>,
+) -> Result<Vec<String>, String> {
+    let node = c.g.node(c.k.nodes[0]);
+    if c.prep.len() < 2 || c.ws.is_empty() {
+        return Err("missing FFT buffers".into());
+    }
+    let (desc, fspec, ws) = (e.bufs[c.prep[0]], e.bufs[c.prep[1]], e.bufs[c.ws[0]]);
+    let x = e.bufs[c.arg(node.inputs[0])?];
+    let (cg, mg) = geo.per_group();
+    let (hf, wf) = geo.fft_grid();
+    let ptr = e.cfg.pointer_type();
+    let mut sig = Signature::new(e.cfg.default_call_conv);
+    for _ in 0..5 {
+        sig.params.push(AbiParam::new(ptr));
+    }
+    sig.returns.push(AbiParam::new(I32));
+    let sig = e.b.import_signature(sig);
+    let helper = fftconv::dnnc_fft_conv as *const u8 as usize as i64;
+    let mut err = None;
+    e.for_n(geo.n, |e, n| {
+        e.for_n(geo.g, |e, gi| {
+            let t0 = e.b.ins().imul_imm_s(n, geo.c as i64);
+            let t1 = e.b.ins().imul_imm_s(gi, cg as i64);
+            let xc = e.b.ins().iadd(t0, t1);
+            let xo = e.b.ins().imul_imm_s(xc, (geo.h * geo.w) as i64);
+            let xg = at(e, x, xo);
+            let so =
+                e.b.ins()
+                    .imul_imm_s(gi, (mg * cg * fftconv::plane_len(hf, wf) * 2) as i64);
+            let sg = at(e, fspec, so);
+            let t0 = e.b.ins().imul_imm_s(n, geo.m as i64);
+            let m0 = e.b.ins().imul_imm_s(gi, mg as i64);
+            let yc = e.b.ins().iadd(t0, m0);
+            let yo = e.b.ins().imul_imm_s(yc, (geo.oh * geo.ow) as i64);
+            let yg = at(e, y, yo);
+            let f = e.b.ins().iconst(I64, helper);
+            let call = e.b.ins().call_indirect(sig, f, &[desc, xg, sg, yg, ws]);
+            let rc = e.b.inst_results(call)[0];
+            let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+            e.fail_if(bad, 1);
+            if let Err(m) = tile_epilogue(e, spec, n, m0, mg) {
+                err.get_or_insert(m);
+            }
+        });
+    });
+    err.map_or(
+        Ok(vec!["FFT convolution failed (transform error)".into()]),
+        Err,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 1-D check of every table: `Aᵀ[(G g) ⊙ (Bᵀ d)]` is the correlation.
+    #[test]
+    fn winograd_tables_compute_correlations() {
+        for w in WINOGRAD {
+            let a = w.alpha;
+            assert_eq!(a, w.m + 2);
+            let d: Vec<f64> = (0..a).map(|i| (i as f64 * 1.7).sin() + 0.3).collect();
+            let g = [0.5, -1.25, 2.0];
+            let u: Vec<f64> = (0..a)
+                .map(|i| (0..3).map(|k| w.g[i][k] * g[k]).sum())
+                .collect();
+            let v: Vec<f64> = (0..a)
+                .map(|i| (0..a).map(|k| w.bt[i][k] * d[k]).sum())
+                .collect();
+            for i in 0..w.m {
+                let y: f64 = (0..a).map(|k| w.at[i][k] * u[k] * v[k]).sum();
+                let want: f64 = (0..3).map(|k| d[i + k] * g[k]).sum();
+                assert!((y - want).abs() < 1e-9, "F({}): {y} vs {want}", w.m);
+            }
+        }
+    }
+}
