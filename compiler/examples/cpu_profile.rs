@@ -1,5 +1,7 @@
 //! Per-kernel timing of a model on the CPU backend:
-//! `cargo run --release -p dnnc-compiler --example cpu_profile -- MODEL.onnx INPUT.npy`.
+//! `cargo run --release -p dnnc-compiler --example cpu_profile -- MODEL.onnx INPUT.npy [CONV_ALGO]`
+//! (`CONV_ALGO` forces a convolution algorithm where it applies, as
+//! `dnnc run --conv-algo`).
 
 use dnnc_compiler::codegen::cpu::{compile_cpu, CpuOptions};
 
@@ -17,7 +19,15 @@ fn main() {
         }
     };
     let x = dnnc_ir::tensor::read_npy(std::path::Path::new(input)).expect("input");
-    let exe = compile_cpu(&g, &CpuOptions::default()).expect("compile");
+    let conv_algo = args.get(3).map(|a| {
+        <dnnc_compiler::codegen::cpu::ConvAlgo as clap::ValueEnum>::from_str(a, true)
+            .expect("unknown conv algorithm")
+    });
+    let opts = CpuOptions {
+        conv_algo,
+        ..Default::default()
+    };
+    let exe = compile_cpu(&g, &opts).expect("compile");
     let ins = vec![(g.value(g.inputs()[0]).name.clone(), x)];
     exe.run(&ins).expect("run");
     let mut best: Option<Vec<(String, String, std::time::Duration)>> = None;

@@ -84,10 +84,22 @@ pub struct ConvChoice {
 /// Largest filter spectrum (bytes) an FFT convolution may keep.
 const FFT_MAX_SPECTRUM: usize = 256 << 20;
 
-/// Winograd F(4x4) by default needs at least this many input and output
-/// channels per group (measured; see ARCHITECTURE.md, "Convolution
-/// algorithms").
-const WINO_MIN_CHANNELS: usize = 16;
+/// Winograd by default needs at least this many input and output channels
+/// per group (measured; see ARCHITECTURE.md, "Convolution algorithms").
+const WINO_MIN_CHANNELS: usize = 8;
+
+/// Winograd F(4x4) by default needs at least this many 4x4 output tiles;
+/// smaller outputs get F(2x2) (the 36 GEMMs get too narrow and the
+/// transformed filters, 2.25x the size of F(2x2)'s, dominate memory
+/// traffic).
+const WINO4_MIN_TILES: usize = 16;
+
+/// FFT by default: kernels of at least this many taps...
+const FFT_MIN_TAPS: usize = 49;
+
+/// ...and at most this many (input, output) channel pairs per group (the
+/// per-frequency products read the whole filter spectrum every run).
+const FFT_MAX_PAIRS: usize = 2048;
 
 /// Static geometry of one convolution.
 pub(crate) struct ConvGeom {
@@ -212,9 +224,10 @@ impl ConvGeom {
     }
 
     /// The default algorithm (documented heuristic, see ARCHITECTURE.md):
-    /// depthwise and pointwise where they apply; Winograd F(4x4) for 3x3
-    /// stride-1 convolutions with enough channels; FFT for kernels of 7x7
-    /// and more at stride 1; im2col otherwise.
+    /// depthwise and pointwise where they apply; Winograd for 3x3
+    /// stride-1 convolutions with at least [`WINO_MIN_CHANNELS`] channels,
+    /// F(4x4) from [`WINO4_MIN_TILES`] tiles on and F(2x2) below; FFT for
+    /// kernels of 7x7 and more with few channels; im2col otherwise.
     fn default_algo(&self) -> ConvAlgo {
         let (cg, mg) = self.per_group();
         let fits = |a| self.unfit(a).is_none();
@@ -223,8 +236,15 @@ impl ConvGeom {
         } else if fits(ConvAlgo::Pointwise) {
             ConvAlgo::Pointwise
         } else if fits(ConvAlgo::Winograd4) && cg >= WINO_MIN_CHANNELS && mg >= WINO_MIN_CHANNELS {
-            ConvAlgo::Winograd4
-        } else if fits(ConvAlgo::Fft) && self.kh * self.kw >= 49 {
+            if self.oh.div_ceil(4) * self.ow.div_ceil(4) >= WINO4_MIN_TILES {
+                ConvAlgo::Winograd4
+            } else {
+                ConvAlgo::Winograd2
+            }
+        } else if fits(ConvAlgo::Fft)
+            && self.kh * self.kw >= FFT_MIN_TAPS
+            && cg * mg <= FFT_MAX_PAIRS
+        {
             ConvAlgo::Fft
         } else {
             ConvAlgo::Im2col
