@@ -29,7 +29,7 @@ pub fn smooth_size(n: usize) -> usize {
     loop {
         let mut r = k;
         for p in [2, 3, 5] {
-            while r % p == 0 {
+            while r.is_multiple_of(p) {
                 r /= p;
             }
         }
@@ -242,7 +242,7 @@ fn conv(
             }
             // Real output: the DC (and Nyquist) terms have no imaginary part.
             p.spec_row[0].im = 0.0;
-            if wf % 2 == 0 {
+            if wf.is_multiple_of(2) {
                 p.spec_row[wc - 1].im = 0.0;
             }
             c2r.process(&mut p.spec_row, &mut p.row)

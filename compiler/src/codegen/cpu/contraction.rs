@@ -972,5 +972,7 @@ pub(crate) fn algo_of(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Option<ConvAl
     {
         return None;
     }
-    ConvGeom::of(g, k).ok().map(|geom| choose_algo(&geom, g, k, opts))
+    ConvGeom::of(g, k)
+        .ok()
+        .map(|geom| choose_algo(&geom, g, k, opts))
 }

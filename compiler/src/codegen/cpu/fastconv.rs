@@ -166,9 +166,9 @@ pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
                     *v = (0..3).map(|k| wn.g[i][k] * f[k * 3 + j] as f64).sum();
                 }
             }
-            for i in 0..a {
+            for (i, ti) in t.iter().enumerate() {
                 for j in 0..a {
-                    let v: f64 = (0..3).map(|k| t[i][k] * wn.g[j][k]).sum();
+                    let v: f64 = (0..3).map(|k| ti[k] * wn.g[j][k]).sum();
                     let s = i * a + j;
                     u[((gi * a * a + s) * mg + mo) * cg + ci] = v as f32;
                 }
