@@ -188,7 +188,7 @@ fn default_heuristic_picks_by_shape() {
     assert_eq!(
         algos,
         [
-            ConvAlgo::Winograd4,
+            ConvAlgo::Winograd2,
             ConvAlgo::Pointwise,
             ConvAlgo::Depthwise,
             ConvAlgo::Im2col

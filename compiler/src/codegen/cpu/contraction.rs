@@ -88,11 +88,13 @@ const FFT_MAX_SPECTRUM: usize = 256 << 20;
 /// per group (measured; see ARCHITECTURE.md, "Convolution algorithms").
 const WINO_MIN_CHANNELS: usize = 8;
 
-/// Winograd F(4x4) by default needs at least this many 4x4 output tiles;
-/// smaller outputs get F(2x2) (the 36 GEMMs get too narrow and the
-/// transformed filters, 2.25x the size of F(2x2)'s, dominate memory
-/// traffic).
-const WINO4_MIN_TILES: usize = 16;
+/// Winograd F(m x m) by default needs at least this many m x m output
+/// tiles: each transformed filter element (α²/9 times the filter's size,
+/// read from memory once per run) is reused once per tile, and below this
+/// the filter traffic outweighs the saved multiplications (measured
+/// in-model on ResNet-18: F(4x4) loses at 14x14 = 16 tiles, F(2x2) ties
+/// im2col at 7x7 = 16 tiles and wins at 14x14 = 49 tiles).
+const WINO_MIN_TILES: usize = 32;
 
 /// FFT by default: kernels of at least this many taps...
 const FFT_MIN_TAPS: usize = 49;
@@ -225,8 +227,9 @@ impl ConvGeom {
 
     /// The default algorithm (documented heuristic, see ARCHITECTURE.md):
     /// depthwise and pointwise where they apply; Winograd for 3x3
-    /// stride-1 convolutions with at least [`WINO_MIN_CHANNELS`] channels,
-    /// F(4x4) from [`WINO4_MIN_TILES`] tiles on and F(2x2) below; FFT for
+    /// stride-1 convolutions with at least [`WINO_MIN_CHANNELS`] channels:
+    /// F(4x4) when it has [`WINO_MIN_TILES`] tiles, else F(2x2) when that
+    /// has, else im2col; FFT for
     /// kernels of 7x7 and more with few channels; im2col otherwise.
     fn default_algo(&self) -> ConvAlgo {
         let (cg, mg) = self.per_group();
@@ -236,10 +239,13 @@ impl ConvGeom {
         } else if fits(ConvAlgo::Pointwise) {
             ConvAlgo::Pointwise
         } else if fits(ConvAlgo::Winograd4) && cg >= WINO_MIN_CHANNELS && mg >= WINO_MIN_CHANNELS {
-            if self.oh.div_ceil(4) * self.ow.div_ceil(4) >= WINO4_MIN_TILES {
+            let tiles = |m: usize| self.n * self.oh.div_ceil(m) * self.ow.div_ceil(m);
+            if tiles(4) >= WINO_MIN_TILES {
                 ConvAlgo::Winograd4
-            } else {
+            } else if tiles(2) >= WINO_MIN_TILES {
                 ConvAlgo::Winograd2
+            } else {
+                ConvAlgo::Im2col
             }
         } else if fits(ConvAlgo::Fft)
             && self.kh * self.kw >= FFT_MIN_TAPS
