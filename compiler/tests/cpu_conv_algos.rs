@@ -197,3 +197,48 @@ fn default_heuristic_picks_by_shape() {
     let ins = vec![("x".to_string(), rand_f32(&[1, 32, 14, 14], 9, -1.0, 1.0))];
     check_with(&g, &ins, 2e-4, 2e-4, &CpuOptions::default());
 }
+
+#[test]
+fn cli_reports_fallbacks_and_rejects_unknown_nodes() {
+    let dir = std::env::temp_dir().join(format!("dnnc-conv-algos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("m.dnn");
+    std::fs::write(
+        &model,
+        "graph m {\ninput %x: f32[1,8,9,9]\nparam %w: f32[8,8,3,3] = he(seed=1)\n\
+         %c = Conv2d(%x, %w) {strides=[2,2], pads=[1,1,1,1]}\n\
+         param %w2: f32[8,8,3,3] = he(seed=2)\n\
+         %d = Conv2d(%c, %w2) {pads=[1,1,1,1]}\noutput %d\n}\n",
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_dnnc");
+    let m = model.to_str().unwrap();
+    let o = std::process::Command::new(bin)
+        .args([
+            "run",
+            m,
+            "--conv-algo",
+            "winograd",
+            "--conv-algo-for",
+            "d=fft",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "note: conv %c: winograd4 does not apply (stride 2x2 (needs 1)); using im2col"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("conv %d"), "{err}");
+    for bad in ["nope=fft", "d=fast", "d"] {
+        let o = std::process::Command::new(bin)
+            .args(["run", m, "--conv-algo-for", bad])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
