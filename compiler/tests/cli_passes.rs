@@ -36,7 +36,11 @@ fn passes_lists_the_pipeline_in_order() {
         .lines()
         .map(|l| l.split_whitespace().next().unwrap())
         .collect();
-    assert_eq!(names, ["simplify", "fold-batchnorm", "fusion"], "{out}");
+    assert_eq!(
+        names,
+        ["simplify", "fold-batchnorm", "select-conv-algo", "fusion"],
+        "{out}"
+    );
     assert!(
         out.lines().all(|l| l.split_whitespace().count() > 2),
         "{out}"
@@ -50,7 +54,7 @@ fn unknown_pass_exits_2_listing_valid_names() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("unknown pass `fuse`; the passes are: simplify, fold-batchnorm, fusion"),
+        err.contains("unknown pass `fuse`; the passes are: simplify, fold-batchnorm, select-conv-algo, fusion"),
         "{err}"
     );
     assert!(o.stdout.is_empty());
@@ -97,4 +101,16 @@ fn passes_conflicts_with_after() {
         "fusion",
     ]);
     assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn after_select_conv_algo_shows_each_decision() {
+    let r = example("resnet18.dnn");
+    let r = r.to_str().unwrap();
+    let plain = stdout(&dnnc(&["ir", r]));
+    assert_eq!(plain.matches("algo=auto").count(), 20, "{plain}");
+    let chosen = stdout(&dnnc(&["ir", r, "--after", "select-conv-algo"]));
+    assert!(!chosen.contains("algo=auto"), "{chosen}");
+    assert!(chosen.contains("algo=winograd4"), "{chosen}");
+    assert!(chosen.contains("algo=pointwise") || chosen.contains("algo=im2col"));
 }

@@ -242,3 +242,66 @@ fn cli_reports_fallbacks_and_rejects_unknown_nodes() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two 3x3 stride-1 convs on 8 channels (Winograd and FFT apply) and a
+/// stride-2 one (they do not), with `algo` attributes set from the text.
+fn attributed(a: &str, b: &str, c: &str) -> Graph {
+    let src = format!(
+        "graph attr {{\ninput %x: f32[1,8,9,9]\nparam %w: f32[8,8,3,3] = he(seed=1)\n\
+         %a = Conv2d(%x, %w) {{pads=[1,1,1,1], algo={a}}}\n\
+         %b = Conv2d(%a, %w) {{pads=[1,1,1,1], algo={b}}}\n\
+         %c = Conv2d(%b, %w) {{strides=[2,2], pads=[1,1,1,1], algo={c}}}\n\
+         output %c\n}}\n"
+    );
+    dnnc_ir::text::parse(&src, "attr.dnn").unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+#[test]
+fn node_attribute_forces_the_algorithm() {
+    let g = attributed("direct", "fft", "winograd4");
+    let plan = conv_plan(&g, &CpuOptions::default());
+    let got: Vec<_> = plan
+        .iter()
+        .map(|c| (c.node.as_str(), c.requested, c.algo))
+        .collect();
+    assert_eq!(
+        got[..2],
+        [
+            ("a", Some(ConvAlgo::Direct), ConvAlgo::Direct),
+            ("b", Some(ConvAlgo::Fft), ConvAlgo::Fft)
+        ]
+    );
+    // An inapplicable attribute falls back to the heuristic, with the note.
+    assert_eq!(plan[2].requested, Some(ConvAlgo::Winograd4));
+    assert_eq!(plan[2].algo, ConvAlgo::Im2col);
+    assert!(plan[2].fallback.as_deref().unwrap().contains("stride 2x2"));
+    // `auto` leaves it to the heuristic (im2col: 9x9 has too few tiles).
+    let auto = attributed("auto", "auto", "auto");
+    assert!(conv_plan(&auto, &CpuOptions::default())
+        .iter()
+        .all(|c| c.requested.is_none() && c.algo == ConvAlgo::Im2col));
+    let ins = vec![("x".to_string(), rand_f32(&[1, 8, 9, 9], 5, -1.0, 1.0))];
+    check_with(&g, &ins, 2e-4, 2e-4, &CpuOptions::default());
+}
+
+#[test]
+fn cli_options_take_precedence_over_the_node_attribute() {
+    let g = attributed("direct", "fft", "direct");
+    // --conv-algo beats the attribute.
+    let plan = conv_plan(&g, &forced(ConvAlgo::Winograd2));
+    assert_eq!(plan[0].algo, ConvAlgo::Winograd2);
+    assert_eq!(plan[1].algo, ConvAlgo::Winograd2);
+    // ...and where it does not apply, the attribute (not the heuristic)
+    // is the fallback.
+    assert_eq!(plan[2].requested, Some(ConvAlgo::Winograd2));
+    assert_eq!(plan[2].algo, ConvAlgo::Direct);
+    assert!(plan[2].fallback.is_some());
+    // --conv-algo-for beats --conv-algo and the attribute.
+    let mut opts = forced(ConvAlgo::Winograd2);
+    opts.conv_algo_for.insert("b".into(), ConvAlgo::Im2col);
+    let algos: Vec<_> = conv_plan(&g, &opts).iter().map(|c| c.algo).collect();
+    assert_eq!(
+        algos,
+        [ConvAlgo::Winograd2, ConvAlgo::Im2col, ConvAlgo::Direct]
+    );
+}

@@ -988,6 +988,7 @@ mod tests {
             pads: [3, 3, 3, 3],
             dilations: [1, 1],
             group: 1,
+            ..Conv2d::default()
         });
         let out = infer(&op, &[&t(&[1, 3, 224, 224]), &t(&[64, 3, 7, 7])]).unwrap();
         assert_eq!(out[0].shape, vec![1, 64, 112, 112]);

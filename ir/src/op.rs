@@ -22,6 +22,73 @@ pub struct Conv2d {
     pub dilations: [usize; 2],
     /// Number of groups; `group == C_in` is depthwise.
     pub group: usize,
+    /// The algorithm a backend should use, so the choice is visible and
+    /// editable in the IR (`algo=...`); `Auto` leaves it to the backend's
+    /// heuristic. The `select-conv-algo` pass fills it in; whether a forced
+    /// algorithm applies is checked by the backend, which falls back with
+    /// a note when it does not.
+    pub algo: ConvAlgo,
+}
+
+/// Convolution algorithm recorded on a Conv2d node (`algo=` in the text
+/// format). It names a lowering, not a cost: the CPU backend has one
+/// lowering per variant. `Pointwise` (1x1, stride 1, no padding: the input
+/// is the GEMM operand) and `Depthwise` (one channel per group, direct
+/// loop) are kept as variants of their own rather than folded into
+/// `Im2col`/`Direct`, because they are separate lowerings the heuristic
+/// picks, and the IR should show exactly what will run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ConvAlgo {
+    /// No choice recorded: the backend's heuristic decides.
+    #[default]
+    Auto,
+    /// Direct loop nest.
+    Direct,
+    /// im2col packing then GEMM.
+    Im2col,
+    /// 1x1 convolution as a plain GEMM.
+    Pointwise,
+    /// Depthwise direct loop.
+    Depthwise,
+    /// Winograd F(2x2, 3x3).
+    Winograd2,
+    /// Winograd F(4x4, 3x3).
+    Winograd4,
+    /// FFT convolution.
+    Fft,
+}
+
+impl ConvAlgo {
+    /// Every variant, in text-format order.
+    pub const ALL: [ConvAlgo; 8] = [
+        ConvAlgo::Auto,
+        ConvAlgo::Direct,
+        ConvAlgo::Im2col,
+        ConvAlgo::Pointwise,
+        ConvAlgo::Depthwise,
+        ConvAlgo::Winograd2,
+        ConvAlgo::Winograd4,
+        ConvAlgo::Fft,
+    ];
+
+    /// The text-format spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConvAlgo::Auto => "auto",
+            ConvAlgo::Direct => "direct",
+            ConvAlgo::Im2col => "im2col",
+            ConvAlgo::Pointwise => "pointwise",
+            ConvAlgo::Depthwise => "depthwise",
+            ConvAlgo::Winograd2 => "winograd2",
+            ConvAlgo::Winograd4 => "winograd4",
+            ConvAlgo::Fft => "fft",
+        }
+    }
+
+    /// Parses a text-format spelling.
+    pub fn from_name(s: &str) -> Option<ConvAlgo> {
+        ConvAlgo::ALL.into_iter().find(|a| a.name() == s)
+    }
 }
 
 impl Default for Conv2d {
@@ -31,6 +98,7 @@ impl Default for Conv2d {
             pads: [0; 4],
             dilations: [1, 1],
             group: 1,
+            algo: ConvAlgo::Auto,
         }
     }
 }
@@ -1174,6 +1242,7 @@ impl Op {
                 ("pads", ints(&c.pads)),
                 ("dilations", ints(&c.dilations)),
                 ("group", Int(c.group as i64)),
+                ("algo", Word(c.algo.name().to_string())),
             ],
             Op::Gemm(g) => vec![
                 ("alpha", f(g.alpha)),
@@ -1385,6 +1454,11 @@ impl Op {
                 pads: arr4(a.usizes_n("pads", 4, 0, 0)?),
                 dilations: arr2(a.usizes_n("dilations", 2, 1, 1)?),
                 group: a.usize_min("group", 1, 1)?,
+                algo: {
+                    let names = ConvAlgo::ALL.map(ConvAlgo::name);
+                    let w = a.word("algo", "auto", &names)?;
+                    ConvAlgo::from_name(&w).unwrap_or_default()
+                },
             }),
             "MatMul" => Op::MatMul,
             "Gemm" => Op::Gemm(Gemm {

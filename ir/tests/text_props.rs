@@ -248,6 +248,7 @@ impl Builder {
                     pads: [self.below(2), self.below(2), self.below(2), self.below(2)],
                     dilations: [self.range(1, 2), 1],
                     group,
+                    ..Conv2d::default()
                 };
                 let w = self.leaf(vec![m, c / group, k, k]);
                 if self.coin() {

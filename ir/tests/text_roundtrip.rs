@@ -25,9 +25,9 @@ graph all_ops {
   input %idx: i64[2]
   param %w: f32[4,4,3,3] = he(seed=1)
   param %b: f32[4] = zeros
-  %conv = Conv2d(%x, %w, %b) {pads=[1,1,1,1]}
+  %conv = Conv2d(%x, %w, %b) {pads=[1,1,1,1], algo=winograd4}
   param %dw: f32[4,1,3,3] = xavier(seed=9)
-  %dwconv = Conv2d(%conv, %dw) {group=4, strides=[2,2], dilations=[2,2], pads=[2,2,2,2]}
+  %dwconv = Conv2d(%conv, %dw) {group=4, strides=[2,2], dilations=[2,2], pads=[2,2,2,2], algo=depthwise}
   param %mw: f32[3,5] = xavier(seed=2)
   %mm = MatMul(%m, %mw)
   param %gb: f32[5] = ones
@@ -168,7 +168,7 @@ fn canonical_text_is_reproduced_exactly() {
   input %x: f32[1,3,8,8]
   param %w: f32[4,3,3,3] = he(seed=1)
   const %s: i64[2] = [1, -1]
-  %y: f32[1,4,6,6] = Conv2d(%x, %w) {strides=[1,1], pads=[0,0,0,0], dilations=[1,1], group=1}
+  %y: f32[1,4,6,6] = Conv2d(%x, %w) {strides=[1,1], pads=[0,0,0,0], dilations=[1,1], group=1, algo=auto}
   %a: f32[1,2,6,6], %b: f32[1,2,6,6] = Split(%y) {axis=1, split=[2,2]}
   %r: f32[1,2,6,6] = Relu(%a)
   output %r, %b, %s
@@ -458,4 +458,38 @@ fn graph_api_rejects_a_resultless_split() {
         )
         .unwrap_err();
     assert!(e.to_string().contains("Split"), "{e}");
+}
+
+/// Conv2d's `algo` attribute: every spelling survives a round trip, the
+/// default is `auto` and is printed, and an unknown algorithm is rejected.
+#[test]
+fn conv_algo_attribute_round_trips() {
+    use dnnc_ir::op::ConvAlgo;
+    for a in ConvAlgo::ALL {
+        let attr = if a == ConvAlgo::Auto {
+            String::new()
+        } else {
+            format!(" {{algo={}}}", a.name())
+        };
+        let src = format!(
+            "graph g {{\n  input %x: f32[1,3,8,8]\n  param %w: f32[4,3,3,3] = he(seed=1)\n  %y = Conv2d(%x, %w){attr}\n  output %y\n}}\n"
+        );
+        let (g, text) = canon(&src);
+        let conv = g
+            .topo_order()
+            .into_iter()
+            .find_map(|n| match &g.node(n).op {
+                Op::Conv2d(c) => Some(c.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(conv.algo, a);
+        assert!(
+            text.contains(&format!("algo={}", a.name())),
+            "{a:?} not printed:\n{text}"
+        );
+    }
+    let bad = "graph g {\n  input %x: f32[1,3,8,8]\n  param %w: f32[4,3,3,3] = he(seed=1)\n  %y = Conv2d(%x, %w) {algo=magic}\n  output %y\n}\n";
+    let err = parse(bad, "bad.dnn").unwrap_err().to_string();
+    assert!(err.contains("magic") && err.contains("winograd4"), "{err}");
 }

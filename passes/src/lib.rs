@@ -5,16 +5,19 @@
 //! (work, critical-path depth, average parallelism, Brent's bounds, and the
 //! figures of every convolution algorithm per Conv2d node), and the
 //! optimisation [`pipeline`]: [`simplify`], [`fold_bn`] (`fold-batchnorm`)
-//! and the [`fusion`] overlay that groups nodes into kernels.
+//! then [`conv_algo`] (`select-conv-algo`, which records each Conv2d's
+//! algorithm in the IR) and the [`fusion`] overlay that groups nodes into kernels.
 
 #![warn(missing_docs)]
 
+pub mod conv_algo;
 pub mod fold_bn;
 pub mod fusion;
 pub mod pipeline;
 pub mod simplify;
 pub mod wd;
 
+pub use conv_algo::{ConvGeom, SelectConvAlgo};
 pub use fusion::{fuse, print_kernels, verify_kernels, Kernel, KernelGraph, KernelKind};
 pub use pipeline::{Pass, PassError, PassStats, Pipeline, PipelineResult};
 pub use wd::{analyze, render_json, render_table, Analysis, ConvAlgos, Cost, NodeCost};

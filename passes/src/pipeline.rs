@@ -3,6 +3,7 @@
 //! it. `dnnc ir --after PASS` and the compiled backends both go through
 //! [`Pipeline`], so what a dump shows is what a backend compiles.
 
+use crate::conv_algo::SelectConvAlgo;
 use crate::fold_bn::FoldBatchNorm;
 use crate::fusion::{self, KernelGraph};
 use crate::simplify::Simplify;
@@ -131,6 +132,7 @@ impl Default for Pipeline {
         Pipeline::new(vec![
             Box::new(Simplify),
             Box::new(FoldBatchNorm),
+            Box::new(SelectConvAlgo),
             Box::new(Fusion),
         ])
     }
@@ -222,7 +224,7 @@ mod tests {
         let e = Pipeline::default().run_until(&mut g, "nope").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown pass `nope`; the passes are: simplify, fold-batchnorm, fusion"
+            "unknown pass `nope`; the passes are: simplify, fold-batchnorm, select-conv-algo, fusion"
         );
     }
 
@@ -236,9 +238,9 @@ mod tests {
         let p = Pipeline::default();
         let r = p.run(&mut g).unwrap();
         assert_eq!(r.kernels.unwrap().kernels.len(), 1);
-        assert_eq!(r.stats.len(), 3);
+        assert_eq!(r.stats.len(), 4);
         let d = p.describe();
         assert!(d.starts_with("simplify "), "{d}");
-        assert_eq!(d.lines().count(), 3);
+        assert_eq!(d.lines().count(), 4);
     }
 }

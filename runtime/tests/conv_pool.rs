@@ -12,6 +12,7 @@ fn conv(strides: [usize; 2], pads: [usize; 4], dilations: [usize; 2], group: usi
         pads,
         dilations,
         group,
+        ..Conv2d::default()
     })
 }
 

@@ -100,6 +100,7 @@ fn conv_matches_naive_direct_convolution() {
             ],
             dilations: [rng.range(1, 3), rng.range(1, 3)],
             group,
+            ..Conv2d::default()
         };
         let (Some(ho), Some(wo)) = (
             window_out(

@@ -66,6 +66,7 @@ impl Net {
             pads: [p; 4],
             dilations: [1, 1],
             group,
+            ..Conv2d::default()
         });
         let name = self.fresh("conv");
         let y = self.g.add(op, &[x, w], &name).unwrap();

@@ -1368,6 +1368,7 @@ impl Importer {
             pads,
             dilations,
             group: group as usize,
+            ..Conv2d::default()
         });
         let mut ins = vec![x, w];
         if let Some(b) = cx.input(2) {

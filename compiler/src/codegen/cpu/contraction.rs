@@ -14,8 +14,9 @@ use super::emit::Emit;
 use super::group::Kernel;
 use super::{CpuOptions, KCtx};
 use cranelift_codegen::ir::{InstBuilder, Value};
-use dnnc_ir::op::Conv2d;
-use dnnc_ir::{DType, Graph, NodeId, Op, ValueId};
+use dnnc_ir::op::ConvAlgo as IrConvAlgo;
+use dnnc_ir::{DType, Graph, Op, ValueId};
+pub(crate) use dnnc_passes::ConvGeom;
 use dnnc_runtime::cpu::{fftconv, AlignedBuf};
 
 /// A convolution algorithm of the CPU backend. Each has its own lowering;
@@ -56,6 +57,34 @@ impl ConvAlgo {
         }
     }
 
+    /// The IR's name for this algorithm (a Conv2d's `algo` attribute).
+    pub fn to_ir(self) -> IrConvAlgo {
+        match self {
+            ConvAlgo::Direct => IrConvAlgo::Direct,
+            ConvAlgo::Im2col => IrConvAlgo::Im2col,
+            ConvAlgo::Pointwise => IrConvAlgo::Pointwise,
+            ConvAlgo::Depthwise => IrConvAlgo::Depthwise,
+            ConvAlgo::Winograd2 => IrConvAlgo::Winograd2,
+            ConvAlgo::Winograd4 => IrConvAlgo::Winograd4,
+            ConvAlgo::Fft => IrConvAlgo::Fft,
+        }
+    }
+
+    /// The backend algorithm a Conv2d's `algo` attribute names (`None`
+    /// for `auto`).
+    pub fn from_ir(a: IrConvAlgo) -> Option<ConvAlgo> {
+        Some(match a {
+            IrConvAlgo::Auto => return None,
+            IrConvAlgo::Direct => ConvAlgo::Direct,
+            IrConvAlgo::Im2col => ConvAlgo::Im2col,
+            IrConvAlgo::Pointwise => ConvAlgo::Pointwise,
+            IrConvAlgo::Depthwise => ConvAlgo::Depthwise,
+            IrConvAlgo::Winograd2 => ConvAlgo::Winograd2,
+            IrConvAlgo::Winograd4 => ConvAlgo::Winograd4,
+            IrConvAlgo::Fft => ConvAlgo::Fft,
+        })
+    }
+
     /// Winograd's output tile size `m`, for the Winograd variants.
     fn wino_m(self) -> Option<usize> {
         match self {
@@ -73,7 +102,8 @@ pub struct ConvChoice {
     /// Node name (its result's name), the key of
     /// [`CpuOptions::conv_algo_for`](super::CpuOptions::conv_algo_for).
     pub node: String,
-    /// The algorithm forced for this node (per node, else globally).
+    /// The algorithm asked for: by `--conv-algo-for`, else `--conv-algo`,
+    /// else the node's `algo` attribute (`None`: the heuristic decides).
     pub requested: Option<ConvAlgo>,
     /// The algorithm it runs.
     pub algo: ConvAlgo,
@@ -81,191 +111,27 @@ pub struct ConvChoice {
     pub fallback: Option<String>,
 }
 
-/// Largest filter spectrum (bytes) an FFT convolution may keep.
-const FFT_MAX_SPECTRUM: usize = 256 << 20;
-
-/// Winograd by default needs at least this many input and output channels
-/// per group (measured; see ARCHITECTURE.md, "Convolution algorithms").
-const WINO_MIN_CHANNELS: usize = 8;
-
-/// Winograd F(m x m) by default needs at least this many m x m output
-/// tiles: each transformed filter element (α²/9 times the filter's size,
-/// read from memory once per run) is reused once per tile, and below this
-/// the filter traffic outweighs the saved multiplications (measured
-/// in-model on ResNet-18: F(4x4) loses at 14x14 = 16 tiles, F(2x2) ties
-/// im2col at 7x7 = 16 tiles and wins at 14x14 = 49 tiles).
-const WINO_MIN_TILES: usize = 32;
-
-/// FFT by default: kernels of at least this many taps...
-const FFT_MIN_TAPS: usize = 49;
-
-/// ...and at most this many (input, output) channel pairs per group (the
-/// per-frequency products read the whole filter spectrum every run).
-const FFT_MAX_PAIRS: usize = 2048;
-
-/// Static geometry of one convolution.
-pub(crate) struct ConvGeom {
-    pub n: usize,
-    pub c: usize,
-    pub h: usize,
-    pub w: usize,
-    pub m: usize,
-    pub kh: usize,
-    pub kw: usize,
-    pub oh: usize,
-    pub ow: usize,
-    pub g: usize,
-    pub p: Conv2d,
-    /// Whether the filter is a compile-time constant (Param/Constant), as
-    /// Winograd and FFT transform it at compile time.
-    pub const_w: bool,
-}
-
-impl ConvGeom {
-    fn of(g: &Graph, k: &Kernel) -> Result<ConvGeom, String> {
-        Self::of_node(g, k.nodes[0])
-    }
-
-    fn of_node(g: &Graph, id: NodeId) -> Result<ConvGeom, String> {
-        let node = g.node(id);
-        let Op::Conv2d(p) = &node.op else {
-            return Err("not a Conv2d".into());
-        };
-        let x = &g.value(node.inputs[0]).ty.shape;
-        let wv = node.inputs[1];
-        let wt = &g.value(wv).ty.shape;
-        let y = &g.value(node.outputs[0]).ty.shape;
-        let (&[n, c, h, w], &[m, _, kh, kw], &[_, _, oh, ow]) =
-            (x.as_slice(), wt.as_slice(), y.as_slice())
-        else {
-            return Err("Conv2d operands must be rank 4".into());
-        };
-        let const_w = matches!(g.node(g.value(wv).producer).op, Op::Param(_) | Op::Constant);
-        Ok(ConvGeom {
-            n,
-            c,
-            h,
-            w,
-            m,
-            kh,
-            kw,
-            oh,
-            ow,
-            g: p.group.max(1),
-            p: p.clone(),
-            const_w,
-        })
-    }
-
-    /// Input and output channels per group.
-    pub fn per_group(&self) -> (usize, usize) {
-        (self.c / self.g, self.m / self.g)
-    }
-
-    /// FFT grid `(hf, wf)`: the padded input rounded up to smooth sizes.
-    pub fn fft_grid(&self) -> (usize, usize) {
-        let pads = &self.p.pads;
-        (
-            fftconv::smooth_size(self.h + pads[0] + pads[2]),
-            fftconv::smooth_size(self.w + pads[1] + pads[3]),
-        )
-    }
-
-    /// Why `a` cannot compute this convolution (`None`: it can).
-    fn unfit(&self, a: ConvAlgo) -> Option<String> {
-        let (cg, mg) = self.per_group();
-        let s1d1 = || {
-            if self.p.strides != [1, 1] {
-                Some(format!(
-                    "stride {}x{} (needs 1)",
-                    self.p.strides[0], self.p.strides[1]
-                ))
-            } else if self.p.dilations != [1, 1] {
-                Some(format!(
-                    "dilation {}x{} (needs 1)",
-                    self.p.dilations[0], self.p.dilations[1]
-                ))
-            } else if !self.const_w {
-                Some("the filter is not a compile-time constant".into())
-            } else {
-                None
-            }
-        };
-        match a {
-            ConvAlgo::Im2col | ConvAlgo::Direct => None,
-            ConvAlgo::Pointwise => {
-                let ok = self.kh == 1
-                    && self.kw == 1
-                    && self.p.strides == [1, 1]
-                    && self.p.pads == [0; 4];
-                (!ok).then(|| "needs a 1x1 kernel, stride 1 and no padding".into())
-            }
-            ConvAlgo::Depthwise => (!(self.g == self.c && self.g == self.m))
-                .then(|| "needs one input and one output channel per group".into()),
-            ConvAlgo::Winograd2 | ConvAlgo::Winograd4 => {
-                if self.kh != 3 || self.kw != 3 {
-                    Some(format!("kernel {}x{} (needs 3x3)", self.kh, self.kw))
-                } else if cg == 1 && mg == 1 {
-                    Some("depthwise: the per-point GEMMs would be 1x1".into())
-                } else {
-                    s1d1()
-                }
-            }
-            ConvAlgo::Fft => s1d1().or_else(|| {
-                let (hf, wf) = self.fft_grid();
-                let bytes = self.m * cg * fftconv::plane_len(hf, wf) * 8;
-                (bytes > FFT_MAX_SPECTRUM).then(|| {
-                    format!(
-                        "the filter spectrum would take {} MiB (limit {})",
-                        bytes >> 20,
-                        FFT_MAX_SPECTRUM >> 20
-                    )
-                })
-            }),
-        }
-    }
-
-    /// The default algorithm (documented heuristic, see ARCHITECTURE.md):
-    /// depthwise and pointwise where they apply; Winograd for 3x3
-    /// stride-1 convolutions with at least [`WINO_MIN_CHANNELS`] channels:
-    /// F(4x4) when it has [`WINO_MIN_TILES`] tiles, else F(2x2) when that
-    /// has, else im2col; FFT for
-    /// kernels of 7x7 and more with few channels; im2col otherwise.
-    fn default_algo(&self) -> ConvAlgo {
-        let (cg, mg) = self.per_group();
-        let fits = |a| self.unfit(a).is_none();
-        if fits(ConvAlgo::Depthwise) {
-            ConvAlgo::Depthwise
-        } else if fits(ConvAlgo::Pointwise) {
-            ConvAlgo::Pointwise
-        } else if fits(ConvAlgo::Winograd4) && cg >= WINO_MIN_CHANNELS && mg >= WINO_MIN_CHANNELS {
-            let tiles = |m: usize| self.n * self.oh.div_ceil(m) * self.ow.div_ceil(m);
-            if tiles(4) >= WINO_MIN_TILES {
-                ConvAlgo::Winograd4
-            } else if tiles(2) >= WINO_MIN_TILES {
-                ConvAlgo::Winograd2
-            } else {
-                ConvAlgo::Im2col
-            }
-        } else if fits(ConvAlgo::Fft)
-            && self.kh * self.kw >= FFT_MIN_TAPS
-            && cg * mg <= FFT_MAX_PAIRS
-        {
-            ConvAlgo::Fft
-        } else {
-            ConvAlgo::Im2col
-        }
-    }
-}
-
-/// The algorithm for one conv: the one forced for this node (else the
-/// global one) when it applies, else the default, with the reason.
+/// The algorithm for one conv. Precedence: the CLI's per-node
+/// `--conv-algo-for`, then the CLI's global `--conv-algo`, then the node's
+/// `algo` attribute, then the heuristic ([`ConvGeom::default_algo`]). A
+/// request that does not apply is reported in `fallback`; the node then
+/// gets its attribute's algorithm when that applies, else the heuristic's.
 fn choose(geom: &ConvGeom, node: &str, opts: &CpuOptions) -> ConvChoice {
-    let requested = opts.conv_algo_for.get(node).copied().or(opts.conv_algo);
-    let fallback = requested.and_then(|a| geom.unfit(a));
+    let attr = ConvAlgo::from_ir(geom.p.algo);
+    let requested = opts
+        .conv_algo_for
+        .get(node)
+        .copied()
+        .or(opts.conv_algo)
+        .or(attr);
+    let fits = |a: ConvAlgo| geom.unfit(a.to_ir()).is_none();
+    let fallback = requested.and_then(|a| geom.unfit(a.to_ir()));
     let algo = match requested {
         Some(a) if fallback.is_none() => a,
-        _ => geom.default_algo(),
+        _ => match attr {
+            Some(a) if fits(a) => a,
+            _ => ConvAlgo::from_ir(geom.default_algo()).unwrap_or(ConvAlgo::Im2col),
+        },
     };
     ConvChoice {
         node: node.to_string(),
@@ -331,7 +197,7 @@ pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec
     }
     let mut ws = Vec::new();
     if matches!(anchor.op, Op::Conv2d(_)) {
-        let geom = ConvGeom::of(g, k)?;
+        let geom = ConvGeom::of_node(g, k.nodes[0])?;
         let algo = choose_algo(&geom, g, k, opts);
         match algo {
             ConvAlgo::Im2col => {
@@ -368,7 +234,7 @@ pub(crate) fn prepared(
     if k.kind != super::group::KernelKind::Contraction || !matches!(anchor.op, Op::Conv2d(_)) {
         return Ok(Vec::new());
     }
-    let geom = ConvGeom::of(g, k)?;
+    let geom = ConvGeom::of_node(g, k.nodes[0])?;
     let algo = choose_algo(&geom, g, k, opts);
     if algo.wino_m().is_none() && algo != ConvAlgo::Fft {
         return Ok(Vec::new());
@@ -612,7 +478,7 @@ fn lower_matmul(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<(), String> {
 }
 
 fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
-    let geom = ConvGeom::of(c.g, c.k)?;
+    let geom = ConvGeom::of_node(c.g, c.k.nodes[0])?;
     let algo = choose_algo(&geom, c.g, c.k, c.opts);
     if let Some(m) = algo.wino_m() {
         super::fastconv::lower(e, c, &geom, m)?;
@@ -978,7 +844,7 @@ pub(crate) fn algo_of(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Option<ConvAl
     {
         return None;
     }
-    ConvGeom::of(g, k)
+    ConvGeom::of_node(g, k.nodes[0])
         .ok()
         .map(|geom| choose_algo(&geom, g, k, opts))
 }

@@ -51,8 +51,9 @@ pub struct CpuOptions {
     /// per convolution).
     pub conv_algo: Option<ConvAlgo>,
     /// Per-node convolution algorithms, keyed by the Conv2d's result name;
-    /// they take precedence over `conv_algo`. A forced algorithm that does
-    /// not apply falls back to the default, as [`conv_plan`] reports.
+    /// they take precedence over `conv_algo`, which takes precedence over
+    /// the node's `algo` attribute (then the heuristic). A forced algorithm
+    /// that does not apply falls back, as [`conv_plan`] reports.
     pub conv_algo_for: HashMap<String, ConvAlgo>,
 }
 

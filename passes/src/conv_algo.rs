@@ -1,0 +1,286 @@
+//! Convolution algorithm selection: the shape-based heuristic that picks a
+//! [`ConvAlgo`] for each Conv2d, and the `select-conv-algo` pass that
+//! records it in the node's `algo` attribute. It lives here, not in a
+//! backend, so `dnnc ir --after select-conv-algo` shows the decision and
+//! the CPU backend (which honours the attribute) uses the same function.
+//!
+//! The thresholds are measured on the CPU backend; see ARCHITECTURE.md,
+//! "Convolution algorithms".
+
+use crate::pipeline::{Pass, PassError, PassStats};
+use dnnc_ir::op::{Conv2d, ConvAlgo};
+use dnnc_ir::{Graph, NodeId, Op};
+use dnnc_runtime::cpu::fftconv;
+
+/// Largest filter spectrum (bytes) an FFT convolution may keep.
+pub const FFT_MAX_SPECTRUM: usize = 256 << 20;
+
+/// Winograd by default needs at least this many input and output channels
+/// per group (measured; see ARCHITECTURE.md, "Convolution algorithms").
+pub const WINO_MIN_CHANNELS: usize = 8;
+
+/// Winograd F(m x m) by default needs at least this many m x m output
+/// tiles: each transformed filter element (α²/9 times the filter's size,
+/// read from memory once per run) is reused once per tile, and below this
+/// the filter traffic outweighs the saved multiplications (measured
+/// in-model on ResNet-18: F(4x4) loses at 14x14 = 16 tiles, F(2x2) ties
+/// im2col at 7x7 = 16 tiles and wins at 14x14 = 49 tiles).
+pub const WINO_MIN_TILES: usize = 32;
+
+/// FFT by default: kernels of at least this many taps...
+pub const FFT_MIN_TAPS: usize = 49;
+
+/// ...and at most this many (input, output) channel pairs per group (the
+/// per-frequency products read the whole filter spectrum every run).
+pub const FFT_MAX_PAIRS: usize = 2048;
+
+/// Static geometry of one convolution: everything the heuristic and the
+/// backends' lowerings need to know about it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvGeom {
+    /// Batch.
+    pub n: usize,
+    /// Input channels.
+    pub c: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output channels.
+    pub m: usize,
+    /// Kernel height.
+    pub kh: usize,
+    /// Kernel width.
+    pub kw: usize,
+    /// Output height.
+    pub oh: usize,
+    /// Output width.
+    pub ow: usize,
+    /// Groups (at least 1).
+    pub g: usize,
+    /// The node's attributes.
+    pub p: Conv2d,
+    /// Whether the filter is a compile-time constant (Param/Constant), as
+    /// Winograd and FFT transform it at compile time.
+    pub const_w: bool,
+}
+
+impl ConvGeom {
+    /// The geometry of Conv2d node `id` of `g`.
+    pub fn of_node(g: &Graph, id: NodeId) -> Result<ConvGeom, String> {
+        let node = g.node(id);
+        let Op::Conv2d(p) = &node.op else {
+            return Err("not a Conv2d".into());
+        };
+        let x = &g.value(node.inputs[0]).ty.shape;
+        let wv = node.inputs[1];
+        let wt = &g.value(wv).ty.shape;
+        let y = &g.value(node.outputs[0]).ty.shape;
+        let (&[n, c, h, w], &[m, _, kh, kw], &[_, _, oh, ow]) =
+            (x.as_slice(), wt.as_slice(), y.as_slice())
+        else {
+            return Err("Conv2d operands must be rank 4".into());
+        };
+        let const_w = matches!(g.node(g.value(wv).producer).op, Op::Param(_) | Op::Constant);
+        Ok(ConvGeom {
+            n,
+            c,
+            h,
+            w,
+            m,
+            kh,
+            kw,
+            oh,
+            ow,
+            g: p.group.max(1),
+            p: p.clone(),
+            const_w,
+        })
+    }
+
+    /// Input and output channels per group.
+    pub fn per_group(&self) -> (usize, usize) {
+        (self.c / self.g, self.m / self.g)
+    }
+
+    /// FFT grid `(hf, wf)`: the padded input rounded up to smooth sizes.
+    pub fn fft_grid(&self) -> (usize, usize) {
+        let pads = &self.p.pads;
+        (
+            fftconv::smooth_size(self.h + pads[0] + pads[2]),
+            fftconv::smooth_size(self.w + pads[1] + pads[3]),
+        )
+    }
+
+    /// Why `a` cannot compute this convolution (`None`: it can; `Auto`
+    /// always can).
+    pub fn unfit(&self, a: ConvAlgo) -> Option<String> {
+        let (cg, mg) = self.per_group();
+        let s1d1 = || {
+            if self.p.strides != [1, 1] {
+                Some(format!(
+                    "stride {}x{} (needs 1)",
+                    self.p.strides[0], self.p.strides[1]
+                ))
+            } else if self.p.dilations != [1, 1] {
+                Some(format!(
+                    "dilation {}x{} (needs 1)",
+                    self.p.dilations[0], self.p.dilations[1]
+                ))
+            } else if !self.const_w {
+                Some("the filter is not a compile-time constant".into())
+            } else {
+                None
+            }
+        };
+        match a {
+            ConvAlgo::Auto | ConvAlgo::Im2col | ConvAlgo::Direct => None,
+            ConvAlgo::Pointwise => {
+                let ok = self.kh == 1
+                    && self.kw == 1
+                    && self.p.strides == [1, 1]
+                    && self.p.pads == [0; 4];
+                (!ok).then(|| "needs a 1x1 kernel, stride 1 and no padding".into())
+            }
+            ConvAlgo::Depthwise => (!(self.g == self.c && self.g == self.m))
+                .then(|| "needs one input and one output channel per group".into()),
+            ConvAlgo::Winograd2 | ConvAlgo::Winograd4 => {
+                if self.kh != 3 || self.kw != 3 {
+                    Some(format!("kernel {}x{} (needs 3x3)", self.kh, self.kw))
+                } else if cg == 1 && mg == 1 {
+                    Some("depthwise: the per-point GEMMs would be 1x1".into())
+                } else {
+                    s1d1()
+                }
+            }
+            ConvAlgo::Fft => s1d1().or_else(|| {
+                let (hf, wf) = self.fft_grid();
+                let bytes = self.m * cg * fftconv::plane_len(hf, wf) * 8;
+                (bytes > FFT_MAX_SPECTRUM).then(|| {
+                    format!(
+                        "the filter spectrum would take {} MiB (limit {})",
+                        bytes >> 20,
+                        FFT_MAX_SPECTRUM >> 20
+                    )
+                })
+            }),
+        }
+    }
+
+    /// The default algorithm (documented heuristic, see ARCHITECTURE.md):
+    /// depthwise and pointwise where they apply; Winograd for 3x3
+    /// stride-1 convolutions with at least [`WINO_MIN_CHANNELS`] channels:
+    /// F(4x4) when it has [`WINO_MIN_TILES`] tiles, else F(2x2) when that
+    /// has, else im2col; FFT for kernels of 7x7 and more with few
+    /// channels; im2col otherwise. Never returns `Auto`.
+    pub fn default_algo(&self) -> ConvAlgo {
+        let (cg, mg) = self.per_group();
+        let fits = |a| self.unfit(a).is_none();
+        if fits(ConvAlgo::Depthwise) {
+            ConvAlgo::Depthwise
+        } else if fits(ConvAlgo::Pointwise) {
+            ConvAlgo::Pointwise
+        } else if fits(ConvAlgo::Winograd4) && cg >= WINO_MIN_CHANNELS && mg >= WINO_MIN_CHANNELS {
+            let tiles = |m: usize| self.n * self.oh.div_ceil(m) * self.ow.div_ceil(m);
+            if tiles(4) >= WINO_MIN_TILES {
+                ConvAlgo::Winograd4
+            } else if tiles(2) >= WINO_MIN_TILES {
+                ConvAlgo::Winograd2
+            } else {
+                ConvAlgo::Im2col
+            }
+        } else if fits(ConvAlgo::Fft)
+            && self.kh * self.kw >= FFT_MIN_TAPS
+            && cg * mg <= FFT_MAX_PAIRS
+        {
+            ConvAlgo::Fft
+        } else {
+            ConvAlgo::Im2col
+        }
+    }
+}
+
+/// `select-conv-algo`: writes [`ConvGeom::default_algo`] into the `algo`
+/// attribute of every Conv2d that has `algo=auto`, so the IR records the
+/// decision; a node already carrying an algorithm keeps it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SelectConvAlgo;
+
+impl Pass for SelectConvAlgo {
+    fn name(&self) -> &'static str {
+        "select-conv-algo"
+    }
+    fn description(&self) -> &'static str {
+        "record the heuristic's convolution algorithm in each Conv2d's `algo` attribute where it is `auto`"
+    }
+    fn run(&self, g: &mut Graph) -> Result<PassStats, PassError> {
+        let mut stats = PassStats::default();
+        for id in g.topo_order() {
+            let Op::Conv2d(p) = &g.node(id).op else {
+                continue;
+            };
+            if p.algo != ConvAlgo::Auto {
+                continue;
+            }
+            let Ok(geom) = ConvGeom::of_node(g, id) else {
+                continue;
+            };
+            let op = Op::Conv2d(Conv2d {
+                algo: geom.default_algo(),
+                ..p.clone()
+            });
+            let inputs = g.node(id).inputs.clone();
+            g.rewrite_node(id, op, &inputs)
+                .map_err(|e| PassError::graph("select-conv-algo", e))?;
+            stats.rewrites += 1;
+        }
+        Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dnnc_ir::text::parse;
+
+    /// `name algo` per Conv2d, in topological order.
+    fn algos(g: &Graph) -> String {
+        g.topo_order()
+            .into_iter()
+            .filter_map(|n| match &g.node(n).op {
+                Op::Conv2d(c) => Some(format!("%{} {}", g.node_name(n), c.algo.name())),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn resnet18_decisions() {
+        let src = include_str!("../../examples/resnet18.dnn");
+        let mut g = parse(src, "resnet18.dnn").unwrap();
+        let stats = SelectConvAlgo.run(&mut g).unwrap();
+        assert_eq!(stats.rewrites, 20);
+        dnnc_ir::verify(&g).unwrap();
+        insta::assert_snapshot!(algos(&g));
+        // A second run has nothing left to decide.
+        assert_eq!(SelectConvAlgo.run(&mut g).unwrap().rewrites, 0);
+    }
+
+    #[test]
+    fn explicit_algorithms_are_kept() {
+        let mut g = parse(
+            "graph g {
+              input %x: f32[1,16,32,32]
+              param %w: f32[16,16,3,3] = he(seed=1)
+              %a = Conv2d(%x, %w) {pads=[1,1,1,1], algo=direct}
+              %b = Conv2d(%a, %w) {pads=[1,1,1,1]}
+              output %b
+            }",
+            "g.dnn",
+        )
+        .unwrap();
+        assert_eq!(SelectConvAlgo.run(&mut g).unwrap().rewrites, 1);
+        assert_eq!(algos(&g), "%a direct\n%b winograd4");
+    }
+}
