@@ -10,7 +10,31 @@
 use crate::pipeline::{Pass, PassError, PassStats};
 use dnnc_ir::op::{Conv2d, ConvAlgo};
 use dnnc_ir::{Graph, NodeId, Op};
-use dnnc_runtime::cpu::fftconv;
+
+/// The FFT length dnnc uses for `n` padded samples: the next size with no
+/// prime factor above 5. It mirrors `dnnc_runtime::cpu::fftconv::smooth_size`
+/// (a test checks they agree) so this crate need not depend on the runtime.
+pub fn smooth_size(n: usize) -> usize {
+    let mut k = n.max(1);
+    loop {
+        let mut r = k;
+        for p in [2, 3, 5] {
+            while r.is_multiple_of(p) {
+                r /= p;
+            }
+        }
+        if r == 1 {
+            return k;
+        }
+        k += 1;
+    }
+}
+
+/// Complex values in one real-input 2-D spectrum of an `hf x wf` plane
+/// (mirrors `dnnc_runtime::cpu::fftconv::plane_len`).
+pub fn spectrum_plane_len(hf: usize, wf: usize) -> usize {
+    (wf / 2 + 1) * hf
+}
 
 /// Largest filter spectrum (bytes) an FFT convolution may keep.
 pub const FFT_MAX_SPECTRUM: usize = 256 << 20;
@@ -107,8 +131,8 @@ impl ConvGeom {
     pub fn fft_grid(&self) -> (usize, usize) {
         let pads = &self.p.pads;
         (
-            fftconv::smooth_size(self.h + pads[0] + pads[2]),
-            fftconv::smooth_size(self.w + pads[1] + pads[3]),
+            smooth_size(self.h + pads[0] + pads[2]),
+            smooth_size(self.w + pads[1] + pads[3]),
         )
     }
 
@@ -155,7 +179,7 @@ impl ConvGeom {
             }
             ConvAlgo::Fft => s1d1().or_else(|| {
                 let (hf, wf) = self.fft_grid();
-                let bytes = self.m * cg * fftconv::plane_len(hf, wf) * 8;
+                let bytes = self.m * cg * spectrum_plane_len(hf, wf) * 8;
                 (bytes > FFT_MAX_SPECTRUM).then(|| {
                     format!(
                         "the filter spectrum would take {} MiB (limit {})",
@@ -282,5 +306,23 @@ mod tests {
         .unwrap();
         assert_eq!(SelectConvAlgo.run(&mut g).unwrap().rewrites, 1);
         assert_eq!(algos(&g), "%a direct\n%b winograd4");
+    }
+}
+
+#[cfg(test)]
+mod smooth_size_tests {
+    #[test]
+    fn matches_the_runtime_fft_sizes() {
+        for n in 0..2000 {
+            assert_eq!(
+                super::smooth_size(n),
+                dnnc_runtime::cpu::fftconv::smooth_size(n),
+                "n = {n}"
+            );
+            assert_eq!(
+                super::spectrum_plane_len(n, n + 3),
+                dnnc_runtime::cpu::fftconv::plane_len(n, n + 3)
+            );
+        }
     }
 }
