@@ -13,6 +13,7 @@ use super::elementwise::{self, bcast_strides, contiguous, Operand, SubDomain};
 use super::emit::Emit;
 use super::group::Kernel;
 use super::{CpuOptions, KCtx};
+use cranelift_codegen::ir::types::F32;
 use cranelift_codegen::ir::{InstBuilder, Value};
 use dnnc_ir::op::ConvAlgo as IrConvAlgo;
 use dnnc_ir::{DType, Graph, Op, ValueId};
@@ -740,6 +741,16 @@ fn conv_direct(
             let t = e.b.ins().imul_imm_s(n, geo.m as i64);
             let plane = e.b.ins().iadd(t, co);
             let yo = e.b.ins().imul_imm_s(plane, p as i64);
+            if cg == 1 && mg == 1 {
+                // Depthwise: output-stationary, every element written once.
+                let xo = e.b.ins().imul_imm_s(plane, (geo.h * geo.w) as i64);
+                let wo = e.b.ins().imul_imm_s(co, taps as i64);
+                depthwise_plane(e, geo, x, w, y, (xo, wo, yo));
+                if let Err(m) = tile_epilogue(e, spec, n, co, 1) {
+                    err.get_or_insert(m);
+                }
+                return;
+            }
             zero_run(e, y, yo, p);
             // First input channel of co's group: n*C + (co / mg) * cg.
             let gi = e.b.ins().udiv_imm_u(co, mg as i64);
@@ -766,6 +777,138 @@ fn conv_direct(
         });
     });
     err.map_or(Ok(()), Err)
+}
+
+/// One depthwise plane (`C == M`, one channel per group, so plane `n*M + co`
+/// of `x` feeds plane `n*M + co` of `y`), output-stationary: the taps are
+/// loaded once into registers, the interior (every tap valid) computes four
+/// adjacent output columns per f32x4 ([`Emit::load_strided4`]), and the
+/// border computes each output's valid taps at run time. Each output is
+/// `0 + w0*x0 + w1*x1 + ...` over its valid taps in (row, column) order
+/// with separate multiply and add, as the tap-major direct loop computes it,
+/// so results are bitwise the same; it avoids that loop's read-modify-write
+/// of the output plane per tap, which bound MobileNet's depthwise convs.
+fn depthwise_plane(
+    e: &mut Emit<'_>,
+    geo: &ConvGeom,
+    x: Value,
+    w: Value,
+    y: Value,
+    (xo, wo, yo): (Value, Value, Value),
+) {
+    let (sh, sw) = (geo.p.strides[0], geo.p.strides[1]);
+    let (dh, dw) = (geo.p.dilations[0], geo.p.dilations[1]);
+    let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
+    let (kh, kw) = (geo.kh, geo.kw);
+    let inter = |out: usize, size: usize, s: usize, pad: usize, d: usize, k: usize| {
+        (0..k).fold((0usize, out), |(lo, hi), t| {
+            let (a, b) = valid_range(out, size, s, pad, t, d);
+            (lo.max(a), hi.min(b))
+        })
+    };
+    let (rlo, rhi) = inter(geo.oh, geo.h, sh, pt, dh, kh);
+    let (qlo, qhi) = inter(geo.ow, geo.w, sw, pl, dw, kw);
+    let (rlo, rhi, qlo, qhi) = if rhi > rlo && qhi > qlo && kh * kw <= 49 {
+        (rlo, rhi, qlo, qhi)
+    } else {
+        (geo.oh, geo.oh, geo.ow, geo.ow)
+    };
+    let qv = super::reduce::vec4_end(qlo, qhi, sw, pl, (kw - 1) * dw, geo.w);
+    // Scalar outputs of row `r`, columns `[q0, q1)`, run-time tap ranges.
+    let generic = |e: &mut Emit<'_>, r: Value, q0: usize, q1: usize| {
+        if q1 <= q0 {
+            return;
+        }
+        let (ilo, ihi, _) = super::reduce::tap_range(e, r, sh, pt, dh, kh, geo.h, 0);
+        let a = e.ci(q0 as i64);
+        let b = e.ci(q1 as i64);
+        e.for_range(a, b, 1, |e, q| {
+            let (jlo, jhi, _) = super::reduce::tap_range(e, q, sw, pl, dw, kw, geo.w, 0);
+            let z = e.cf(0.0);
+            let acc = e.var(F32, z);
+            let hs = e.b.ins().imul_imm_s(r, sh as i64);
+            let hs = e.b.ins().iadd_imm_s(hs, -(pt as i64));
+            let ws = e.b.ins().imul_imm_s(q, sw as i64);
+            let ws = e.b.ins().iadd_imm_s(ws, -(pl as i64));
+            e.for_range(ilo, ihi, 1, |e, i| {
+                let ih = e.b.ins().imul_imm_s(i, dh as i64);
+                let ih = e.b.ins().iadd(ih, hs);
+                let row = e.b.ins().imul_imm_s(ih, geo.w as i64);
+                let row = e.b.ins().iadd(row, xo);
+                let wr = e.b.ins().imul_imm_s(i, kw as i64);
+                let wr = e.b.ins().iadd(wr, wo);
+                e.for_range(jlo, jhi, 1, |e, j| {
+                    let iw = e.b.ins().imul_imm_s(j, dw as i64);
+                    let iw = e.b.ins().iadd(iw, ws);
+                    let idx = e.b.ins().iadd(row, iw);
+                    let xv = e.load_f32(x, idx);
+                    let wi = e.b.ins().iadd(wr, j);
+                    let wv = e.load_f32(w, wi);
+                    let pr = e.b.ins().fmul(xv, wv);
+                    let a = e.b.use_var(acc);
+                    let nv = e.b.ins().fadd(a, pr);
+                    e.b.def_var(acc, nv);
+                });
+            });
+            let a = e.b.use_var(acc);
+            let oi = e.b.ins().imul_imm_s(r, geo.ow as i64);
+            let oi = e.b.ins().iadd(oi, yo);
+            let oi = e.b.ins().iadd(oi, q);
+            e.store_f32(a, y, oi);
+        });
+    };
+    let rows = |e: &mut Emit<'_>, a: usize, b: usize| {
+        if b > a {
+            let s = e.ci(a as i64);
+            let en = e.ci(b as i64);
+            e.for_range(s, en, 1, |e, r| generic(e, r, 0, geo.ow));
+        }
+    };
+    rows(e, 0, rlo.min(geo.oh));
+    if rhi > rlo {
+        // The filter's taps, splatted once per plane.
+        let wv: Vec<Value> = (0..kh * kw)
+            .map(|t| {
+                let wi = e.b.ins().iadd_imm_s(wo, t as i64);
+                let s = e.load_f32(w, wi);
+                e.splat(s)
+            })
+            .collect();
+        let s = e.ci(rlo as i64);
+        let en = e.ci(rhi as i64);
+        e.for_range(s, en, 1, |e, r| {
+            generic(e, r, 0, qlo);
+            if qv > qlo {
+                let hs = e.b.ins().imul_imm_s(r, sh as i64);
+                let hs = e.b.ins().iadd_imm_s(hs, -(pt as i64));
+                let row0 = e.b.ins().imul_imm_s(hs, geo.w as i64);
+                let row0 = e.b.ins().iadd(row0, xo);
+                let orow = e.b.ins().imul_imm_s(r, geo.ow as i64);
+                let orow = e.b.ins().iadd(orow, yo);
+                let a = e.ci(qlo as i64);
+                let b = e.ci(qv as i64);
+                e.for_range(a, b, 4, |e, q| {
+                    let ws = e.b.ins().imul_imm_s(q, sw as i64);
+                    let ws = e.b.ins().iadd_imm_s(ws, -(pl as i64));
+                    let base = e.b.ins().iadd(row0, ws);
+                    let bp = e.addr(x, base, 4);
+                    let mut acc = e.vf(0.0);
+                    for i in 0..kh {
+                        for j in 0..kw {
+                            let off = i * dh * geo.w + j * dw;
+                            let xv = e.load_strided4(bp, off, sw);
+                            let pr = e.b.ins().fmul(xv, wv[i * kw + j]);
+                            acc = e.b.ins().fadd(acc, pr);
+                        }
+                    }
+                    let oi = e.b.ins().iadd(orow, q);
+                    e.store_v(acc, y, oi);
+                });
+            }
+            generic(e, r, qv, geo.ow);
+        });
+    }
+    rows(e, rhi.max(rlo), geo.oh);
 }
 
 /// Adds every tap of one (output channel, input channel) pair: plane

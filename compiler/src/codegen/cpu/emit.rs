@@ -3,8 +3,10 @@
 //! loops, f32x4 constants and lane-wise selects.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::types::{F32, F32X4, I32, I32X4, I64};
-use cranelift_codegen::ir::{Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::types::{F32, F32X4, I32, I32X4, I64, I8X16};
+use cranelift_codegen::ir::{
+    ConstantData, Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value,
+};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
 /// The generated function being built, with the kernel's buffer pointers
@@ -25,6 +27,15 @@ pub(crate) struct Emit<'a> {
 /// Memory flags for buffer accesses: in bounds by construction.
 pub(crate) fn mem() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
+}
+
+/// Elements [`Emit::load_strided4`] reads for stride `s`.
+pub(crate) fn strided4_span(s: usize) -> usize {
+    match s {
+        1 => 4,
+        2 => 8,
+        _ => 3 * s + 1,
+    }
 }
 
 fn le() -> MemFlagsData {
@@ -228,6 +239,42 @@ impl<'a> Emit<'a> {
     /// Splats an f32 scalar to f32x4.
     pub fn splat(&mut self, s: Value) -> Value {
         self.b.ins().splat(F32X4, s)
+    }
+
+    /// `x[idx + k*s]` for `k = 0..4` as an f32x4, where `bp` points at
+    /// element `idx` (plus `off` elements). Stride 1 is one load; stride 2
+    /// loads 8 consecutive floats and keeps the even lanes (one shuffle),
+    /// since pooling and depthwise convs with stride 2 are common and a
+    /// lane-by-lane gather costs four inserts. Reads the elements
+    /// `[idx, idx + strided4_span(s))`.
+    pub fn load_strided4(&mut self, bp: Value, off: usize, s: usize) -> Value {
+        let o = (off * 4) as i32;
+        match s {
+            1 => self.b.ins().load(F32X4, mem(), bp, o),
+            2 => {
+                let a = self.b.ins().load(F32X4, mem(), bp, o);
+                let b = self.b.ins().load(F32X4, mem(), bp, o + 16);
+                let ai = self.b.ins().bitcast(I8X16, le(), a);
+                let bi = self.b.ins().bitcast(I8X16, le(), b);
+                let mask: Vec<u8> = [0u8, 2, 4, 6]
+                    .iter()
+                    .flat_map(|&l| (0..4u8).map(move |k| l * 4 + k))
+                    .collect();
+                let imm = self.b.func.dfg.immediates.push(ConstantData::from(mask));
+                let r = self.b.ins().shuffle(ai, bi, imm);
+                self.b.ins().bitcast(F32X4, le(), r)
+            }
+            _ => {
+                let v0 = self.b.ins().load(F32, mem(), bp, o);
+                let mut v = self.b.ins().scalar_to_vector(F32X4, v0);
+                for k in 1..4u8 {
+                    let o = o + (k as usize * s * 4) as i32;
+                    let t = self.b.ins().load(F32, mem(), bp, o);
+                    v = self.b.ins().insertlane(v, t, k);
+                }
+                v
+            }
+        }
     }
 
     /// Lane 0 of an f32x4.

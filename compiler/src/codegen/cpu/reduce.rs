@@ -166,7 +166,7 @@ fn nan_max(e: &mut Emit<'_>, m: Value, v: Value) -> Value {
 /// `[0, size)`, plus (for average pooling) the count of taps inside the
 /// padded extent `size + pad_end`.
 #[allow(clippy::too_many_arguments)]
-fn tap_range(
+pub(crate) fn tap_range(
     e: &mut Emit<'_>,
     o: Value,
     s: usize,
@@ -261,7 +261,49 @@ fn pool(
                 let s = e.ci(qhi as i64);
                 let en = e.ci(ow as i64);
                 pool_generic(e, p, (h, w, ow), x, y, xo, yo, r, s, en, max);
-                let s = e.ci(qlo as i64);
+                let (sw, pw, dw) = (p.strides[1], p.pads[1], p.dilations[1]);
+                let qv = vec4_end(qlo, qhi, sw, pw, (kw - 1) * dw, w);
+                if qv > qlo {
+                    // Four adjacent interior outputs per iteration, one
+                    // f32x4 lane each; lane-wise the same ops as the
+                    // scalar window below (so NaNs propagate alike).
+                    let s = e.ci(qlo as i64);
+                    let en = e.ci(qv as i64);
+                    e.for_range(s, en, 4, |e, q| {
+                        let hs = e.b.ins().imul_imm_s(r, p.strides[0] as i64);
+                        let hs = e.b.ins().iadd_imm_s(hs, -(p.pads[0] as i64));
+                        let row0 = e.b.ins().imul_imm_s(hs, w as i64);
+                        let row0 = e.b.ins().iadd(row0, xo);
+                        let ws = e.b.ins().imul_imm_s(q, sw as i64);
+                        let ws = e.b.ins().iadd_imm_s(ws, -(pw as i64));
+                        let base = e.b.ins().iadd(row0, ws);
+                        let bp = e.addr(x, base, 4);
+                        let mut acc: Option<Value> = None;
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let off = i * p.dilations[0] * w + j * dw;
+                                let v = e.load_strided4(bp, off, sw);
+                                acc = Some(match acc {
+                                    None => v,
+                                    Some(a) if max => e.b.ins().fmax(a, v),
+                                    Some(a) => e.b.ins().fadd(a, v),
+                                });
+                            }
+                        }
+                        let a = acc.unwrap_or_else(|| e.vf(0.0));
+                        let out = if max {
+                            a
+                        } else {
+                            let inv = e.vf(1.0 / (kh * kw) as f32);
+                            e.b.ins().fmul(a, inv)
+                        };
+                        let oi = e.b.ins().imul_imm_s(r, ow as i64);
+                        let oi = e.b.ins().iadd(oi, yo);
+                        let oi = e.b.ins().iadd(oi, q);
+                        e.store_v(out, y, oi);
+                    });
+                }
+                let s = e.ci(qv as i64);
                 let en = e.ci(qhi as i64);
                 e.for_range(s, en, 1, |e, q| {
                     let hs = e.b.ins().imul_imm_s(r, p.strides[0] as i64);
@@ -302,6 +344,30 @@ fn pool(
     });
     let _ = (IntCC::Equal, I64);
     Ok(())
+}
+
+/// End of the columns `[qlo, end)` an interior loop can do four at a time
+/// with [`Emit::load_strided4`]: whole groups of 4 inside `[qlo, qhi)`
+/// whose last tap's strided load (`reach` = `(k-1)*dil` past the window
+/// start, stride `s`, pad `pad`) stays inside the row of width `w`, so
+/// vector loads never leave the buffer. The rest stays scalar.
+pub(crate) fn vec4_end(
+    qlo: usize,
+    qhi: usize,
+    s: usize,
+    pad: usize,
+    reach: usize,
+    w: usize,
+) -> usize {
+    let mut q = qlo;
+    while q + 4 <= qhi {
+        let last = (q * s + reach + super::emit::strided4_span(s)) as i64 - pad as i64;
+        if last > w as i64 {
+            break;
+        }
+        q += 4;
+    }
+    q
 }
 
 /// Output row `r`, columns `[q0, q1)` of one plane, with the valid taps of
