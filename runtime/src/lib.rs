@@ -26,5 +26,6 @@
 pub mod cpu;
 pub mod interp;
 mod kernels;
+pub use kernels::resize_axis_taps;
 
 pub use interp::{run, RunError};

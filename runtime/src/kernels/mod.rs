@@ -14,6 +14,7 @@ mod norm;
 mod pool;
 mod reduce;
 mod resize;
+pub use resize::axis_taps as resize_axis_taps;
 mod rnn;
 
 use dnnc_ir::{Op, Tensor};

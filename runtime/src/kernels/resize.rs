@@ -66,8 +66,10 @@ fn nearest_index(c: f32, len_in: usize, mode: NearestMode) -> usize {
     (r.max(0.0) as usize).min(len_in.saturating_sub(1))
 }
 
-/// The taps of every output position along one axis.
-fn axis_taps(
+/// The taps of every output position along one axis: (input index,
+/// weight) pairs, one for nearest, one or two for linear. Public so the CPU
+/// code generator builds its compile-time tables from the same arithmetic.
+pub fn axis_taps(
     len_in: usize,
     len_out: usize,
     scale: Option<f32>,

@@ -11,56 +11,8 @@ use super::group::Kernel;
 use super::KCtx;
 use cranelift_codegen::ir::types::{F32, I64};
 use cranelift_codegen::ir::{InstBuilder, Value};
-use dnnc_ir::op::{CoordMode, NearestMode, Resize, ResizeMode};
+use dnnc_ir::op::{Resize, ResizeMode};
 use dnnc_ir::{Graph, Op};
-
-/// The input coordinate output position `x` reads (the interpreter's
-/// `source_coord`, same f32 arithmetic).
-fn source_coord(x: usize, len_in: usize, len_out: f32, scale: f32, mode: CoordMode) -> f32 {
-    let x = x as f32;
-    match mode {
-        CoordMode::HalfPixel => (x + 0.5) / scale - 0.5,
-        CoordMode::PytorchHalfPixel => {
-            if len_out > 1.0 {
-                (x + 0.5) / scale - 0.5
-            } else {
-                0.0
-            }
-        }
-        CoordMode::AlignCorners => {
-            if len_out == 1.0 {
-                0.0
-            } else {
-                x * (len_in as f32 - 1.0) / (len_out - 1.0)
-            }
-        }
-        CoordMode::Asymmetric => x / scale,
-    }
-}
-
-/// Rounds a source coordinate per `mode`, clamped into `[0, len_in)`.
-fn nearest_index(c: f32, len_in: usize, mode: NearestMode) -> usize {
-    let fl = c.floor();
-    let r = match mode {
-        NearestMode::Floor => fl,
-        NearestMode::Ceil => c.ceil(),
-        NearestMode::RoundPreferFloor => {
-            if c - fl == 0.5 {
-                fl
-            } else {
-                c.round()
-            }
-        }
-        NearestMode::RoundPreferCeil => {
-            if c - fl == 0.5 {
-                fl + 1.0
-            } else {
-                c.round()
-            }
-        }
-    };
-    (r.max(0.0) as usize).min(len_in.saturating_sub(1))
-}
 
 /// Taps of one axis: per output position, `taps` (input index, weight)
 /// pairs (a missing second linear tap repeats the first with weight 0).
@@ -70,35 +22,20 @@ struct AxisTaps {
 }
 
 impl AxisTaps {
+    /// Builds the table from the interpreter's per-axis taps
+    /// (`dnnc_runtime::resize_axis_taps`), padding linear positions that
+    /// need one tap with a weight-0 repeat so every position has `taps`.
     fn of(len_in: usize, len_out: usize, scale: Option<f32>, p: &Resize) -> AxisTaps {
-        let (len_f, scale) = match scale {
-            Some(s) => (len_in as f32 * s, s),
-            None => (len_out as f32, len_out as f32 / len_in as f32),
-        };
         let taps = match p.mode {
             ResizeMode::Nearest => 1,
             ResizeMode::Linear => 2,
         };
         let mut entries = Vec::with_capacity(len_out * taps);
-        for x in 0..len_out {
-            let c = source_coord(x, len_in, len_f, scale, p.coord);
-            match p.mode {
-                ResizeMode::Nearest => entries.push((nearest_index(c, len_in, p.nearest), 1.0)),
-                ResizeMode::Linear => {
-                    let hi = len_in.saturating_sub(1) as f32;
-                    let c = if c.is_nan() { 0.0 } else { c.clamp(0.0, hi) };
-                    let i0 = c.floor();
-                    let w1 = c - i0;
-                    let i0 = i0 as usize;
-                    let i1 = (i0 + 1).min(len_in.saturating_sub(1));
-                    if w1 == 0.0 {
-                        entries.push((i0, 1.0));
-                        entries.push((i0, 0.0));
-                    } else {
-                        entries.push((i0, 1.0 - w1));
-                        entries.push((i1, w1));
-                    }
-                }
+        for t in dnnc_runtime::resize_axis_taps(len_in, len_out, scale, p) {
+            let first = t[0];
+            entries.extend_from_slice(&t);
+            for _ in t.len()..taps {
+                entries.push((first.0, 0.0));
             }
         }
         AxisTaps { taps, entries }
