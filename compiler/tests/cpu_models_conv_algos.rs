@@ -9,34 +9,11 @@ mod cpu_common;
 
 use clap::ValueEnum;
 use dnnc_compiler::codegen::cpu::{compile_cpu, conv_plan, ConvAlgo, CpuOptions};
-use std::path::PathBuf;
-
-fn shared_models() -> Option<Vec<PathBuf>> {
-    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let dir = [
-        base.join("../../shared/models"),
-        base.join("../shared/models"),
-    ]
-    .into_iter()
-    .find(|d| d.is_dir());
-    let Some(dir) = dir else {
-        println!("SKIPPED: ../shared/models not found");
-        return None;
-    };
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.join("model.onnx").is_file())
-        .collect();
-    v.sort();
-    Some(v)
-}
 
 #[test]
 #[ignore = "release-mode numeric test on real models (CI runs it with --include-ignored)"]
 fn zoo_models_match_onnxruntime_with_every_conv_algorithm() {
-    let Some(models) = shared_models() else {
+    let Some(models) = cpu_common::shared_models() else {
         return;
     };
     for dir in models {

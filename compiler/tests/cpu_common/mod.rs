@@ -6,6 +6,7 @@
 use dnnc_compiler::codegen::cpu::{compile_cpu, CpuOptions};
 use dnnc_ir::{Graph, Tensor};
 use ndarray::{ArrayD, IxDyn};
+use std::path::PathBuf;
 
 /// SplitMix64 stream for reproducible test data.
 pub struct Rng(pub u64);
@@ -100,4 +101,29 @@ pub fn check_with(
 /// [`check_with`] at rtol 1e-4, atol 1e-5 and default options.
 pub fn check(g: &Graph, inputs: &[(String, Tensor)]) -> f32 {
     check_with(g, inputs, 1e-4, 1e-5, &CpuOptions::default())
+}
+
+/// Every model folder under `../shared/models` (sorted), or `None` after
+/// printing why the calling test is skipped.
+#[allow(dead_code)]
+pub fn shared_models() -> Option<Vec<PathBuf>> {
+    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = [
+        base.join("../../shared/models"),
+        base.join("../shared/models"),
+    ]
+    .into_iter()
+    .find(|d| d.is_dir());
+    let Some(dir) = dir else {
+        println!("SKIPPED: ../shared/models not found");
+        return None;
+    };
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.join("model.onnx").is_file())
+        .collect();
+    v.sort();
+    Some(v)
 }
