@@ -2,10 +2,10 @@
 //! `dnnc analyze` through the real binary: bad input exits 2 with a clear
 //! message; good input prints the expected fields (never timing values).
 
-use ndarray::ArrayD;
-use ndarray_npy::WriteNpyExt;
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod cli_common;
+
+use cli_common::{dnnc, fails_with, Scratch};
+use std::process::Output;
 
 const GOOD: &str = r#"graph tiny {
   input %x: f32[1,2,8,8]
@@ -17,51 +17,6 @@ const GOOD: &str = r#"graph tiny {
 }
 "#;
 
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("dnnc-bench-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn file(&self, name: &str, contents: &[u8]) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, contents).unwrap();
-        p
-    }
-    fn npy(&self, name: &str, shape: &[usize]) -> PathBuf {
-        let p = self.0.join(name);
-        let a = ArrayD::<f32>::from_elem(shape.to_vec(), 0.5);
-        a.write_npy(std::fs::File::create(&p).unwrap()).unwrap();
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn dnnc(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dnnc"));
-    for a in args {
-        c.arg(a);
-    }
-    c.env("NO_COLOR", "1").output().expect("spawn dnnc")
-}
-
-fn fails_with(out: &Output, needles: &[&str]) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "exit code; stderr:\n{err}");
-    assert!(!err.contains("panicked"), "panic:\n{err}");
-    for n in needles {
-        assert!(err.contains(n), "stderr lacks {n:?}:\n{err}");
-    }
-}
-
 fn succeeds(out: &Output) -> String {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr:\n{err}");
@@ -72,7 +27,7 @@ fn succeeds(out: &Output) -> String {
 fn bench_prints_every_figure() {
     let s = Scratch::new("ok");
     let m = s.file("m.dnn", GOOD.as_bytes());
-    let x = s.npy("x.npy", &[1, 2, 8, 8]);
+    let x = s.npy_f32("x.npy", &[1, 2, 8, 8]);
     let out = succeeds(&dnnc(&[
         &"bench",
         &m,
@@ -133,7 +88,7 @@ fn analyze_reports_peak_activations() {
 fn bad_bench_and_thread_arguments_exit_2() {
     let s = Scratch::new("bad");
     let m = s.file("m.dnn", GOOD.as_bytes());
-    let wrong = s.npy("wrong.npy", &[1, 3, 8, 8]);
+    let wrong = s.npy_f32("wrong.npy", &[1, 3, 8, 8]);
     fails_with(
         &dnnc(&[&"bench", &m, &"--threads", &"0"]),
         &["--threads", "at least 1"],
