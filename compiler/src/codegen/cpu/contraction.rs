@@ -735,6 +735,25 @@ fn conv_direct(
     let (cg, mg) = geo.per_group();
     let p = geo.oh * geo.ow;
     let taps = geo.kh * geo.kw;
+    if cg == 1 && mg == 1 {
+        let win = super::direct::Window {
+            h: geo.h,
+            w: geo.w,
+            oh: geo.oh,
+            ow: geo.ow,
+            kh: geo.kh,
+            kw: geo.kw,
+            sh,
+            sw,
+            dh,
+            dw,
+            pt,
+            pl,
+        };
+        if let Some(plane) = super::direct::PadPlane::new(win) {
+            return super::direct::depthwise(e, geo, plane, x, w, y, spec);
+        }
+    }
     let mut err = None;
     e.for_n(geo.n, |e, n| {
         e.for_n(geo.m, |e, co| {

@@ -13,6 +13,7 @@
 
 mod contraction;
 mod convt;
+mod direct;
 mod einsum;
 mod elementwise;
 mod emit;

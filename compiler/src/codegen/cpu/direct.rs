@@ -1,0 +1,432 @@
+//! Padded-plane window kernels: depthwise convolution and max pooling over
+//! a per-plane scratch copy of the input (on the generated function's
+//! stack) in which the padding is materialised and, for stride 2, the even
+//! and odd columns are stored apart. The generated compute loops then have
+//! no bounds checks and no border cases: every output row is a run of
+//! f32x4 blocks whose taps are plain loads at constant offsets, several
+//! output rows share each loaded input vector, and the scratch's padding
+//! is written once per kernel call since the per-plane copy never touches
+//! it.
+
+use super::emit::{mem, Emit};
+use cranelift_codegen::ir::condcodes::FloatCC;
+use cranelift_codegen::ir::types::{F32, F32X4, I32X4, I64, I8X16};
+use cranelift_codegen::ir::{
+    ConstantData, Endianness, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Value,
+};
+use cranelift_frontend::Variable;
+use std::collections::HashMap;
+
+/// Largest scratch plane (bytes) put on the stack; bigger planes keep the
+/// older bounds-checked kernels (kernels run on pool threads with 2 MiB
+/// stacks, and Cranelift emits no stack probes).
+const MAX_SCRATCH: usize = 256 * 1024;
+
+/// The geometry of a 2-D sliding window over one plane.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Window {
+    /// Input height and width.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output height.
+    pub oh: usize,
+    /// Output width.
+    pub ow: usize,
+    /// Window height.
+    pub kh: usize,
+    /// Window width.
+    pub kw: usize,
+    /// Vertical stride.
+    pub sh: usize,
+    /// Horizontal stride.
+    pub sw: usize,
+    /// Vertical dilation.
+    pub dh: usize,
+    /// Horizontal dilation.
+    pub dw: usize,
+    /// Top padding.
+    pub pt: usize,
+    /// Left padding.
+    pub pl: usize,
+}
+
+/// What each output block computes from its window.
+pub(crate) enum Combine {
+    /// `0 + x0*w0 + x1*w1 + ...` in (row, column) tap order, each product
+    /// fused into the sum (one rounding per tap); the taps are splatted.
+    Fma(Vec<Value>),
+    /// The same sum with the product rounded before the add.
+    MulAdd(Vec<Value>),
+    /// Maximum with x86 `maxps` semantics (a NaN in a later tap is lost:
+    /// callers detect NaNs in the plane and recompute such planes).
+    Max,
+}
+
+/// The scratch layout for one window geometry: padded row `k` (input row
+/// `k - pt`) holds `s = sw` phase rows of `l` floats each, phase `φ`
+/// holding padded columns `φ, φ + s, φ + 2s, ...` (padded column
+/// `iw + pl` for input column `iw`).
+pub(crate) struct PadPlane {
+    win: Window,
+    /// Floats per phase row.
+    l: usize,
+    /// Floats per padded row (`s * l`).
+    rs: usize,
+    /// Padded rows.
+    ph: usize,
+    /// Input rows copied (the rest are never read).
+    hc: usize,
+    /// Scratch base address, once allocated.
+    base: Option<Value>,
+}
+
+fn le() -> MemFlagsData {
+    MemFlagsData::new().with_endianness(Endianness::Little)
+}
+
+impl PadPlane {
+    /// The layout for `win`, or `None` when the padded-plane kernels do not
+    /// apply (stride above 2, fewer than four output columns, too big).
+    pub fn new(win: Window) -> Option<Self> {
+        let s = win.sw;
+        if !(1..=2).contains(&s) || win.ow < 4 || win.sh == 0 || win.kh == 0 || win.kw == 0 {
+            return None;
+        }
+        if win.dh == 0 || win.dw == 0 || win.h == 0 || win.w == 0 {
+            return None;
+        }
+        let reach = (win.kw - 1) * win.dw;
+        let l = (win.ow + reach / s).max((win.pl + win.w - 1) / s + 1);
+        let rs = s * l;
+        let ph = (win.oh - 1) * win.sh + (win.kh - 1) * win.dh + 1;
+        let hc = win.h.min(ph.saturating_sub(win.pt));
+        if (ph * rs + 4) * 4 > MAX_SCRATCH {
+            return None;
+        }
+        Some(PadPlane {
+            win,
+            l,
+            rs,
+            ph,
+            hc,
+            base: None,
+        })
+    }
+
+    /// Allocates the scratch and fills all of it with `fill` (the padding
+    /// value); call once, before the plane loop.
+    pub fn init(&mut self, e: &mut Emit<'_>, fill: f32) {
+        let nv = (self.ph * self.rs).div_ceil(4);
+        let ss = e.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            (nv * 16) as u32,
+            4,
+        ));
+        let base = e.b.ins().stack_addr(I64, ss, 0);
+        let v = e.vf(fill);
+        let s = e.ci(0);
+        let en = e.ci((nv * 16) as i64);
+        e.for_range(s, en, 16, |e, o| {
+            let p = e.b.ins().iadd(base, o);
+            e.b.ins().store(mem(), v, p, 0);
+        });
+        self.base = Some(base);
+    }
+
+    /// Copies plane `x[xo..]` (element offset) into the scratch's data
+    /// region; when `nan` is given, ORs an unordered-compare mask of every
+    /// copied element into it.
+    pub fn copy(&self, e: &mut Emit<'_>, x: Value, xo: Value, nan: Option<Variable>) {
+        let win = self.win;
+        let base = self.base.expect("scratch not allocated");
+        let (w, pl, l, rs) = (win.w, win.pl, self.l, self.rs);
+        let check = |e: &mut Emit<'_>, a: Value, b: Value| {
+            if let Some(nv) = nan {
+                let m = e.b.ins().fcmp(FloatCC::Unordered, a, b);
+                let o = e.b.use_var(nv);
+                let o = e.b.ins().bor(o, m);
+                e.b.def_var(nv, o);
+            }
+        };
+        e.for_n(self.hc, |e, ih| {
+            let t = e.b.ins().imul_imm_s(ih, w as i64);
+            let t = e.b.ins().iadd(t, xo);
+            let src = e.addr(x, t, 4);
+            let t = e.b.ins().imul_imm_s(ih, (rs * 4) as i64);
+            let t = e.b.ins().iadd_imm_s(t, (win.pt * rs * 4) as i64);
+            let dst = e.b.ins().iadd(base, t);
+            if win.sw == 1 {
+                let dst = e.b.ins().iadd_imm_s(dst, (pl * 4) as i64);
+                let nv = w / 4;
+                if nv > 0 {
+                    let s = e.ci(0);
+                    let en = e.ci((nv * 16) as i64);
+                    e.for_range(s, en, 16, |e, o| {
+                        let sp = e.b.ins().iadd(src, o);
+                        let v = e.b.ins().load(F32X4, mem(), sp, 0);
+                        check(e, v, v);
+                        let dp = e.b.ins().iadd(dst, o);
+                        e.b.ins().store(mem(), v, dp, 0);
+                    });
+                }
+                if w % 4 != 0 {
+                    if w >= 4 {
+                        let o = ((w - 4) * 4) as i32;
+                        let v = e.b.ins().load(F32X4, mem(), src, o);
+                        check(e, v, v);
+                        e.b.ins().store(mem(), v, dst, o);
+                    } else {
+                        for k in 0..w {
+                            let o = (k * 4) as i32;
+                            let v = e.b.ins().load(F32, mem(), src, o);
+                            let vv = e.splat(v);
+                            check(e, vv, vv);
+                            e.b.ins().store(mem(), v, dst, o);
+                        }
+                    }
+                }
+            } else {
+                // Stride 2: even input columns of each 8 to one phase row,
+                // odd ones to the other.
+                let (ph_e, ph_o) = (pl % 2, (pl + 1) % 2);
+                let de = e.b.ins().iadd_imm_s(dst, ((ph_e * l + pl / 2) * 4) as i64);
+                let dod = e.b.ins().iadd_imm_s(dst, ((ph_o * l + pl.div_ceil(2)) * 4) as i64);
+                let n8 = w / 8;
+                if n8 > 0 {
+                    let s = e.ci(0);
+                    let en = e.ci((n8 * 16) as i64);
+                    e.for_range(s, en, 16, |e, o| {
+                        let so = e.b.ins().iadd(o, o);
+                        let sp = e.b.ins().iadd(src, so);
+                        let a = e.b.ins().load(F32X4, mem(), sp, 0);
+                        let b = e.b.ins().load(F32X4, mem(), sp, 16);
+                        check(e, a, b);
+                        let ev = shuffle(e, a, b, [0, 2, 4, 6]);
+                        let od = shuffle(e, a, b, [1, 3, 5, 7]);
+                        let p = e.b.ins().iadd(de, o);
+                        e.b.ins().store(mem(), ev, p, 0);
+                        let p = e.b.ins().iadd(dod, o);
+                        e.b.ins().store(mem(), od, p, 0);
+                    });
+                }
+                for iw in n8 * 8..w {
+                    let v = e.b.ins().load(F32, mem(), src, (iw * 4) as i32);
+                    let vv = e.splat(v);
+                    check(e, vv, vv);
+                    let k = iw + pl;
+                    let o = (((k % 2) * l + k / 2) * 4) as i32;
+                    e.b.ins().store(mem(), v, dst, o);
+                }
+            }
+        });
+    }
+
+    /// Computes every output of the plane into `y[yo..]` (element offset),
+    /// `rb` output rows and `u` f32x4 blocks per step.
+    pub fn compute(&self, e: &mut Emit<'_>, y: Value, yo: Value, op: &Combine, rb: usize, u: usize) {
+        let win = self.win;
+        let rb = rb.clamp(1, win.oh);
+        let full = win.oh / rb * rb;
+        if full > 0 {
+            let s = e.ci(0);
+            let en = e.ci(full as i64);
+            e.for_range(s, en, rb as i64, |e, r| self.row_block(e, y, yo, r, rb, op, u));
+        }
+        if full < win.oh {
+            let r = e.ci(full as i64);
+            self.row_block(e, y, yo, r, win.oh - full, op, u);
+        }
+    }
+
+    /// Output rows `[r, r + rb)`: all columns.
+    #[allow(clippy::too_many_arguments)]
+    fn row_block(
+        &self,
+        e: &mut Emit<'_>,
+        y: Value,
+        yo: Value,
+        r: Value,
+        rb: usize,
+        op: &Combine,
+        u: usize,
+    ) {
+        let win = self.win;
+        let base = self.base.expect("scratch not allocated");
+        let t = e.b.ins().imul_imm_s(r, (win.sh * self.rs * 4) as i64);
+        let pb = e.b.ins().iadd(base, t);
+        let t = e.b.ins().imul_imm_s(r, win.ow as i64);
+        let t = e.b.ins().iadd(t, yo);
+        let py = e.addr(y, t, 4);
+        let nfull = win.ow / 4;
+        let u = u.clamp(1, nfull);
+        let main = nfull / u * u;
+        let offs: Vec<usize> = (0..u).map(|k| k * 16).collect();
+        let s = e.ci(0);
+        let en = e.ci((main * 16) as i64);
+        e.for_range(s, en, (u * 16) as i64, |e, qb| {
+            self.block(e, pb, py, qb, rb, &offs, op);
+        });
+        // Leftover whole blocks, then one block overlapping the last
+        // columns (recomputing a few outputs to the same values).
+        let mut rest: Vec<usize> = (main..nfull).map(|k| k * 16).collect();
+        if win.ow % 4 != 0 {
+            rest.push((win.ow - 4) * 4);
+        }
+        if !rest.is_empty() {
+            let z = e.ci(0);
+            self.block(e, pb, py, z, rb, &rest, op);
+        }
+    }
+
+    /// One step: output rows `rb` x blocks at byte offsets `qb + offs[k]`
+    /// (an output block at column offset `o` reads phase-row offset `o` too,
+    /// as phase rows are indexed by output column).
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &self,
+        e: &mut Emit<'_>,
+        pb: Value,
+        py: Value,
+        qb: Value,
+        rb: usize,
+        offs: &[usize],
+        op: &Combine,
+    ) {
+        let win = self.win;
+        let s = win.sw;
+        let px = e.b.ins().iadd(pb, qb);
+        let pyq = e.b.ins().iadd(py, qb);
+        let nu = offs.len();
+        let mut acc: Vec<Option<Value>> = vec![None; rb * nu];
+        if !matches!(op, Combine::Max) {
+            let z = e.vf(0.0);
+            acc.iter_mut().for_each(|a| *a = Some(z));
+        }
+        // Padded rows in order; each loaded vector feeds every output row
+        // whose window holds it, so each output still sums its taps in
+        // (row, column) order.
+        let rows = (rb - 1) * win.sh + (win.kh - 1) * win.dh + 1;
+        for pr in 0..rows {
+            let users: Vec<(usize, usize)> = (0..rb)
+                .filter_map(|rho| {
+                    let d = pr as isize - (rho * win.sh) as isize;
+                    if d >= 0 && d as usize % win.dh == 0 && (d as usize / win.dh) < win.kh {
+                        Some((rho, d as usize / win.dh))
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            if users.is_empty() {
+                continue;
+            }
+            for j in 0..win.kw {
+                let c = j * win.dw;
+                let col = (c % s) * self.l + c / s;
+                for (k, &o) in offs.iter().enumerate() {
+                    let disp = ((pr * self.rs + col) * 4 + o) as i32;
+                    let v = e.b.ins().load(F32X4, mem(), px, disp);
+                    for &(rho, i) in &users {
+                        let a = &mut acc[rho * nu + k];
+                        *a = Some(match (op, *a) {
+                            (Combine::Fma(wv), Some(a)) => {
+                                e.b.ins().fma(v, wv[i * win.kw + j], a)
+                            }
+                            (Combine::MulAdd(wv), Some(a)) => {
+                                let p = e.b.ins().fmul(v, wv[i * win.kw + j]);
+                                e.b.ins().fadd(a, p)
+                            }
+                            (_, Some(a)) => {
+                                let m = e.b.ins().fcmp(FloatCC::LessThan, a, v);
+                                let m = e.b.ins().bitcast(F32X4, le(), m);
+                                e.b.ins().bitselect(m, v, a)
+                            }
+                            (_, None) => v,
+                        });
+                    }
+                }
+            }
+        }
+        for rho in 0..rb {
+            for (k, &o) in offs.iter().enumerate() {
+                let v = acc[rho * nu + k].expect("window has taps");
+                let disp = ((rho * win.ow) * 4 + o) as i32;
+                e.b.ins().store(mem(), v, pyq, disp);
+            }
+        }
+    }
+}
+
+/// A fresh all-false f32x4 compare mask variable.
+pub(crate) fn nan_mask(e: &mut Emit<'_>) -> Variable {
+    let z = e.vi(0);
+    e.var(I32X4, z)
+}
+
+/// Lanes `idx` of the eight floats `a ++ b`.
+fn shuffle(e: &mut Emit<'_>, a: Value, b: Value, idx: [u8; 4]) -> Value {
+    let ai = e.b.ins().bitcast(I8X16, le(), a);
+    let bi = e.b.ins().bitcast(I8X16, le(), b);
+    let mask: Vec<u8> = idx
+        .iter()
+        .flat_map(|&l| (0..4u8).map(move |k| l * 4 + k))
+        .collect();
+    let imm = e.b.func.dfg.immediates.push(ConstantData::from(mask));
+    let r = e.b.ins().shuffle(ai, bi, imm);
+    e.b.ins().bitcast(F32X4, le(), r)
+}
+
+/// Whether depthwise sums fuse each product into the running sum (one
+/// rounding per tap, via FMA) rather than rounding the product first.
+const DEPTHWISE_FMA: bool = true;
+
+/// Depthwise convolution (`C == M`, one channel per group) over padded
+/// scratch planes: per (image, channel) copy the input plane, splat the
+/// channel's taps, compute every output, then run the channel's epilogue
+/// while the plane is in cache. Each output is `0 + x0*w0 + x1*w1 + ...`
+/// over all taps in (row, column) order, padding taps contributing `+-0`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn depthwise(
+    e: &mut Emit<'_>,
+    geo: &dnnc_passes::ConvGeom,
+    mut plane: PadPlane,
+    x: Value,
+    w: Value,
+    y: Value,
+    spec: Option<&super::elementwise::EwSpec<'_>>,
+) -> Result<(), String> {
+    let taps = geo.kh * geo.kw;
+    let (hw, p) = ((geo.h * geo.w) as i64, (geo.oh * geo.ow) as i64);
+    plane.init(e, 0.0);
+    let rb = if geo.p.strides[0] == 1 { 2 } else { 1 };
+    let u = if taps <= 9 { 2 } else { 1 };
+    let mut err = None;
+    e.for_n(geo.n, |e, n| {
+        e.for_n(geo.m, |e, co| {
+            let t = e.b.ins().imul_imm_s(n, geo.m as i64);
+            let pn = e.b.ins().iadd(t, co);
+            let xo = e.b.ins().imul_imm_s(pn, hw);
+            let yo = e.b.ins().imul_imm_s(pn, p);
+            plane.copy(e, x, xo, None);
+            let wo = e.b.ins().imul_imm_s(co, taps as i64);
+            let pw = e.addr(w, wo, 4);
+            let wv: Vec<Value> = (0..taps)
+                .map(|t| {
+                    let s = e.b.ins().load(F32, mem(), pw, (t * 4) as i32);
+                    e.splat(s)
+                })
+                .collect();
+            let op = if DEPTHWISE_FMA {
+                Combine::Fma(wv)
+            } else {
+                Combine::MulAdd(wv)
+            };
+            plane.compute(e, y, yo, &op, rb, u);
+            if let Err(m) = super::contraction::tile_epilogue(e, spec, n, co, 1) {
+                err.get_or_insert(m);
+            }
+        });
+    });
+    err.map_or(Ok(()), Err)
+}
