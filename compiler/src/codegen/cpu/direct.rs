@@ -15,7 +15,6 @@ use cranelift_codegen::ir::{
     ConstantData, Endianness, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Value,
 };
 use cranelift_frontend::Variable;
-use std::collections::HashMap;
 
 /// Largest scratch plane (bytes) put on the stack; bigger planes keep the
 /// older bounds-checked kernels (kernels run on pool threads with 2 MiB
@@ -191,7 +190,9 @@ impl PadPlane {
                 // odd ones to the other.
                 let (ph_e, ph_o) = (pl % 2, (pl + 1) % 2);
                 let de = e.b.ins().iadd_imm_s(dst, ((ph_e * l + pl / 2) * 4) as i64);
-                let dod = e.b.ins().iadd_imm_s(dst, ((ph_o * l + pl.div_ceil(2)) * 4) as i64);
+                let dod =
+                    e.b.ins()
+                        .iadd_imm_s(dst, ((ph_o * l + pl.div_ceil(2)) * 4) as i64);
                 let n8 = w / 8;
                 if n8 > 0 {
                     let s = e.ci(0);
@@ -224,14 +225,24 @@ impl PadPlane {
 
     /// Computes every output of the plane into `y[yo..]` (element offset),
     /// `rb` output rows and `u` f32x4 blocks per step.
-    pub fn compute(&self, e: &mut Emit<'_>, y: Value, yo: Value, op: &Combine, rb: usize, u: usize) {
+    pub fn compute(
+        &self,
+        e: &mut Emit<'_>,
+        y: Value,
+        yo: Value,
+        op: &Combine,
+        rb: usize,
+        u: usize,
+    ) {
         let win = self.win;
         let rb = rb.clamp(1, win.oh);
         let full = win.oh / rb * rb;
         if full > 0 {
             let s = e.ci(0);
             let en = e.ci(full as i64);
-            e.for_range(s, en, rb as i64, |e, r| self.row_block(e, y, yo, r, rb, op, u));
+            e.for_range(s, en, rb as i64, |e, r| {
+                self.row_block(e, y, yo, r, rb, op, u)
+            });
         }
         if full < win.oh {
             let r = e.ci(full as i64);
@@ -330,9 +341,7 @@ impl PadPlane {
                     for &(rho, i) in &users {
                         let a = &mut acc[rho * nu + k];
                         *a = Some(match (op, *a) {
-                            (Combine::Fma(wv), Some(a)) => {
-                                e.b.ins().fma(v, wv[i * win.kw + j], a)
-                            }
+                            (Combine::Fma(wv), Some(a)) => e.b.ins().fma(v, wv[i * win.kw + j], a),
                             (Combine::MulAdd(wv), Some(a)) => {
                                 let p = e.b.ins().fmul(v, wv[i * win.kw + j]);
                                 e.b.ins().fadd(a, p)

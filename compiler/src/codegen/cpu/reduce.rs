@@ -236,9 +236,26 @@ fn pool(
         (oh, oh, ow, ow)
     };
     let planes = n * c;
-    e.for_n(planes, |e, pl| {
-        let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
-        let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
+    let win = super::direct::Window {
+        h,
+        w,
+        oh,
+        ow,
+        kh,
+        kw,
+        sh: p.strides[0],
+        sw: p.strides[1],
+        dh: p.dilations[0],
+        dw: p.dilations[1],
+        pt: p.pads[0],
+        pl: p.pads[1],
+    };
+    let fast = if max {
+        super::direct::PadPlane::new(win)
+    } else {
+        None
+    };
+    let plane = |e: &mut Emit<'_>, xo: Value, yo: Value| {
         let generic_rows = |e: &mut Emit<'_>, a: usize, b: usize| {
             if b > a {
                 let s = e.ci(a as i64);
@@ -341,7 +358,35 @@ fn pool(
             });
         }
         generic_rows(e, rhi.max(rlo), oh);
-    });
+    };
+    if let Some(mut pp) = fast {
+        // Padded planes with -inf padding and `maxps`; a plane holding a
+        // NaN is recomputed by the exact code below, so NaNs propagate as
+        // before.
+        pp.init(e, f32::NEG_INFINITY);
+        e.for_n(planes, |e, pl| {
+            let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
+            let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
+            let nan = super::direct::nan_mask(e);
+            pp.copy(e, x, xo, Some(nan));
+            pp.compute(e, y, yo, &super::direct::Combine::Max, 1, 2);
+            let m = e.b.use_var(nan);
+            let any = e.b.ins().vany_true(m);
+            let slow = e.b.create_block();
+            let done = e.b.create_block();
+            e.b.ins().brif(any, slow, &[], done, &[]);
+            e.b.switch_to_block(slow);
+            plane(e, xo, yo);
+            e.b.ins().jump(done, &[]);
+            e.b.switch_to_block(done);
+        });
+    } else {
+        e.for_n(planes, |e, pl| {
+            let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
+            let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
+            plane(e, xo, yo);
+        });
+    }
     let _ = (IntCC::Equal, I64);
     Ok(())
 }
