@@ -1,0 +1,80 @@
+//! The padded-plane kernels (depthwise convolution and max pooling over a
+//! scratch copy of each plane with its padding written out): widths around
+//! the f32x4 and stride-2 copy tails, odd and asymmetric pads, ceil mode,
+//! dilation, 5x5 windows, and max pooling with a NaN in only some planes
+//! (those planes take the exact fallback), against the interpreter.
+
+mod cpu_common;
+
+use cpu_common::{check, check_with, f32_tensor, rand_f32};
+use dnnc_compiler::codegen::cpu::{ConvAlgo, CpuOptions};
+use dnnc_ir::Graph;
+
+fn parse(body: &str) -> Graph {
+    let src = format!("graph t {{\n{body}\n}}\n");
+    dnnc_ir::text::parse(&src, "t.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"))
+}
+
+const POOLS: [&str; 6] = [
+    "kernel=[3,3], strides=[2,2], ceil_mode=1",
+    "kernel=[3,3], strides=[1,1], pads=[1,1,1,1]",
+    "kernel=[3,3], strides=[2,2], pads=[0,1,2,0], ceil_mode=1",
+    "kernel=[2,3], strides=[1,2], pads=[1,0,0,2]",
+    "kernel=[3,3], strides=[2,1], dilations=[1,2], pads=[2,2,2,2]",
+    "kernel=[5,5], strides=[2,2], pads=[2,2,2,2]",
+];
+
+#[test]
+fn padded_max_pools_match_the_interpreter() {
+    for (wi, w) in [4usize, 5, 7, 8, 9, 15, 17, 23].into_iter().enumerate() {
+        let shape = [2usize, 3, 9, w];
+        let x = rand_f32(&shape, 40 + wi as u64, -3.0, 3.0);
+        // A NaN in plane 1 only, an infinity in plane 4.
+        let mut v: Vec<f32> = x.as_f32().expect("f32").iter().copied().collect();
+        v[9 * w + 4 * w + w / 2] = f32::NAN;
+        v[4 * 9 * w + 2 * w + 1] = f32::INFINITY;
+        let nan_x = f32_tensor(&shape, v);
+        for attrs in POOLS {
+            let g = parse(&format!(
+                "input %x: f32[2,3,9,{w}]\n%y = MaxPool(%x) {{{attrs}}}\noutput %y"
+            ));
+            if g.value(g.outputs()[0]).ty.shape[3] == 0 {
+                continue;
+            }
+            check(&g, &[("x".into(), x.clone())]);
+            check(&g, &[("x".into(), nan_x.clone())]);
+        }
+    }
+}
+
+#[test]
+fn padded_depthwise_convs_match_the_interpreter() {
+    let cases = [
+        ("[3,1,3,3]", "pads=[1,1,1,1], group=3"),
+        ("[3,1,3,3]", "strides=[2,2], pads=[1,1,1,1], group=3"),
+        ("[3,1,3,3]", "strides=[2,2], pads=[0,1,1,0], group=3"),
+        ("[3,1,3,3]", "strides=[1,2], dilations=[2,1], pads=[2,1,2,1], group=3"),
+        ("[3,1,5,5]", "strides=[2,2], pads=[2,2,2,2], group=3"),
+        ("[3,1,5,5]", "pads=[2,2,2,2], group=3"),
+        ("[3,1,1,3]", "pads=[0,2,0,2], group=3"),
+    ];
+    for (wi, w) in [4usize, 6, 7, 9, 14, 17].into_iter().enumerate() {
+        for (i, (ws, attrs)) in cases.iter().enumerate() {
+            let src = format!(
+                "input %x: f32[2,3,8,{w}]\nparam %w: f32{ws} = he(seed={i})\nparam %b: f32[3] = uniform(low=-1, high=1, seed=9)\n%c = Conv2d(%x, %w, %b) {{{attrs}}}\n%y = Clip(%c) {{min=0, max=6}}\noutput %y"
+            );
+            let g = parse(&src);
+            let x = rand_f32(&[2, 3, 8, w], 70 + (wi * 10 + i) as u64, -2.0, 2.0);
+            check_with(
+                &g,
+                &[("x".into(), x)],
+                1e-4,
+                1e-5,
+                &CpuOptions {
+                    conv_algo: Some(ConvAlgo::Depthwise),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+}
