@@ -53,7 +53,10 @@ fn padded_depthwise_convs_match_the_interpreter() {
         ("[3,1,3,3]", "pads=[1,1,1,1], group=3"),
         ("[3,1,3,3]", "strides=[2,2], pads=[1,1,1,1], group=3"),
         ("[3,1,3,3]", "strides=[2,2], pads=[0,1,1,0], group=3"),
-        ("[3,1,3,3]", "strides=[1,2], dilations=[2,1], pads=[2,1,2,1], group=3"),
+        (
+            "[3,1,3,3]",
+            "strides=[1,2], dilations=[2,1], pads=[2,1,2,1], group=3",
+        ),
         ("[3,1,5,5]", "strides=[2,2], pads=[2,2,2,2], group=3"),
         ("[3,1,5,5]", "pads=[2,2,2,2], group=3"),
         ("[3,1,1,3]", "pads=[0,2,0,2], group=3"),
