@@ -242,9 +242,11 @@ impl PadPlane {
         op: &Combine,
         rb: usize,
         u: usize,
-    ) {
+        out: &Store<'_, '_>,
+    ) -> Result<(), String> {
         let win = self.win;
         let rb = rb.clamp(1, win.oh);
+        let mut err: Option<String> = None;
         let full = win.oh / rb * rb;
         // The scratch is read with movable (`readonly`) loads, so Cranelift
         // places each load next to its use (or folds it into the FMA)
@@ -259,13 +261,18 @@ impl PadPlane {
             let s = e.ci(0);
             let en = e.ci(full as i64);
             e.for_range(s, en, rb as i64, |e, r| {
-                self.row_block(e, base, y, yo, r, rb, op, u)
+                if let Err(m) = self.row_block(e, base, y, yo, r, rb, op, u, out) {
+                    err.get_or_insert(m);
+                }
             });
         }
         if full < win.oh {
             let r = e.ci(full as i64);
-            self.row_block(e, base, y, yo, r, win.oh - full, op, u);
+            if let Err(m) = self.row_block(e, base, y, yo, r, win.oh - full, op, u, out) {
+                err.get_or_insert(m);
+            }
         }
+        err.map_or(Ok(()), Err)
     }
 
     /// Output rows `[r, r + rb)`: all columns.
@@ -280,7 +287,8 @@ impl PadPlane {
         rb: usize,
         op: &Combine,
         u: usize,
-    ) {
+        out: &Store<'_, '_>,
+    ) -> Result<(), String> {
         let win = self.win;
         let t = e.b.ins().imul_imm_s(r, (win.sh * self.rs * 4) as i64);
         let pb = e.b.ins().iadd(base, t);
@@ -291,10 +299,13 @@ impl PadPlane {
         let u = u.clamp(1, nfull);
         let main = nfull / u * u;
         let offs: Vec<usize> = (0..u).map(|k| k * 16).collect();
+        let mut err: Option<String> = None;
         let s = e.ci(0);
         let en = e.ci((main * 16) as i64);
         e.for_range(s, en, (u * 16) as i64, |e, qb| {
-            self.block(e, pb, py, qb, rb, &offs, op);
+            if let Err(m) = self.block(e, pb, py, qb, rb, &offs, op, (r, out)) {
+                err.get_or_insert(m);
+            }
         });
         // Leftover whole blocks, then one block overlapping the last
         // columns (recomputing a few outputs to the same values).
@@ -304,8 +315,11 @@ impl PadPlane {
         }
         if !rest.is_empty() {
             let z = e.ci(0);
-            self.block(e, pb, py, z, rb, &rest, op);
+            if let Err(m) = self.block(e, pb, py, z, rb, &rest, op, (r, out)) {
+                err.get_or_insert(m);
+            }
         }
+        err.map_or(Ok(()), Err)
     }
 
     /// One step: output rows `rb` x blocks at byte offsets `qb + offs[k]`
@@ -321,7 +335,8 @@ impl PadPlane {
         rb: usize,
         offs: &[usize],
         op: &Combine,
-    ) {
+        (r, out): (Value, &Store<'_, '_>),
+    ) -> Result<(), String> {
         let win = self.win;
         let s = win.sw;
         let px = e.b.ins().iadd(pb, qb);
@@ -378,10 +393,21 @@ impl PadPlane {
         for rho in 0..rb {
             for (k, &o) in offs.iter().enumerate() {
                 let v = acc[rho * nu + k].expect("window has taps");
-                let disp = ((rho * win.ow) * 4 + o) as i32;
-                e.b.ins().store(mem(), v, pyq, disp);
+                match out {
+                    Store::Plain => {
+                        let disp = ((rho * win.ow) * 4 + o) as i32;
+                        e.b.ins().store(mem(), v, pyq, disp);
+                    }
+                    Store::Fused(epi, n, co) => {
+                        let row = e.b.ins().iadd_imm_s(r, rho as i64);
+                        let col = e.b.ins().ushr_imm_u(qb, 2);
+                        let col = e.b.ins().iadd_imm_s(col, (o / 4) as i64);
+                        epi.apply(e, v, [*n, *co, row, col])?;
+                    }
+                }
             }
         }
+        Ok(())
     }
 }
 
@@ -436,6 +462,7 @@ pub(crate) fn depthwise(
     let taps = geo.kh * geo.kw;
     let (hw, p) = ((geo.h * geo.w) as i64, (geo.oh * geo.ow) as i64);
     plane.init(e, 0.0);
+    let fused = spec.and_then(|s| Epilogue::new(s, geo.ow % 4 == 0));
     // Measured on MobileNet-V2 (1 thread): two output rows per pass or
     // FMA taps were no faster than this with Cranelift's placement of the
     // loads (within noise), so keep one row, two blocks, mul + add.
@@ -463,11 +490,162 @@ pub(crate) fn depthwise(
             } else {
                 Combine::MulAdd(wv)
             };
-            plane.compute(e, y, yo, &op, rb, u);
-            if let Err(m) = super::contraction::tile_epilogue(e, spec, n, co, 1) {
+            let r = match &fused {
+                Some(f) => plane.compute(e, y, yo, &op, rb, u, &Store::Fused(f, n, co)),
+                None => plane
+                    .compute(e, y, yo, &op, rb, u, &Store::Plain)
+                    .and_then(|_| super::contraction::tile_epilogue(e, spec, n, co, 1)),
+            };
+            if let Err(m) = r {
                 err.get_or_insert(m);
             }
         });
     });
     err.map_or(Ok(()), Err)
+}
+
+/// Where an output block goes: straight to the accumulator plane, or
+/// through the fused epilogue of image `n`, channel `co`.
+pub(crate) enum Store<'a, 'g> {
+    /// Store the block to `y`.
+    Plain,
+    /// Evaluate the epilogue on the block in registers and store its
+    /// outputs (the accumulator itself only if it is a kernel output).
+    Fused(&'a Epilogue<'a, 'g>, Value, Value),
+}
+
+/// A conv epilogue evaluated on each output block in registers, the same
+/// per-point operations as [`super::elementwise::emit`] performs on the
+/// stored plane (so bitwise the same results), saving that second pass.
+pub(crate) struct Epilogue<'a, 'g> {
+    spec: &'a super::elementwise::EwSpec<'g>,
+}
+
+impl<'a, 'g> Epilogue<'a, 'g> {
+    /// `Some` when every value is f32 over an NCHW domain, every operand
+    /// read has unit or zero column stride, every output unit column
+    /// stride, and the one preset is the accumulator (plus an optional
+    /// scaled extra). With `overlap_ok` false (the last block of a row
+    /// overlaps the previous one, recomputing outputs), an operand read
+    /// from a buffer that is also written is refused.
+    pub fn new(spec: &'a super::elementwise::EwSpec<'g>, overlap_ok: bool) -> Option<Self> {
+        use dnnc_ir::DType;
+        if spec.domain.len() != 4 || spec.preset.len() != 1 {
+            return None;
+        }
+        let col_ok = |o: &super::elementwise::Operand| {
+            o.dtype == DType::F32 && o.strides.len() == 4 && o.strides[3] <= 1
+        };
+        let (_, _, extra) = &spec.preset[0];
+        let mut reads: Vec<&super::elementwise::Operand> = spec.inputs.values().collect();
+        if let Some((x, _)) = extra {
+            reads.push(x);
+        }
+        if !reads.iter().all(|o| col_ok(o)) {
+            return None;
+        }
+        if !spec
+            .outputs
+            .iter()
+            .all(|(_, o)| col_ok(o) && o.strides[3] == 1)
+        {
+            return None;
+        }
+        if !overlap_ok
+            && reads
+                .iter()
+                .any(|r| spec.outputs.iter().any(|(_, o)| o.arg == r.arg))
+        {
+            return None;
+        }
+        let f32_only = spec.nodes.iter().all(|&n| {
+            let node = spec.g.node(n);
+            !node.outputs.is_empty()
+                && node
+                    .outputs
+                    .iter()
+                    .all(|&v| spec.g.value(v).ty.dtype == DType::F32)
+                && super::elementwise::supports(&node.op)
+        });
+        f32_only.then_some(Epilogue { spec })
+    }
+
+    /// Element offset of point `idx` (n, channel, row, column) in `o`.
+    fn off(e: &mut Emit<'_>, o: &super::elementwise::Operand, idx: [Value; 4]) -> Value {
+        e.linear(None, &idx, &o.strides)
+    }
+
+    /// Loads `o` at `idx` as an f32x4 (splatted when its column stride
+    /// is 0).
+    fn load(e: &mut Emit<'_>, o: &super::elementwise::Operand, idx: [Value; 4]) -> Value {
+        let off = Self::off(e, o, idx);
+        let base = e.bufs[o.arg];
+        if o.strides[3] == 1 {
+            e.load_v(base, off)
+        } else {
+            let s = e.load_f32(base, off);
+            e.splat(s)
+        }
+    }
+
+    /// Evaluates the epilogue on accumulator block `acc` (four columns
+    /// from `idx`) and stores every kernel output there.
+    pub fn apply(&self, e: &mut Emit<'_>, acc: Value, idx: [Value; 4]) -> Result<(), String> {
+        use super::elementwise::{eval, Ev};
+        let spec = self.spec;
+        let mut vals = std::collections::HashMap::new();
+        let (v, _, extra) = &spec.preset[0];
+        let val = match extra {
+            Some((x, scale)) => {
+                let ex = Self::load(e, x, idx);
+                let ex = if *scale == 1.0 {
+                    ex
+                } else {
+                    let s = e.vf(*scale);
+                    e.b.ins().fmul(ex, s)
+                };
+                e.b.ins().fadd(acc, ex)
+            }
+            None => acc,
+        };
+        vals.insert(*v, Ev::F(val));
+        let mut loaded = std::collections::HashMap::new();
+        for &n in &spec.nodes {
+            let node = spec.g.node(n);
+            let mut args = Vec::with_capacity(node.inputs.len());
+            for (k, v) in node.inputs.iter().enumerate() {
+                let a = match vals.get(v) {
+                    Some(&a) => a,
+                    None => {
+                        let o = spec
+                            .inputs
+                            .get(&(n, k))
+                            .ok_or_else(|| format!("operand {k} has no source in the kernel"))?;
+                        match loaded.get(&(n, k)) {
+                            Some(&a) => a,
+                            None => {
+                                let a = Ev::F(Self::load(e, o, idx));
+                                loaded.insert((n, k), a);
+                                a
+                            }
+                        }
+                    }
+                };
+                args.push(a);
+            }
+            let out = eval(e, &node.op, &args)?;
+            vals.insert(node.outputs[0], out);
+        }
+        for (v, o) in &spec.outputs {
+            let Some(Ev::F(x)) = vals.get(v).copied() else {
+                return Err(format!(
+                    "output `%{}` is not an f32 value",
+                    spec.g.value(*v).name
+                ));
+            };
+            let off = Self::off(e, o, idx);
+            e.store_v(x, e.bufs[o.arg], off);
+        }
+        Ok(())
+    }
 }

@@ -369,7 +369,16 @@ fn pool(
             let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
             let nan = super::direct::nan_mask(e);
             pp.copy(e, x, xo, Some(nan));
-            pp.compute(e, y, yo, &super::direct::Combine::Max, 1, 2);
+            pp.compute(
+                e,
+                y,
+                yo,
+                &super::direct::Combine::Max,
+                1,
+                2,
+                &super::direct::Store::Plain,
+            )
+            .expect("plain stores cannot fail");
             let m = e.b.use_var(nan);
             let any = e.b.ins().vany_true(m);
             let slow = e.b.create_block();
