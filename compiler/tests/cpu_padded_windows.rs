@@ -1,6 +1,6 @@
 //! The padded-plane kernels (depthwise convolution and max pooling over a
 //! scratch copy of each plane with its padding written out): widths around
-//! the f32x4 and stride-2 copy tails, odd and asymmetric pads, ceil mode,
+//! the f32x4 and stride-2 copy tails and past the fully unrolled rows, odd and asymmetric pads, ceil mode,
 //! dilation, 5x5 windows, and max pooling with a NaN in only some planes
 //! (those planes take the exact fallback), against the interpreter.
 
@@ -26,7 +26,10 @@ const POOLS: [&str; 6] = [
 
 #[test]
 fn padded_max_pools_match_the_interpreter() {
-    for (wi, w) in [4usize, 5, 7, 8, 9, 15, 17, 23].into_iter().enumerate() {
+    for (wi, w) in [4usize, 5, 7, 8, 9, 15, 17, 23, 301]
+        .into_iter()
+        .enumerate()
+    {
         let shape = [2usize, 3, 9, w];
         let x = rand_f32(&shape, 40 + wi as u64, -3.0, 3.0);
         // A NaN in plane 1 only, an infinity in plane 4.
@@ -61,7 +64,7 @@ fn padded_depthwise_convs_match_the_interpreter() {
         ("[3,1,5,5]", "pads=[2,2,2,2], group=3"),
         ("[3,1,1,3]", "pads=[0,2,0,2], group=3"),
     ];
-    for (wi, w) in [4usize, 6, 7, 9, 14, 17].into_iter().enumerate() {
+    for (wi, w) in [4usize, 6, 7, 9, 14, 17, 301].into_iter().enumerate() {
         for (i, (ws, attrs)) in cases.iter().enumerate() {
             let src = format!(
                 "input %x: f32[2,3,8,{w}]\nparam %w: f32{ws} = he(seed={i})\nparam %b: f32[3] = uniform(low=-1, high=1, seed=9)\n%c = Conv2d(%x, %w, %b) {{{attrs}}}\n%y = Clip(%c) {{min=0, max=6}}\noutput %y"

@@ -167,17 +167,13 @@ impl PadPlane {
             if win.sw == 1 {
                 let dst = e.b.ins().iadd_imm_s(dst, (pl * 4) as i64);
                 let nv = w / 4;
-                if nv > 0 {
-                    let s = e.ci(0);
-                    let en = e.ci((nv * 16) as i64);
-                    e.for_range(s, en, 16, |e, o| {
-                        let sp = e.b.ins().iadd(src, o);
-                        let v = e.b.ins().load(F32X4, mem(), sp, 0);
-                        check(e, v, v);
-                        let dp = e.b.ins().iadd(dst, o);
-                        e.b.ins().store(mem(), v, dp, 0);
-                    });
-                }
+                counted(e, nv, 16, |e, o, d| {
+                    let sp = e.b.ins().iadd(src, o);
+                    let v = e.b.ins().load(F32X4, mem(), sp, d);
+                    check(e, v, v);
+                    let dp = e.b.ins().iadd(dst, o);
+                    e.b.ins().store(mem(), v, dp, d);
+                });
                 if w % 4 != 0 {
                     if w >= 4 {
                         let o = ((w - 4) * 4) as i32;
@@ -203,23 +199,19 @@ impl PadPlane {
                     e.b.ins()
                         .iadd_imm_s(dst, ((ph_o * l + pl.div_ceil(2)) * 4) as i64);
                 let n8 = w / 8;
-                if n8 > 0 {
-                    let s = e.ci(0);
-                    let en = e.ci((n8 * 16) as i64);
-                    e.for_range(s, en, 16, |e, o| {
-                        let so = e.b.ins().iadd(o, o);
-                        let sp = e.b.ins().iadd(src, so);
-                        let a = e.b.ins().load(F32X4, mem(), sp, 0);
-                        let b = e.b.ins().load(F32X4, mem(), sp, 16);
-                        check(e, a, b);
-                        let ev = shuffle(e, a, b, [0, 2, 4, 6]);
-                        let od = shuffle(e, a, b, [1, 3, 5, 7]);
-                        let p = e.b.ins().iadd(de, o);
-                        e.b.ins().store(mem(), ev, p, 0);
-                        let p = e.b.ins().iadd(dod, o);
-                        e.b.ins().store(mem(), od, p, 0);
-                    });
-                }
+                counted(e, n8, 16, |e, o, d| {
+                    let so = e.b.ins().iadd(o, o);
+                    let sp = e.b.ins().iadd(src, so);
+                    let a = e.b.ins().load(F32X4, mem(), sp, 2 * d);
+                    let b = e.b.ins().load(F32X4, mem(), sp, 2 * d + 16);
+                    check(e, a, b);
+                    let ev = shuffle(e, a, b, [0, 2, 4, 6]);
+                    let od = shuffle(e, a, b, [1, 3, 5, 7]);
+                    let p = e.b.ins().iadd(de, o);
+                    e.b.ins().store(mem(), ev, p, d);
+                    let p = e.b.ins().iadd(dod, o);
+                    e.b.ins().store(mem(), od, p, d);
+                });
                 for iw in n8 * 8..w {
                     let v = e.b.ins().load(F32, mem(), src, (iw * 4) as i32);
                     let vv = e.splat(v);
@@ -300,9 +292,8 @@ impl PadPlane {
         let main = nfull / u * u;
         let offs: Vec<usize> = (0..u).map(|k| k * 16).collect();
         let mut err: Option<String> = None;
-        let s = e.ci(0);
-        let en = e.ci((main * 16) as i64);
-        e.for_range(s, en, (u * 16) as i64, |e, qb| {
+        counted(e, main / u, (u * 16) as i32, |e, qb, d| {
+            let offs: Vec<usize> = offs.iter().map(|&o| o + d as usize).collect();
             if let Err(m) = self.block(e, pb, py, qb, rb, &offs, op, (r, out)) {
                 err.get_or_insert(m);
             }
@@ -376,7 +367,7 @@ impl PadPlane {
                         *a = Some(match (op, *a) {
                             (Combine::Fma(wv), Some(a)) => e.b.ins().fma(v, wv[i * win.kw + j], a),
                             (Combine::MulAdd(wv), Some(a)) => {
-                                let p = e.b.ins().fmul(v, wv[i * win.kw + j]);
+                                let p = e.b.ins().fmul(wv[i * win.kw + j], v);
                                 e.b.ins().fadd(a, p)
                             }
                             (_, Some(a)) => {
@@ -408,6 +399,30 @@ impl PadPlane {
             }
         }
         Ok(())
+    }
+}
+
+/// Most iterations [`counted`] unrolls completely.
+const UNROLL: usize = 32;
+
+/// `n` iterations of `body(e, o, d)` at byte offset `o + d`, `step` bytes
+/// apart: straight-line code with constant `d` (and `o` = 0) up to
+/// [`UNROLL`] iterations, so addresses are folded into displacements and
+/// the loop-invariant values are computed once (Cranelift does not hoist
+/// them out of these loops); a counted loop over `o` with `d` = 0 beyond.
+fn counted(e: &mut Emit<'_>, n: usize, step: i32, mut body: impl FnMut(&mut Emit<'_>, Value, i32)) {
+    if n == 0 {
+        return;
+    }
+    if n <= UNROLL {
+        let z = e.ci(0);
+        for k in 0..n {
+            body(e, z, k as i32 * step);
+        }
+    } else {
+        let s = e.ci(0);
+        let en = e.ci(n as i64 * step as i64);
+        e.for_range(s, en, step as i64, |e, o| body(e, o, 0));
     }
 }
 
