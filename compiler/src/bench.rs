@@ -168,7 +168,7 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
     let mut cells: Vec<[String; 6]> = Vec::new();
     let mut all_macs = 0u64;
     for (i, d) in rows {
-        let Some(step) = exe.steps.get(i) else {
+        let Some(step) = exe.steps().get(i) else {
             continue;
         };
         let w: u64 = step.nodes.iter().filter_map(|n| macs.get(n.as_str())).sum();
@@ -215,8 +215,8 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         out,
         "\nprofile of `{}` (cpu, {} thread{}): {} kernels, {:.3} ms in kernels, {:.1} GFLOP/s overall",
         g.name,
-        exe.parallel.threads(),
-        if exe.parallel.threads() == 1 { "" } else { "s" },
+        exe.threads(),
+        if exe.threads() == 1 { "" } else { "s" },
         times.len(),
         total_s * 1e3,
         2.0 * all_macs as f64 / total_s / 1e9

@@ -65,7 +65,7 @@ fn two_threads_are_bitwise_identical_to_one() {
     let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
     let one = exe.run(&x).unwrap();
     exe.set_threads(2).unwrap();
-    assert_eq!(exe.parallel.threads(), 2);
+    assert_eq!(exe.threads(), 2);
     let two = exe.run(&x).unwrap();
     assert_eq!(bits(&one), bits(&two));
     assert!(exe.set_threads(0).is_err());
