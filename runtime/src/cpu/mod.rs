@@ -999,7 +999,10 @@ pub(crate) mod tests {
                 .collect();
             for (i, r) in ranges.iter().enumerate() {
                 for s in &ranges[..i] {
-                    assert!(r == s || r.end <= s.start || s.end <= r.start, "{r:?} {s:?}");
+                    assert!(
+                        r == s || r.end <= s.start || s.end <= r.start,
+                        "{r:?} {s:?}"
+                    );
                 }
             }
         }
@@ -1050,15 +1053,9 @@ pub(crate) mod tests {
         let x = input();
         let mut two = x.clone();
         two.extend(x.clone());
-        assert!(matches!(
-            e.run(&two),
-            Err(RunError::DuplicateInput { .. })
-        ));
+        assert!(matches!(e.run(&two), Err(RunError::DuplicateInput { .. })));
         assert!(matches!(e.run(&[]), Err(RunError::MissingInput { .. })));
         let other = vec![("z".to_string(), x[0].1.clone())];
-        assert!(matches!(
-            e.run(&other),
-            Err(RunError::UnknownInput { .. })
-        ));
+        assert!(matches!(e.run(&other), Err(RunError::UnknownInput { .. })));
     }
 }

@@ -185,12 +185,7 @@ fn estimate(steps: &[&Step], p: usize) -> (u64, u64, usize) {
 
 /// The waves of `steps` with the decision for `threads` threads under
 /// `policy`, in execution order.
-pub fn waves(
-    steps: &[Step],
-    buffers: &[Buffer],
-    threads: usize,
-    policy: Concurrency,
-) -> Vec<Wave> {
+pub fn waves(steps: &[Step], buffers: &[Buffer], threads: usize, policy: Concurrency) -> Vec<Wave> {
     let level = levels(steps, buffers);
     let count = level.iter().map(|&l| l + 1).max().unwrap_or(0);
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); count];

@@ -40,10 +40,9 @@ pub(crate) fn kernel_work(g: &Graph, k: &Kernel, opts: &CpuOptions) -> (u64, u64
     let rank = out.shape.len();
     let dim = |i: usize| out.shape.get(i).copied().unwrap_or(1);
     let (m, n) = match &node.op {
-        Op::MatMul | Op::Gemm(_) if rank >= 1 => (
-            if rank >= 2 { dim(rank - 2) } else { 1 },
-            dim(rank - 1),
-        ),
+        Op::MatMul | Op::Gemm(_) if rank >= 1 => {
+            (if rank >= 2 { dim(rank - 2) } else { 1 }, dim(rank - 1))
+        }
         Op::Conv2d(c) => match contraction::algo_of(g, k, opts) {
             Some(ConvAlgo::Im2col | ConvAlgo::Pointwise) => {
                 (dim(1) / c.group.max(1), dim(2) * dim(3))
