@@ -1,5 +1,6 @@
 //! Interleaved A/B timing of how waves of independent kernels run:
 //! `cargo run --release -p dnnc-compiler --example concurrency_bench -- MODEL.onnx [THREADS] [ITERS]`
+//! (`input.npy` next to the model, else a fixed pseudo-random input)
 //! compiles the model once per policy (never, auto, always) and one
 //! thread, then times one `run` of each in turn per iteration, so load
 //! from other processes hits all of them alike. Prints medians and
@@ -18,8 +19,16 @@ fn main() {
     let threads: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2);
     let iters: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(30);
     let g = dnnc_compiler::load_model(std::path::Path::new(model)).expect("model");
+    let ty = g.value(g.inputs()[0]).ty.clone();
     let x = dnnc_ir::tensor::read_npy(&std::path::Path::new(model).with_file_name("input.npy"))
-        .expect("input.npy next to the model");
+        .unwrap_or_else(|_| {
+            // No input.npy: a fixed pseudo-random input of the declared shape.
+            let n = ty.numel();
+            let v: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                .collect();
+            dnnc_ir::Tensor::F32(ndarray::ArrayD::from_shape_vec(ty.shape.clone(), v).unwrap())
+        });
     let ins = vec![(g.value(g.inputs()[0]).name.clone(), x)];
     let mut exes = Vec::new();
     let one = compile_cpu(&g, &CpuOptions::default()).expect("compile");
