@@ -294,9 +294,10 @@ pub fn render_waves(exe: &Executable) -> String {
         .collect();
     let _ = writeln!(
         out,
-        "\nwaves of independent kernels ({} thread{}): {} of {} with several kernels run concurrently",
+        "\nwaves of independent kernels ({} thread{}, --concurrency {}): {} of {} with several kernels run concurrently",
         exe.threads(),
         if exe.threads() == 1 { "" } else { "s" },
+        format!("{:?}", exe.concurrency()).to_lowercase(),
         multi.iter().filter(|(_, w)| w.concurrent).count(),
         multi.len()
     );

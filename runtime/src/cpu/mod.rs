@@ -332,6 +332,11 @@ impl Executable {
         &self.prepared.waves
     }
 
+    /// The policy for concurrent waves ([`Executable::set_concurrency`]).
+    pub fn concurrency(&self) -> Concurrency {
+        self.concurrency
+    }
+
     /// Whether any wave runs its steps concurrently.
     pub fn has_concurrency(&self) -> bool {
         self.prepared.exec.iter().any(|w| w.concurrent)

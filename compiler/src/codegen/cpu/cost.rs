@@ -16,16 +16,43 @@ fn node_work(g: &Graph, n: NodeId) -> u64 {
     dnnc_passes::wd::node_cost(&node.op, &ins, &outs).pair().0
 }
 
-/// `(W, S)` of kernel `k`: `W` sums the W-D work of its nodes; `S` is the
+/// W-D work of a Conv2d node `n` lowered with `algo` (Winograd and FFT do
+/// less arithmetic than the direct count `node_cost` uses).
+fn conv_work(g: &Graph, n: NodeId, algo: Option<ConvAlgo>) -> Option<u64> {
+    let node = g.node(n);
+    let Op::Conv2d(c) = &node.op else {
+        return None;
+    };
+    let ty = |v: Option<&dnnc_ir::ValueId>| v.map(|&v| &g.value(v).ty);
+    let (Some(x), Some(w), Some(y)) = (
+        ty(node.inputs.first()),
+        ty(node.inputs.get(1)),
+        ty(node.outputs.first()),
+    ) else {
+        return None;
+    };
+    let shape = dnnc_passes::wd::ConvShape::from_types(c, x, w, y);
+    let cost = match algo? {
+        ConvAlgo::Winograd2 => shape.winograd(2).ok()?,
+        ConvAlgo::Winograd4 => shape.winograd(4).ok()?,
+        ConvAlgo::Fft => shape.fft().ok()?,
+        _ => shape.direct(),
+    };
+    Some(cost.work)
+}
+
+/// `(W, S)` of kernel `k`: `W` sums the W-D work of its nodes (a conv
+/// counted with the algorithm it is lowered with); `S` is the
 /// anchor's work when the anchor is one GEMM per image (and group) large
 /// enough for `dnnc_sgemm` to split on two threads (Gemm, MatMul, im2col
 /// and pointwise convolutions), else 0. Winograd's per-frequency GEMMs,
 /// FFT, direct and depthwise convolutions never split.
 pub(crate) fn kernel_work(g: &Graph, k: &Kernel, opts: &CpuOptions) -> (u64, u64) {
+    let algo = contraction::algo_of(g, k, opts);
     let w = k
         .nodes
         .iter()
-        .map(|&n| node_work(g, n))
+        .map(|&n| conv_work(g, n, algo).unwrap_or_else(|| node_work(g, n)))
         .fold(0u64, u64::saturating_add);
     let Some(a) = k.anchor else {
         return (w, 0);
@@ -43,7 +70,7 @@ pub(crate) fn kernel_work(g: &Graph, k: &Kernel, opts: &CpuOptions) -> (u64, u64
         Op::MatMul | Op::Gemm(_) if rank >= 1 => {
             (if rank >= 2 { dim(rank - 2) } else { 1 }, dim(rank - 1))
         }
-        Op::Conv2d(c) => match contraction::algo_of(g, k, opts) {
+        Op::Conv2d(c) => match algo {
             Some(ConvAlgo::Im2col | ConvAlgo::Pointwise) => {
                 (dim(1) / c.group.max(1), dim(2) * dim(3))
             }
