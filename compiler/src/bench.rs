@@ -1,12 +1,18 @@
 //! `dnnc bench` and `dnnc run --profile`: latency statistics and
 //! per-kernel profiles of the CPU backend, with throughput from the
 //! Work-Depth analysis (GFLOP/s = 2 x contraction MACs / time).
+//!
+//! `dnnc bench` times what a caller sees: each iteration is one
+//! `Executable::run` call, including the input validation and copy into
+//! the arena and the read-back of the outputs into new tensors. It also
+//! reports the per-run overhead beyond the kernels: the median run minus
+//! the median sum of kernel times over as many profiled runs.
 
 use crate::cli::PEAK_GFLOPS_PER_CORE;
 use crate::error::DnncError;
 use dnnc_ir::{Graph, OpClass, Tensor};
 use dnnc_passes::wd::{self, format_bytes};
-use dnnc_runtime::cpu::{Executable, StepTimes};
+use dnnc_runtime::cpu::{Concurrency, Executable, StepTimes};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -24,6 +30,8 @@ pub struct BenchConfig {
     pub cpu: bool,
     /// Code generator options (convolution algorithms) for the cpu backend.
     pub cpu_opts: crate::codegen::cpu::CpuOptions,
+    /// How waves of independent kernels run (cpu backend, threads > 1).
+    pub concurrency: Concurrency,
 }
 
 /// Latency statistics of timed runs.
@@ -79,7 +87,9 @@ pub fn bench(
     let mut text = String::new();
     let t0 = Instant::now();
     let exe = if cfg.cpu {
-        Some(crate::cli::compile_for_cpu(g, &cfg.cpu_opts, cfg.threads)?)
+        let mut e = crate::cli::compile_for_cpu(g, &cfg.cpu_opts, cfg.threads)?;
+        e.set_concurrency(cfg.concurrency);
+        Some(e)
     } else {
         None
     };
@@ -130,6 +140,40 @@ pub fn bench(
         cfg.threads
     );
     if let Some(e) = &exe {
+        // Per-run overhead: the same number of profiled runs, each summing
+        // its kernels' times.
+        let mut kernels = Vec::with_capacity(cfg.iters);
+        for _ in 0..cfg.iters {
+            let (_, t) = e.run_profiled(feeds)?;
+            kernels.push(t.iter().map(|s| s.2.as_secs_f64()).sum::<f64>());
+        }
+        let k = Latency::of(&kernels).median;
+        if e.has_concurrency() {
+            let _ = writeln!(
+                text,
+                "  kernels      {:.3} ms summed over {} kernels (median; concurrent waves overlap, so the sum exceeds the run)",
+                ms(k),
+                e.num_steps()
+            );
+        } else {
+            let _ = writeln!(
+                text,
+                "  overhead     {:.1} us per run beyond the kernels (median run {:.1} us - median kernel sum {:.1} us)",
+                (lat.median - k) * 1e6,
+                lat.median * 1e6,
+                k * 1e6
+            );
+        }
+        let multi = e.waves().iter().filter(|w| w.steps.len() > 1).count();
+        if cfg.threads > 1 {
+            let _ = writeln!(
+                text,
+                "  waves        {} of {} waves of independent kernels run concurrently ({:?}; `dnnc run --profile --threads N` lists them)",
+                e.waves().iter().filter(|w| w.concurrent).count(),
+                multi,
+                cfg.concurrency
+            );
+        }
         let m = e.memory();
         let _ = writeln!(
             text,
@@ -168,7 +212,7 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
     let mut cells: Vec<[String; 6]> = Vec::new();
     let mut all_macs = 0u64;
     for (i, d) in rows {
-        let Some(step) = exe.steps.get(i) else {
+        let Some(step) = exe.steps().get(i) else {
             continue;
         };
         let w: u64 = step.nodes.iter().filter_map(|n| macs.get(n.as_str())).sum();
@@ -215,17 +259,69 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         out,
         "\nprofile of `{}` (cpu, {} thread{}): {} kernels, {:.3} ms in kernels, {:.1} GFLOP/s overall",
         g.name,
-        exe.parallel.threads(),
-        if exe.parallel.threads() == 1 { "" } else { "s" },
+        exe.threads(),
+        if exe.threads() == 1 { "" } else { "s" },
         times.len(),
         total_s * 1e3,
         2.0 * all_macs as f64 / total_s / 1e9
     );
+    if exe.has_concurrency() {
+        out.push_str(
+            "  (kernels of concurrent waves ran at the same time: their times overlap, and the sum exceeds the run's wall time)\n",
+        );
+    }
     out.push_str(&line(&header.map(String::from)));
     out.push('\n');
     for r in &cells {
         out.push_str(&line(r));
         out.push('\n');
+    }
+    if exe.threads() > 1 {
+        out.push_str(&render_waves(exe));
+    }
+    out
+}
+
+/// The waves of independent kernels with the W-D estimates and decision
+/// (`dnnc run --profile --threads N`); single-kernel waves are left out.
+pub fn render_waves(exe: &Executable) -> String {
+    let mut out = String::new();
+    let multi: Vec<(usize, &dnnc_runtime::cpu::Wave)> = exe
+        .waves()
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w.steps.len() > 1)
+        .collect();
+    let _ = writeln!(
+        out,
+        "\nwaves of independent kernels ({} thread{}, --concurrency {}): {} of {} with several kernels run concurrently",
+        exe.threads(),
+        if exe.threads() == 1 { "" } else { "s" },
+        format!("{:?}", exe.concurrency()).to_lowercase(),
+        multi.iter().filter(|(_, w)| w.concurrent).count(),
+        multi.len()
+    );
+    out.push_str(
+        "  rule: concurrent iff T_conc < T_seq (W-D estimates in MAC-equivalent ops, see ARCHITECTURE.md)\n",
+    );
+    for (i, w) in multi {
+        let names: Vec<&str> = w
+            .steps
+            .iter()
+            .filter_map(|&j| exe.steps().get(j).map(|s| s.name.as_str()))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  wave {i:>3}  {:<28}  T_seq {:>12}  T_conc {:>12}  {}",
+            if w.concurrent {
+                format!("concurrent, {} thread(s) each", w.threads_per_step)
+            } else {
+                "sequential".to_string()
+            },
+            wd::format_thousands(w.est_sequential),
+            wd::format_thousands(w.est_concurrent),
+            names.join(", ")
+        );
     }
     out
 }

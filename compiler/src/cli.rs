@@ -43,6 +43,30 @@ pub struct ConvArgs {
     pub conv_algo_for: Vec<String>,
 }
 
+/// `--concurrency` of `dnnc run` and `dnnc bench`: how waves of
+/// independent kernels run with `--threads` above 1 (see ARCHITECTURE.md,
+/// "CPU backend").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum ConcurrencyArg {
+    /// The Work-Depth rule decides per wave.
+    #[default]
+    Auto,
+    /// Every wave of two or more kernels runs concurrently.
+    Always,
+    /// Kernels run one after another; only large GEMMs split.
+    Never,
+}
+
+impl From<ConcurrencyArg> for dnnc_runtime::cpu::Concurrency {
+    fn from(c: ConcurrencyArg) -> Self {
+        match c {
+            ConcurrencyArg::Auto => Self::Auto,
+            ConcurrencyArg::Always => Self::Always,
+            ConcurrencyArg::Never => Self::Never,
+        }
+    }
+}
+
 /// dnnc's subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -67,15 +91,22 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = threads_arg)]
         threads: usize,
         /// Print per-kernel times (cpu backend): share of the total, the
-        /// ops fused, conv algorithm and GFLOP/s.
+        /// ops fused, conv algorithm and GFLOP/s; with --threads above 1
+        /// also the waves of independent kernels and whether each runs
+        /// concurrently.
         #[arg(long)]
         profile: bool,
+        /// How waves of independent kernels run with --threads above 1.
+        #[arg(long, value_enum, default_value_t = ConcurrencyArg::Auto)]
+        concurrency: ConcurrencyArg,
         /// Convolution algorithm choices.
         #[command(flatten)]
         conv: ConvArgs,
     },
-    /// Time a model: median, min and max latency, GFLOP/s and % of peak,
-    /// peak activation bytes and compile time.
+    /// Time a model as a caller sees it — one `Executable::run` per
+    /// iteration, input copy and output read-back included: median, min
+    /// and max latency, GFLOP/s and % of peak, the per-run overhead beyond
+    /// the kernels, peak activation bytes and compile time.
     Bench {
         /// Model file (.dnn text model or .onnx).
         model: PathBuf,
@@ -98,6 +129,9 @@ pub enum Command {
         /// Execution backend.
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
+        /// How waves of independent kernels run with --threads above 1.
+        #[arg(long, value_enum, default_value_t = ConcurrencyArg::Auto)]
+        concurrency: ConcurrencyArg,
         /// Convolution algorithm choices.
         #[command(flatten)]
         conv: ConvArgs,
@@ -195,6 +229,7 @@ fn execute_command(
             backend,
             threads,
             profile,
+            concurrency,
             conv,
         } => {
             if backend == Backend::Interp && (threads != 1 || profile) {
@@ -213,7 +248,8 @@ fn execute_command(
                 Backend::Interp => dnnc_runtime::run(&g, &feeds)?,
                 Backend::Cpu => {
                     let opts = cpu_options(&g, &conv, notes)?;
-                    let exe = compile_for_cpu(&g, &opts, threads)?;
+                    let mut exe = compile_for_cpu(&g, &opts, threads)?;
+                    exe.set_concurrency(concurrency.into());
                     if profile {
                         // The first run pays page faults; profile a warm one.
                         exe.run(&feeds)?;
@@ -251,6 +287,7 @@ fn execute_command(
             warmup,
             iters,
             backend,
+            concurrency,
             conv,
         } => {
             if backend == Backend::Interp && threads != 1 {
@@ -267,6 +304,7 @@ fn execute_command(
                 warmup,
                 iters,
                 cpu: backend == Backend::Cpu,
+                concurrency: concurrency.into(),
                 cpu_opts: if backend == Backend::Cpu {
                     cpu_options(&g, &conv, notes)?
                 } else {

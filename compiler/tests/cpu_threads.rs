@@ -1,12 +1,15 @@
 //! Memory planning and multi-threaded execution of the CPU backend:
-//! in-place reuse still matches the interpreter, and 2 threads give
-//! bitwise the same results as 1 (GEMMs are split by output slices).
+//! in-place reuse still matches the interpreter, 2 threads give bitwise the
+//! same results as 1 (GEMMs are split by output slices; independent
+//! kernels run concurrently in waves), buffers of a concurrent wave never
+//! share memory, and one executable runs from several threads at once.
 
 mod cpu_common;
 
-use cpu_common::{check, check_with, rand_f32};
+use cpu_common::{check, check_with, rand_f32, shared_models};
 use dnnc_compiler::codegen::cpu::{compile_cpu, CpuOptions};
 use dnnc_ir::{Graph, Tensor};
+use dnnc_runtime::cpu::{Concurrency, Executable};
 use std::path::PathBuf;
 
 fn parse(body: &str) -> Graph {
@@ -65,7 +68,7 @@ fn two_threads_are_bitwise_identical_to_one() {
     let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
     let one = exe.run(&x).unwrap();
     exe.set_threads(2).unwrap();
-    assert_eq!(exe.parallel.threads(), 2);
+    assert_eq!(exe.threads(), 2);
     let two = exe.run(&x).unwrap();
     assert_eq!(bits(&one), bits(&two));
     assert!(exe.set_threads(0).is_err());
@@ -102,4 +105,140 @@ fn zoo_models_threads_and_memory() {
         );
         assert!(m.planned <= m.naive);
     }
+}
+
+/// Every pair of distinct buffers touched by one concurrent wave lies in
+/// disjoint arena bytes; returns how many concurrent waves were checked.
+fn assert_concurrent_waves_disjoint(exe: &Executable) -> usize {
+    let mut checked = 0;
+    for w in exe.waves().iter().filter(|w| w.concurrent) {
+        checked += 1;
+        let mut ranges: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+        for &j in &w.steps {
+            for &b in &exe.steps()[j].args {
+                if let Some(r) = exe.arena_range(b) {
+                    ranges.push((j, r));
+                }
+            }
+        }
+        for (i, (sj, r)) in ranges.iter().enumerate() {
+            for (tj, t) in &ranges[..i] {
+                // Buffers of the same step may alias (a view of its input);
+                // buffers of different steps must not share a byte, except
+                // the very same buffer read by both.
+                if sj != tj && r != t {
+                    assert!(
+                        r.end <= t.start || t.end <= r.start,
+                        "steps {sj} and {tj} of a concurrent wave overlap: {r:?} {t:?}"
+                    );
+                }
+            }
+        }
+    }
+    checked
+}
+
+fn inception_block() -> Graph {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/inception_block.dnn");
+    let src = std::fs::read_to_string(&path).unwrap();
+    dnnc_ir::text::parse(&src, "inception_block.dnn").unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+#[test]
+fn inception_branches_run_concurrently_and_bitwise_identical() {
+    let g = inception_block();
+    let x = vec![(
+        "input".to_string(),
+        rand_f32(&[1, 192, 28, 28], 11, -1.0, 1.0),
+    )];
+    check_with(&g, &x, 1e-4, 1e-4, &CpuOptions::default());
+    let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+    let one = exe.run(&x).unwrap();
+    let seq_mem = exe.memory();
+    exe.set_threads(2).unwrap();
+    // The four branch heads read only the input: one wave of four.
+    let widest = exe.waves().iter().map(|w| w.steps.len()).max().unwrap();
+    assert!(widest >= 4, "{:?}", exe.waves());
+    for policy in [Concurrency::Always, Concurrency::Auto, Concurrency::Never] {
+        exe.set_concurrency(policy);
+        match policy {
+            Concurrency::Always => assert!(exe.has_concurrency()),
+            Concurrency::Never => assert!(!exe.has_concurrency()),
+            Concurrency::Auto => {}
+        }
+        let two = exe.run(&x).unwrap();
+        assert_eq!(bits(&one), bits(&two), "{policy:?}");
+        let m = exe.memory();
+        assert!(m.planned >= m.lower_bound, "{m:?}");
+    }
+    exe.set_concurrency(Concurrency::Always);
+    assert!(assert_concurrent_waves_disjoint(&exe) >= 2);
+    // Concurrent waves keep more buffers live at once, never fewer.
+    assert!(exe.memory().lower_bound >= seq_mem.lower_bound);
+    let (r, times) = exe.run_profiled(&x).unwrap();
+    assert_eq!(bits(&one), bits(&r));
+    assert_eq!(times.len(), exe.num_steps());
+}
+
+#[test]
+fn one_executable_runs_from_several_threads_at_once() {
+    let g = inception_block();
+    let xs: Vec<Vec<(String, Tensor)>> = (0..3)
+        .map(|i| {
+            vec![(
+                "input".to_string(),
+                rand_f32(&[1, 192, 28, 28], 20 + i, -1.0, 1.0),
+            )]
+        })
+        .collect();
+    let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+    let want: Vec<Vec<u32>> = xs.iter().map(|x| bits(&exe.run(x).unwrap())).collect();
+    exe.set_threads(2).unwrap();
+    exe.set_concurrency(Concurrency::Always);
+    let exe = &exe;
+    std::thread::scope(|s| {
+        for (x, w) in xs.iter().zip(&want) {
+            s.spawn(move || {
+                for _ in 0..3 {
+                    assert_eq!(&bits(&exe.run(x).unwrap()), w);
+                }
+            });
+        }
+    });
+}
+
+/// GoogLeNet, SqueezeNet and ShuffleNet with every wave of independent
+/// kernels run concurrently (and with the W-D rule): bitwise equal to one
+/// thread, with disjoint memory inside each concurrent wave.
+#[test]
+#[ignore = "release-mode test on real models (CI runs it with --include-ignored)"]
+fn zoo_models_concurrent_waves_bitwise_identical() {
+    let Some(dirs) = shared_models() else {
+        return;
+    };
+    let wanted = ["googlenet", "squeezenet1_1", "shufflenet_v2_x1_0"];
+    let mut seen = 0;
+    for dir in dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        if !wanted.contains(&name.as_str()) {
+            continue;
+        }
+        seen += 1;
+        let g = dnnc_compiler::onnx::import_onnx_file(dir.join("model.onnx")).unwrap();
+        let x = dnnc_ir::tensor::read_npy(&dir.join("input.npy")).unwrap();
+        let ins = vec![(g.value(g.inputs()[0]).name.clone(), x)];
+        let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+        let one = exe.run(&ins).unwrap();
+        exe.set_threads(2).unwrap();
+        for policy in [Concurrency::Always, Concurrency::Auto] {
+            exe.set_concurrency(policy);
+            let two = exe.run(&ins).unwrap();
+            assert_eq!(bits(&one), bits(&two), "{name} {policy:?}");
+        }
+        exe.set_concurrency(Concurrency::Always);
+        assert!(exe.has_concurrency(), "{name}");
+        let waves = assert_concurrent_waves_disjoint(&exe);
+        println!("{name}: {waves} concurrent waves, {:?}", exe.memory());
+    }
+    assert_eq!(seen, wanted.len(), "models missing");
 }

@@ -16,21 +16,43 @@
 //!
 //! Buffers are 64-byte aligned. An executable is immutable after
 //! compilation, so one instance may run on many threads at once: every run
-//! gets fresh activation memory, and weights are only read.
+//! gets its own activation memory, and weights are only read.
+//!
+//! # What a run costs
+//!
+//! Everything that does not depend on the input data is computed once, in
+//! [`Executable::new`] and [`Executable::set_threads`]: the [`schedule`]
+//! (waves of independent steps and whether each runs concurrently), the
+//! arena plan, and every kernel's argument pointers as arena offsets or
+//! weight addresses. Each cached run state holds an arena with those
+//! pointers already resolved against it, so a run validates the inputs,
+//! copies them into the arena, calls the kernels through the prepared
+//! pointer arrays and copies the outputs out — no hashing, no planning and
+//! no allocation besides the output tensors.
+//!
+//! # Concurrency
+//!
+//! With several threads, a wave of independent steps runs concurrently
+//! on the pool when the Work-Depth rule in [`schedule`] says it is cheaper
+//! than running the steps one after another with their GEMMs split; the
+//! memory plan then treats every buffer of that wave as live for the whole
+//! wave, so concurrent kernels never share memory.
 
 mod alloc;
 pub mod fftconv;
 pub mod native;
 mod plan;
+pub mod schedule;
 
 pub use alloc::{AlignedBuf, Allocator, ArenaPlan, PerValueAllocator, TempInfo, ALIGN};
 pub use plan::GreedyPlanner;
+pub use schedule::{Concurrency, Wave};
 
 use crate::RunError;
 use dnnc_ir::{DType, Tensor, TensorType};
 use ndarray::{ArrayD, IxDyn};
 use std::any::Any;
-use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A generated kernel: reads and writes the buffers whose pointers `args`
@@ -100,6 +122,16 @@ pub struct Step {
     /// element of the output and reads the input nowhere else, so a
     /// planner may place the output over an input that dies here.
     pub inplace: Vec<(usize, usize)>,
+    /// Argument indices the kernel writes (its outputs and workspaces);
+    /// every other argument is only read. The scheduler orders steps by
+    /// these; empty means "every argument that is not a weight".
+    pub writes: Vec<usize>,
+    /// Work-Depth work `W` of the kernel (sum over its fused nodes, one op
+    /// per multiply-accumulate or element), for the concurrency decision.
+    pub work: u64,
+    /// The part of `work` done by GEMM calls large enough for
+    /// `dnnc_sgemm` to split across threads (see [`native::gemm_tasks`]).
+    pub split_work: u64,
 }
 
 /// A graph output: which buffer holds it and its type.
@@ -115,27 +147,30 @@ pub struct OutputSpec {
 
 /// A graph compiled to native code: compile once, run many times, from any
 /// number of threads.
+///
+/// Built by [`Executable::new`], which computes everything a run needs
+/// that does not depend on the input data — the schedule, the arena plan
+/// and every kernel's argument pointers relative to the arena — so a run
+/// only copies the inputs in, calls the kernels and copies the outputs out.
+/// The parts are read through accessors because the cached plan must stay
+/// consistent with them.
 pub struct Executable {
-    /// Graph name, for messages.
-    pub graph: String,
-    /// Graph inputs in declaration order.
-    pub inputs: Vec<(String, TensorType, BufId)>,
-    /// Graph outputs in order.
-    pub outputs: Vec<OutputSpec>,
-    /// Every buffer; aliases refer only to earlier ones.
-    pub buffers: Vec<Buffer>,
-    /// Kernel calls in execution order.
-    pub steps: Vec<Step>,
+    graph: String,
+    inputs: Vec<(String, TensorType, BufId)>,
+    outputs: Vec<OutputSpec>,
+    buffers: Vec<Buffer>,
+    steps: Vec<Step>,
     /// Keeps the generated code alive (e.g. the JIT module).
-    pub code: Arc<dyn Any + Send + Sync>,
-    /// Places activation memory; [`PerValueAllocator`] unless replaced.
-    pub allocator: Box<dyn Allocator>,
-    /// Arenas of finished runs, reused so repeated runs neither allocate
-    /// nor page-fault (kernels write every temp before reading it, so
-    /// stale contents are harmless).
-    pub arena_cache: std::sync::Mutex<Vec<AlignedBuf>>,
-    /// Threads a run may use ([`Executable::set_threads`]); one by default.
-    pub parallel: Parallel,
+    _code: Arc<dyn Any + Send + Sync>,
+    allocator: Box<dyn Allocator>,
+    parallel: Parallel,
+    concurrency: Concurrency,
+    prepared: Prepared,
+    /// Per-run state of finished runs (arena and resolved argument
+    /// pointers), reused so repeated runs neither allocate nor page-fault
+    /// (kernels write every temp before reading it, so stale contents are
+    /// harmless). Concurrent runs each take their own.
+    states: std::sync::Mutex<Vec<RunState>>,
 }
 
 /// The executable's worker threads: a persistent rayon pool, so runs do not
@@ -153,7 +188,7 @@ impl Parallel {
 }
 
 /// Activation memory of an executable, in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryReport {
     /// The arena the allocator plans: peak activation bytes per run.
     pub planned: usize,
@@ -164,6 +199,53 @@ pub struct MemoryReport {
     /// Temps that took over a dying input's memory in place.
     pub in_place: usize,
 }
+
+/// Where a buffer's memory is, independent of any one run.
+#[derive(Clone, Copy, Debug)]
+enum Loc {
+    /// At this byte offset in the run's arena.
+    Arena(usize),
+    /// At this fixed address (weights owned by the executable).
+    Fixed(usize),
+    /// Nowhere (a buffer no plan placed; never passed to a kernel).
+    Null,
+}
+
+/// Everything a run needs that depends only on the executable and its
+/// thread count: computed once by [`Executable::new`] and
+/// [`Executable::set_threads`].
+#[derive(Debug, Default)]
+struct Prepared {
+    /// Waves with the W-D decision, for reports.
+    waves: Vec<Wave>,
+    /// What runs, in order (see `schedule::execution_order`).
+    exec: Vec<Wave>,
+    memory: MemoryReport,
+    /// Bytes per arena: the temps, then the graph inputs.
+    arena_bytes: usize,
+    /// Location of every buffer.
+    loc: Vec<Loc>,
+    /// Arguments of step `j` are `args[arg_start[j]..arg_start[j + 1]]`.
+    arg_start: Vec<usize>,
+    args: Vec<Loc>,
+    /// Arena offset of each graph input, in declaration order.
+    input_offsets: Vec<usize>,
+}
+
+/// One run's memory: the arena and the argument pointers resolved against
+/// it (so a reused state needs no pointer arithmetic at all), plus slots
+/// for the return codes and times of concurrently run steps.
+struct RunState {
+    arena: AlignedBuf,
+    args: Vec<*mut u8>,
+    rcs: Vec<AtomicI32>,
+    nanos: Vec<AtomicU64>,
+}
+
+// SAFETY: the pointers address the state's own arena and the executable's
+// weights; a state is used by one run at a time (it is taken out of the
+// cache for the run), and the executable outlives it.
+unsafe impl Send for RunState {}
 
 impl std::fmt::Debug for Executable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -176,14 +258,107 @@ impl std::fmt::Debug for Executable {
 }
 
 impl Executable {
+    /// Assembles an executable from the code generator's parts and plans
+    /// its runs (one thread; see [`Executable::set_threads`]).
+    ///
+    /// `inputs` are the graph inputs in declaration order with their
+    /// buffers, `buffers` every buffer (aliases refer only to earlier
+    /// ones), `steps` the kernel calls in a valid order, `code` whatever
+    /// keeps the kernels' memory alive, `allocator` the arena placement.
+    pub fn new(
+        graph: String,
+        inputs: Vec<(String, TensorType, BufId)>,
+        outputs: Vec<OutputSpec>,
+        buffers: Vec<Buffer>,
+        steps: Vec<Step>,
+        code: Arc<dyn Any + Send + Sync>,
+        allocator: Box<dyn Allocator>,
+    ) -> Executable {
+        let mut e = Executable {
+            graph,
+            inputs,
+            outputs,
+            buffers,
+            steps,
+            _code: code,
+            allocator,
+            parallel: Parallel::default(),
+            concurrency: Concurrency::Auto,
+            prepared: Prepared::default(),
+            states: Default::default(),
+        };
+        e.prepare();
+        e
+    }
+
+    /// Graph name, for messages.
+    pub fn graph_name(&self) -> &str {
+        &self.graph
+    }
+
+    /// Graph inputs in declaration order: name, type, buffer.
+    pub fn inputs(&self) -> &[(String, TensorType, BufId)] {
+        &self.inputs
+    }
+
+    /// Graph outputs in order.
+    pub fn outputs(&self) -> &[OutputSpec] {
+        &self.outputs
+    }
+
+    /// Every buffer; aliases refer only to earlier ones.
+    pub fn buffers(&self) -> &[Buffer] {
+        &self.buffers
+    }
+
+    /// Kernel calls in compile order (the order one thread runs them in).
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
     /// Number of kernel calls per run.
     pub fn num_steps(&self) -> usize {
         self.steps.len()
     }
 
+    /// Threads runs use ([`Executable::set_threads`]); 1 by default.
+    pub fn threads(&self) -> usize {
+        self.parallel.threads()
+    }
+
+    /// The waves of independent steps and, for the current thread count,
+    /// whether each runs concurrently (see [`schedule`] for the rule).
+    pub fn waves(&self) -> &[Wave] {
+        &self.prepared.waves
+    }
+
+    /// The policy for concurrent waves ([`Executable::set_concurrency`]).
+    pub fn concurrency(&self) -> Concurrency {
+        self.concurrency
+    }
+
+    /// Whether any wave runs its steps concurrently.
+    pub fn has_concurrency(&self) -> bool {
+        self.prepared.exec.iter().any(|w| w.concurrent)
+    }
+
+    /// Byte range in a run's arena of buffer `b`'s memory (a temp or an
+    /// alias of one; `None` for inputs and weights), for checking the plan.
+    pub fn arena_range(&self, b: BufId) -> Option<std::ops::Range<usize>> {
+        let root = schedule::roots(&self.buffers)[b];
+        if !matches!(self.buffers[root].kind, BufferKind::Temp) {
+            return None;
+        }
+        match self.prepared.loc[b] {
+            Loc::Arena(off) => Some(off..off + self.buffers[b].bytes),
+            _ => None,
+        }
+    }
+
     /// Sets the number of threads runs use (a persistent pool of that many
-    /// workers; 1 runs on the caller's thread). Large GEMMs are split across
-    /// them when the W-D work pays for it; results do not change.
+    /// workers; 1 runs on the caller's thread) and re-plans: with several
+    /// threads, waves of independent steps run concurrently where the W-D
+    /// rule says it pays, and large GEMMs split. Results do not change.
     pub fn set_threads(&mut self, threads: usize) -> Result<(), String> {
         if threads == 0 {
             return Err("the thread count must be at least 1".into());
@@ -199,42 +374,134 @@ impl Executable {
                     .map_err(|e| format!("cannot start {threads} threads: {e}"))?,
             )
         };
+        self.prepare();
         Ok(())
     }
 
-    /// Peak activation bytes as planned by the executable's allocator,
-    /// against one buffer per temp and the live-set lower bound.
+    /// Overrides the W-D decision on concurrent waves (tests and
+    /// measurements) and re-plans.
+    pub fn set_concurrency(&mut self, policy: Concurrency) {
+        self.concurrency = policy;
+        self.prepare();
+    }
+
+    /// Replaces the arena placement (e.g. [`PerValueAllocator`] as the
+    /// no-reuse reference) and re-plans.
+    pub fn set_allocator(&mut self, allocator: Box<dyn Allocator>) {
+        self.allocator = allocator;
+        self.prepare();
+    }
+
+    /// Peak activation bytes as planned by the executable's allocator for
+    /// the current schedule, against one buffer per temp and the live-set
+    /// lower bound. Graph inputs are not activations and are not counted.
     pub fn memory(&self) -> MemoryReport {
-        let temps = self.temp_infos();
+        self.prepared.memory
+    }
+
+    /// Computes the schedule, the arena plan and the argument locations.
+    fn prepare(&mut self) {
+        let threads = self.parallel.threads();
+        let waves = schedule::waves(&self.steps, &self.buffers, threads, self.concurrency);
+        let exec = schedule::execution_order(self.steps.len(), &waves, threads);
+        let temps = self.temp_infos(&exec);
+        let plan = self.allocator.plan(&temps);
         let iv = plan::intervals(&temps);
-        let p = dnnc_ir::memplan::plan(&iv, ALIGN);
-        MemoryReport {
-            planned: self.allocator.plan(&temps).total_bytes,
+        let memory = MemoryReport {
+            planned: plan.total_bytes,
             naive: dnnc_ir::memplan::naive_bytes(&iv, ALIGN),
             lower_bound: dnnc_ir::memplan::lower_bound(&iv, ALIGN),
-            in_place: p.in_place,
+            in_place: dnnc_ir::memplan::plan(&iv, ALIGN).in_place,
+        };
+        let mut arena_bytes = plan.total_bytes.div_ceil(ALIGN) * ALIGN;
+        let mut input_offsets = Vec::with_capacity(self.inputs.len());
+        let mut input_at = vec![None; self.buffers.len()];
+        for (_, ty, b) in &self.inputs {
+            input_offsets.push(arena_bytes);
+            input_at[*b] = Some(arena_bytes);
+            arena_bytes += ty.size_bytes().div_ceil(ALIGN) * ALIGN;
+        }
+        let mut temp_at = vec![None; self.buffers.len()];
+        for (t, &off) in temps.iter().zip(&plan.offsets) {
+            temp_at[t.buf] = Some(off);
+        }
+        let mut loc = Vec::with_capacity(self.buffers.len());
+        for (i, b) in self.buffers.iter().enumerate() {
+            let l = match &b.kind {
+                BufferKind::Input { .. } => input_at[i].map_or(Loc::Null, Loc::Arena),
+                // Kernels never write weights (the code generator only
+                // passes them as operands), so sharing them across
+                // concurrent runs is sound.
+                BufferKind::Weight(w) => Loc::Fixed(w.as_ptr() as usize),
+                BufferKind::Temp => temp_at[i].map_or(Loc::Null, Loc::Arena),
+                BufferKind::Alias { of, offset } => match loc.get(*of) {
+                    Some(Loc::Arena(o)) => Loc::Arena(o + offset),
+                    Some(Loc::Fixed(a)) => Loc::Fixed(a + offset),
+                    _ => Loc::Null,
+                },
+            };
+            loc.push(l);
+        }
+        let mut arg_start = Vec::with_capacity(self.steps.len() + 1);
+        let mut args = Vec::new();
+        for s in &self.steps {
+            arg_start.push(args.len());
+            args.extend(s.args.iter().map(|&b| loc[b]));
+        }
+        arg_start.push(args.len());
+        self.prepared = Prepared {
+            waves,
+            exec,
+            memory,
+            arena_bytes,
+            loc,
+            arg_start,
+            args,
+            input_offsets,
+        };
+        // Cached states were laid out for the previous plan.
+        if let Ok(mut c) = self.states.lock() {
+            c.clear();
         }
     }
 
-    /// Lifetime information of every temp buffer, for the allocator.
-    fn temp_infos(&self) -> Vec<TempInfo> {
+    /// Lifetime information of every temp buffer for the allocator, in
+    /// units of the execution order `exec`: a sequential step is one time
+    /// slot, a concurrent wave one slot for all its steps, so every buffer
+    /// such a wave touches is live for the whole wave and no two of its
+    /// steps can share memory. In-place reuse is offered only for steps
+    /// that run alone.
+    fn temp_infos(&self, exec: &[Wave]) -> Vec<TempInfo> {
+        let root = schedule::roots(&self.buffers);
+        let mut slot = vec![0usize; self.steps.len()];
+        let mut alone = vec![true; self.steps.len()];
+        let mut t = 0usize;
+        for w in exec {
+            if w.concurrent {
+                for &j in &w.steps {
+                    slot[j] = t;
+                    alone[j] = false;
+                }
+                t += 1;
+            } else {
+                for &j in &w.steps {
+                    slot[j] = t;
+                    t += 1;
+                }
+            }
+        }
+        let end = t;
         let mut first = vec![usize::MAX; self.buffers.len()];
         let mut last = vec![0usize; self.buffers.len()];
-        let root = |mut b: BufId| {
-            while let BufferKind::Alias { of, .. } = self.buffers[b].kind {
-                b = of;
-            }
-            b
-        };
         for (i, s) in self.steps.iter().enumerate() {
             for &a in &s.args {
-                let r = root(a);
-                first[r] = first[r].min(i);
-                last[r] = last[r].max(i);
+                let r = root[a];
+                first[r] = first[r].min(slot[i]);
+                last[r] = last[r].max(slot[i]);
             }
         }
         for o in &self.outputs {
-            last[root(o.buf)] = self.steps.len();
+            last[root[o.buf]] = end;
         }
         let mut temps: Vec<TempInfo> = self
             .buffers
@@ -252,25 +519,28 @@ impl Executable {
         // In-place candidates: the input's root temp is read by no other
         // argument of the step, is reached without an offset and covers
         // the whole input; the planner checks that it dies at this step.
-        let index: HashMap<BufId, usize> =
-            temps.iter().enumerate().map(|(k, t)| (t.buf, k)).collect();
-        for s in &self.steps {
+        let mut index = vec![None; self.buffers.len()];
+        for (k, t) in temps.iter().enumerate() {
+            index[t.buf] = Some(k);
+        }
+        for (j, s) in self.steps.iter().enumerate() {
+            if !alone[j] {
+                continue;
+            }
             for &(ia, oa) in &s.inplace {
                 let (Some(&ib), Some(&ob)) = (s.args.get(ia), s.args.get(oa)) else {
                     continue;
                 };
-                let r = root(ib);
+                let r = root[ib];
                 let whole = match self.buffers[ib].kind {
                     BufferKind::Temp => true,
-                    BufferKind::Alias { of, offset } => {
-                        offset == 0 && of == r && self.buffers[ib].bytes == self.buffers[r].bytes
+                    BufferKind::Alias { offset, .. } => {
+                        offset == 0 && self.buffers[ib].bytes == self.buffers[r].bytes
                     }
                     _ => false,
                 };
-                let alone = s.args.iter().filter(|&&a| root(a) == r).count() == 1;
-                if let (true, true, Some(&d), Some(&t)) =
-                    (whole, alone, index.get(&r), index.get(&ob))
-                {
+                let single = s.args.iter().filter(|&&a| root[a] == r).count() == 1;
+                if let (true, true, Some(d), Some(t)) = (whole, single, index[r], index[ob]) {
                     if temps[d].bytes >= temps[t].bytes && temps[t].reuse.is_none() {
                         temps[t].reuse = Some(d);
                     }
@@ -284,27 +554,36 @@ impl Executable {
     /// name, each with exactly its declared type) and returns the graph
     /// outputs in order. Errors are the interpreter's [`RunError`]s.
     pub fn run(&self, inputs: &[(String, Tensor)]) -> Result<Vec<Tensor>, RunError> {
-        self.run_inner(inputs, None)
+        self.run_inner(inputs, false).map(|(out, _)| out)
     }
 
     /// [`Executable::run`] that also reports each step's name, op and wall
-    /// time, for profiling.
+    /// time, indexed like [`Executable::steps`]. Steps of a concurrent
+    /// wave overlap in time, so their sum can exceed the run's wall time.
     pub fn run_profiled(
         &self,
         inputs: &[(String, Tensor)],
     ) -> Result<(Vec<Tensor>, StepTimes), RunError> {
-        let mut times = Vec::with_capacity(self.steps.len());
-        let out = self.run_inner(inputs, Some(&mut times))?;
+        let (out, state_nanos) = self.run_inner(inputs, true)?;
+        let times = self
+            .steps
+            .iter()
+            .zip(state_nanos)
+            .map(|(s, ns)| {
+                (
+                    s.name.clone(),
+                    s.op.clone(),
+                    std::time::Duration::from_nanos(ns),
+                )
+            })
+            .collect();
         Ok((out, times))
     }
 
-    fn run_inner(
-        &self,
-        inputs: &[(String, Tensor)],
-        times: Option<&mut StepTimes>,
-    ) -> Result<Vec<Tensor>, RunError> {
-        let mut provided: HashMap<&str, &Tensor> = HashMap::new();
-        for (name, t) in inputs {
+    /// Checks `inputs` against the graph inputs: the tensor for each, in
+    /// declaration order.
+    fn match_inputs(&self, inputs: &[(String, Tensor)]) -> Result<(), RunError> {
+        for (i, (name, _)) in inputs.iter().enumerate() {
             if !self.inputs.iter().any(|(n, _, _)| n == name) {
                 let known: Vec<&str> = self.inputs.iter().map(|(n, _, _)| n.as_str()).collect();
                 return Err(RunError::UnknownInput {
@@ -313,14 +592,15 @@ impl Executable {
                     known: known.join(", "),
                 });
             }
-            if provided.insert(name.as_str(), t).is_some() {
+            if inputs[..i].iter().any(|(n, _)| n == name) {
                 return Err(RunError::DuplicateInput { name: name.clone() });
             }
         }
-        let mut input_bufs: HashMap<BufId, AlignedBuf> = HashMap::new();
-        for (name, ty, buf) in &self.inputs {
-            let t = provided
-                .get(name.as_str())
+        for (name, ty, _) in &self.inputs {
+            let t = inputs
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, t)| t)
                 .ok_or_else(|| RunError::MissingInput {
                     name: name.clone(),
                     expected: ty.clone(),
@@ -332,127 +612,207 @@ impl Executable {
                     found: t.ty(),
                 });
             }
-            input_bufs.insert(*buf, AlignedBuf::from_tensor(t));
         }
-
-        let temps = self.temp_infos();
-        let plan = self.allocator.plan(&temps);
-        let cached = self.arena_cache.lock().ok().and_then(|mut c| {
-            let i = c.iter().position(|a| a.len() >= plan.total_bytes)?;
-            Some(c.swap_remove(i))
-        });
-        let mut arena = cached.unwrap_or_else(|| AlignedBuf::zeroed(plan.total_bytes));
-        let base = arena.as_mut_ptr();
-        let mut temp_offset: HashMap<BufId, usize> = HashMap::new();
-        for (t, &off) in temps.iter().zip(&plan.offsets) {
-            temp_offset.insert(t.buf, off);
-        }
-        let mut ptrs: Vec<*mut u8> = Vec::with_capacity(self.buffers.len());
-        for (i, b) in self.buffers.iter().enumerate() {
-            let p = match &b.kind {
-                BufferKind::Input { .. } => match input_bufs.get_mut(&i) {
-                    Some(buf) => buf.as_mut_ptr(),
-                    None => std::ptr::null_mut(),
-                },
-                // Kernels never write weights (the code generator only
-                // passes them as operands), so sharing them across
-                // concurrent runs is sound.
-                BufferKind::Weight(w) => w.as_ptr() as *mut u8,
-                BufferKind::Temp => {
-                    let off = temp_offset.get(&i).copied().unwrap_or(0);
-                    // SAFETY: the plan places every temp inside the arena.
-                    unsafe { base.add(off) }
-                }
-                BufferKind::Alias { of, offset } => {
-                    let root = ptrs.get(*of).copied().unwrap_or(std::ptr::null_mut());
-                    if root.is_null() {
-                        std::ptr::null_mut()
-                    } else {
-                        // SAFETY: aliases stay inside the aliased buffer.
-                        unsafe { root.add(*offset) }
-                    }
-                }
-            };
-            ptrs.push(p);
-        }
-
-        let threads = self.parallel.threads();
-        let run = SendRun {
-            exe: self,
-            ptrs: &ptrs,
-            times,
-        };
-        match &self.parallel.pool {
-            Some(pool) => pool.install(move || native::with_threads(threads, move || run.go()))?,
-            None => run.go()?,
-        }
-
-        let mut out = Vec::with_capacity(self.outputs.len());
-        for o in &self.outputs {
-            let p = ptrs[o.buf];
-            if p.is_null() {
-                return Err(RunError::Output {
-                    name: o.name.clone(),
-                });
-            }
-            // SAFETY: the buffer holds exactly `o.ty` in row-major order.
-            out.push(unsafe { tensor_from_ptr(p, &o.ty) });
-        }
-        if let Ok(mut c) = self.arena_cache.lock() {
-            c.push(arena);
-        }
-        Ok(out)
+        Ok(())
     }
 
-    /// Runs every step on the buffers at `ptrs`.
-    fn exec_steps(
+    /// A run state from the cache, or a fresh one for this plan.
+    fn take_state(&self) -> RunState {
+        if let Some(s) = self.states.lock().ok().and_then(|mut c| c.pop()) {
+            return s;
+        }
+        let p = &self.prepared;
+        let mut arena = AlignedBuf::zeroed(p.arena_bytes);
+        let base = arena.as_mut_ptr();
+        let args = p
+            .args
+            .iter()
+            .map(|l| match *l {
+                // SAFETY: the plan places every buffer inside the arena.
+                Loc::Arena(off) => unsafe { base.add(off) },
+                Loc::Fixed(a) => a as *mut u8,
+                Loc::Null => std::ptr::null_mut(),
+            })
+            .collect();
+        RunState {
+            arena,
+            args,
+            rcs: (0..self.steps.len()).map(|_| AtomicI32::new(0)).collect(),
+            nanos: (0..self.steps.len()).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn run_inner(
         &self,
-        ptrs: &[*mut u8],
-        mut times: Option<&mut StepTimes>,
-    ) -> Result<(), RunError> {
-        let mut args: Vec<*mut u8> = Vec::new();
-        for s in &self.steps {
-            args.clear();
-            args.extend(s.args.iter().map(|&b| ptrs[b]));
-            let t0 = times.as_ref().map(|_| std::time::Instant::now());
-            // SAFETY: the code generator sized every buffer for the value
-            // it holds and generated `func` for exactly these arguments.
-            let rc = unsafe { (s.func)(args.as_ptr()) };
-            if let (Some(t), Some(t0)) = (times.as_deref_mut(), t0) {
-                t.push((s.name.clone(), s.op.clone(), t0.elapsed()));
+        inputs: &[(String, Tensor)],
+        profile: bool,
+    ) -> Result<(Vec<Tensor>, Vec<u64>), RunError> {
+        self.match_inputs(inputs)?;
+        let mut state = self.take_state();
+        let p = &self.prepared;
+        let base = state.arena.as_mut_ptr();
+        for ((name, _, _), &off) in self.inputs.iter().zip(&p.input_offsets) {
+            if let Some((_, t)) = inputs.iter().find(|(n, _)| n == name) {
+                // SAFETY: the arena reserves the input's declared size at
+                // `off`, and `match_inputs` checked the tensor has that type.
+                unsafe { write_tensor(t, base.add(off)) };
             }
-            if rc != 0 {
-                let message = usize::try_from(rc - 1)
-                    .ok()
-                    .and_then(|k| s.errors.get(k))
-                    .cloned()
-                    .unwrap_or_else(|| format!("kernel failed with code {rc}"));
-                return Err(RunError::Op {
-                    node: s.name.clone(),
-                    op: s.op.clone(),
-                    message,
-                });
+        }
+        let ctx = RunCtx {
+            exe: self,
+            args: &state.args,
+            rcs: &state.rcs,
+            nanos: profile.then_some(&state.nanos[..]),
+        };
+        let result = match &self.parallel.pool {
+            Some(pool) => {
+                let threads = self.parallel.threads();
+                pool.install(|| native::with_threads(threads, || ctx.exec()))
+            }
+            None => ctx.exec(),
+        };
+        let out = result.and_then(|()| {
+            let mut out = Vec::with_capacity(self.outputs.len());
+            for o in &self.outputs {
+                let ptr = match p.loc[o.buf] {
+                    // SAFETY: inside the arena, as planned.
+                    Loc::Arena(off) => unsafe { base.add(off) as *const u8 },
+                    Loc::Fixed(a) => a as *const u8,
+                    Loc::Null => {
+                        return Err(RunError::Output {
+                            name: o.name.clone(),
+                        })
+                    }
+                };
+                // SAFETY: the buffer holds exactly `o.ty` in row-major order.
+                out.push(unsafe { tensor_from_ptr(ptr, &o.ty) });
+            }
+            Ok(out)
+        });
+        let nanos = if profile {
+            state
+                .nanos
+                .iter()
+                .map(|n| n.load(Ordering::Relaxed))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if let Ok(mut c) = self.states.lock() {
+            c.push(state);
+        }
+        out.map(|o| (o, nanos))
+    }
+
+    /// The error of step `j` returning `rc != 0`.
+    fn op_error(&self, j: usize, rc: i32) -> RunError {
+        let s = &self.steps[j];
+        let message = usize::try_from(rc - 1)
+            .ok()
+            .and_then(|k| s.errors.get(k))
+            .cloned()
+            .unwrap_or_else(|| format!("kernel failed with code {rc}"));
+        RunError::Op {
+            node: s.name.clone(),
+            op: s.op.clone(),
+            message,
+        }
+    }
+}
+
+/// One run's view of its state, shared by the pool threads of a
+/// concurrent wave.
+struct RunCtx<'a> {
+    exe: &'a Executable,
+    args: &'a [*mut u8],
+    rcs: &'a [AtomicI32],
+    nanos: Option<&'a [AtomicU64]>,
+}
+
+// SAFETY: the pointers address the run's arena and the executable's
+// weights, which outlive the run; steps that run at the same time touch
+// disjoint arena memory (the planner keeps every buffer of a concurrent
+// wave live for the whole wave) and only read weights.
+unsafe impl Sync for RunCtx<'_> {}
+
+impl RunCtx<'_> {
+    /// Calls step `j`, recording its time when profiling.
+    fn call(&self, j: usize) -> i32 {
+        let p = &self.exe.prepared;
+        let args = self.args[p.arg_start[j]..].as_ptr();
+        let t0 = self.nanos.map(|_| std::time::Instant::now());
+        // SAFETY: the code generator sized every buffer for the value it
+        // holds and generated `func` for exactly these arguments.
+        let rc = unsafe { (self.exe.steps[j].func)(args) };
+        if let (Some(n), Some(t0)) = (self.nanos, t0) {
+            n[j].store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        rc
+    }
+
+    /// Runs every wave in order; the first failing step (in step order
+    /// within a concurrent wave) is the error.
+    fn exec(&self) -> Result<(), RunError> {
+        for w in &self.exe.prepared.exec {
+            if !w.concurrent {
+                for &j in &w.steps {
+                    let rc = self.call(j);
+                    if rc != 0 {
+                        return Err(self.exe.op_error(j, rc));
+                    }
+                }
+                continue;
+            }
+            let q = w.threads_per_step;
+            rayon::scope(|sc| {
+                for &j in &w.steps[1..] {
+                    sc.spawn(move |_| {
+                        let rc = native::with_threads(q, || self.call(j));
+                        self.rcs[j].store(rc, Ordering::Relaxed);
+                    });
+                }
+                let j = w.steps[0];
+                let rc = native::with_threads(q, || self.call(j));
+                self.rcs[j].store(rc, Ordering::Relaxed);
+            });
+            for &j in &w.steps {
+                let rc = self.rcs[j].load(Ordering::Relaxed);
+                if rc != 0 {
+                    return Err(self.exe.op_error(j, rc));
+                }
             }
         }
         Ok(())
     }
 }
 
-/// One run's steps, moved onto a pool thread.
-struct SendRun<'a> {
-    exe: &'a Executable,
-    ptrs: &'a [*mut u8],
-    times: Option<&'a mut StepTimes>,
-}
-
-// SAFETY: the pointers address the run's arena, inputs and the
-// executable's weights, all of which outlive the run; the caller waits for
-// the pool to finish before touching them again.
-unsafe impl Send for SendRun<'_> {}
-
-impl SendRun<'_> {
-    fn go(self) -> Result<(), RunError> {
-        self.exe.exec_steps(self.ptrs, self.times)
+/// Writes `t`'s elements in row-major order at `dst` (bool as one byte).
+///
+/// # Safety
+/// `dst` must point to `t.ty().size_bytes()` writable bytes.
+unsafe fn write_tensor(t: &Tensor, dst: *mut u8) {
+    match t {
+        Tensor::F32(a) => match a.as_slice() {
+            Some(s) => std::ptr::copy_nonoverlapping(s.as_ptr() as *const u8, dst, s.len() * 4),
+            None => {
+                for (i, v) in a.iter().enumerate() {
+                    (dst as *mut f32).add(i).write_unaligned(*v);
+                }
+            }
+        },
+        Tensor::I64(a) => match a.as_slice() {
+            Some(s) => std::ptr::copy_nonoverlapping(s.as_ptr() as *const u8, dst, s.len() * 8),
+            None => {
+                for (i, v) in a.iter().enumerate() {
+                    (dst as *mut i64).add(i).write_unaligned(*v);
+                }
+            }
+        },
+        Tensor::Bool(a) => {
+            for (i, v) in a.iter().enumerate() {
+                *dst.add(i) = *v as u8;
+            }
+        }
     }
 }
 
@@ -479,5 +839,228 @@ unsafe fn tensor_from_ptr(p: *const u8, ty: &TensorType) -> Tensor {
                 .collect();
             Tensor::Bool(ArrayD::from_shape_vec(shape, v).expect("shape matches numel"))
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    const N: usize = 4096;
+
+    /// Does nothing (for schedule tests).
+    pub(crate) unsafe extern "C" fn nop(_: *const *mut u8) -> i32 {
+        0
+    }
+
+    unsafe extern "C" fn add_one(a: *const *mut u8) -> i32 {
+        let (x, y) = (*a as *const f32, *a.add(1) as *mut f32);
+        for i in 0..N {
+            *y.add(i) = *x.add(i) + 1.0;
+        }
+        0
+    }
+
+    unsafe extern "C" fn double(a: *const *mut u8) -> i32 {
+        let (x, y) = (*a as *const f32, *a.add(1) as *mut f32);
+        for i in 0..N {
+            *y.add(i) = *x.add(i) * 2.0;
+        }
+        0
+    }
+
+    unsafe extern "C" fn sum2(a: *const *mut u8) -> i32 {
+        let (x, y, z) = (
+            *a as *const f32,
+            *a.add(1) as *const f32,
+            *a.add(2) as *mut f32,
+        );
+        for i in 0..N {
+            *z.add(i) = *x.add(i) + *y.add(i);
+        }
+        0
+    }
+
+    unsafe extern "C" fn fails(_: *const *mut u8) -> i32 {
+        1
+    }
+
+    /// Two independent chains joined at the end:
+    /// `y = ((x + 1) + 1) + 2 (2 x)`; steps 0/1 and 2/3 are independent.
+    /// `bad` makes step 3 report an error.
+    fn diamond(bad: bool) -> Executable {
+        let ty = TensorType::f32(vec![N]);
+        let temp = |name: &str| Buffer {
+            name: name.into(),
+            bytes: N * 4,
+            kind: BufferKind::Temp,
+        };
+        let buffers = vec![
+            Buffer {
+                name: "x".into(),
+                bytes: N * 4,
+                kind: BufferKind::Input { name: "x".into() },
+            },
+            temp("a"),
+            temp("b"),
+            temp("c"),
+            temp("d"),
+            temp("y"),
+        ];
+        let step = |name: &str, func: KernelFn, args: Vec<BufId>| Step {
+            name: name.into(),
+            op: "Test".into(),
+            func,
+            writes: vec![args.len() - 1],
+            args,
+            errors: vec!["step failed on purpose".into()],
+            nodes: vec![name.into()],
+            algo: None,
+            inplace: Vec::new(),
+            work: 100 * native::TASK_OVERHEAD_MACS,
+            split_work: 0,
+        };
+        let steps = vec![
+            step("a", add_one, vec![0, 1]),
+            step("b", double, vec![0, 2]),
+            step("c", add_one, vec![1, 3]),
+            step("d", if bad { fails } else { double }, vec![2, 4]),
+            step("y", sum2, vec![3, 4, 5]),
+        ];
+        Executable::new(
+            "diamond".into(),
+            vec![("x".into(), ty.clone(), 0)],
+            vec![OutputSpec {
+                name: "y".into(),
+                buf: 5,
+                ty,
+            }],
+            buffers,
+            steps,
+            Arc::new(()),
+            Box::new(GreedyPlanner),
+        )
+    }
+
+    fn input() -> Vec<(String, Tensor)> {
+        let x: Vec<f32> = (0..N).map(|i| (i as f32 * 0.37).sin()).collect();
+        vec![(
+            "x".into(),
+            Tensor::F32(ArrayD::from_shape_vec(IxDyn(&[N]), x).unwrap()),
+        )]
+    }
+
+    fn expected() -> Vec<u32> {
+        (0..N)
+            .map(|i| {
+                let x = (i as f32 * 0.37).sin();
+                (((x + 1.0) + 1.0) + (x * 2.0) * 2.0).to_bits()
+            })
+            .collect()
+    }
+
+    fn bits(t: &[Tensor]) -> Vec<u32> {
+        match &t[0] {
+            Tensor::F32(a) => a.iter().map(|v| v.to_bits()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn independent_steps_form_waves_and_run_concurrently() {
+        let mut e = diamond(false);
+        let one = e.run(&input()).unwrap();
+        assert_eq!(bits(&one), expected());
+        assert!(!e.has_concurrency());
+        e.set_threads(2).unwrap();
+        let w: Vec<(Vec<usize>, bool)> = e
+            .waves()
+            .iter()
+            .map(|w| (w.steps.clone(), w.concurrent))
+            .collect();
+        assert_eq!(
+            w,
+            vec![(vec![0, 1], true), (vec![2, 3], true), (vec![4], false)]
+        );
+        assert!(e.has_concurrency());
+        assert_eq!(bits(&e.run(&input()).unwrap()), expected());
+        e.set_concurrency(Concurrency::Never);
+        assert!(!e.has_concurrency());
+        assert_eq!(bits(&e.run(&input()).unwrap()), expected());
+    }
+
+    #[test]
+    fn buffers_of_a_concurrent_wave_never_overlap() {
+        let mut e = diamond(false);
+        let sequential = e.memory();
+        e.set_threads(2).unwrap();
+        e.set_concurrency(Concurrency::Always);
+        for w in e.waves().iter().filter(|w| w.concurrent) {
+            let ranges: Vec<std::ops::Range<usize>> = w
+                .steps
+                .iter()
+                .flat_map(|&j| e.steps()[j].args.iter())
+                .filter_map(|&b| e.arena_range(b))
+                .collect();
+            for (i, r) in ranges.iter().enumerate() {
+                for s in &ranges[..i] {
+                    assert!(
+                        r == s || r.end <= s.start || s.end <= r.start,
+                        "{r:?} {s:?}"
+                    );
+                }
+            }
+        }
+        // One thread overlaps a/b-style temps the concurrent plan cannot.
+        assert!(e.memory().planned >= sequential.planned);
+        assert!(e.memory().planned >= e.memory().lower_bound);
+    }
+
+    #[test]
+    fn one_executable_runs_on_several_threads_at_once() {
+        let mut e = diamond(false);
+        e.set_threads(2).unwrap();
+        let e = &e;
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        assert_eq!(bits(&e.run(&input()).unwrap()), expected());
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn errors_and_profiles_of_concurrent_steps() {
+        let mut e = diamond(true);
+        e.set_threads(2).unwrap();
+        assert!(e.has_concurrency());
+        match e.run(&input()) {
+            Err(RunError::Op { node, message, .. }) => {
+                assert_eq!(node, "d");
+                assert_eq!(message, "step failed on purpose");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut e = diamond(false);
+        e.set_threads(2).unwrap();
+        let (out, times) = e.run_profiled(&input()).unwrap();
+        assert_eq!(bits(&out), expected());
+        let names: Vec<&str> = times.iter().map(|t| t.0.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "d", "y"]);
+    }
+
+    #[test]
+    fn input_errors_match_the_interpreter() {
+        let e = diamond(false);
+        let x = input();
+        let mut two = x.clone();
+        two.extend(x.clone());
+        assert!(matches!(e.run(&two), Err(RunError::DuplicateInput { .. })));
+        assert!(matches!(e.run(&[]), Err(RunError::MissingInput { .. })));
+        let other = vec![("z".to_string(), x[0].1.clone())];
+        assert!(matches!(e.run(&other), Err(RunError::UnknownInput { .. })));
     }
 }

@@ -13,6 +13,7 @@
 
 mod contraction;
 mod convt;
+mod cost;
 mod direct;
 mod einsum;
 mod elementwise;
@@ -420,6 +421,13 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let ops: Vec<&str> = k.nodes.iter().map(|&n| g.node(n).op.name()).collect();
             let inplace = inplace_pairs(g, k, &kctx.arg_of);
             let algo = contraction::algo_of(g, k, opts).map(|a| format!("{a:?}").to_lowercase());
+            let (work, split_work) = cost::kernel_work(g, k, opts);
+            let mut writes: Vec<usize> = k
+                .outputs
+                .iter()
+                .filter_map(|v| kctx.arg_of.get(v).copied())
+                .collect();
+            writes.extend(&kctx.ws);
             pending.push((
                 fid,
                 Step {
@@ -431,6 +439,9 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                     nodes: k.nodes.iter().map(|&n| node_label(g, n)).collect(),
                     algo,
                     inplace,
+                    writes,
+                    work,
+                    split_work,
                 },
             ));
         }
@@ -467,17 +478,15 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             ty: g.value(v).ty.clone(),
         });
     }
-    Ok(Executable {
-        graph: g.name.clone(),
+    Ok(Executable::new(
+        g.name.clone(),
         inputs,
         outputs,
         buffers,
         steps,
-        code: Arc::new(JitCode(Mutex::new(Some(module)))),
-        allocator: Box::new(GreedyPlanner),
-        arena_cache: Default::default(),
-        parallel: Default::default(),
-    })
+        Arc::new(JitCode(Mutex::new(Some(module)))),
+        Box::new(GreedyPlanner),
+    ))
 }
 
 /// Argument pairs `(input, output)` an elementwise kernel may run in

@@ -1,0 +1,271 @@
+//! The compile-time schedule of an executable's steps: *waves* of steps
+//! with no dependencies among them, and per wave the Work-Depth decision
+//! whether its steps run concurrently on the thread pool or one after
+//! another with intra-op splitting.
+//!
+//! # Dependencies
+//!
+//! Two steps depend on each other when they touch the same buffer (aliases
+//! resolved to the buffer they view) and at least one of them writes it
+//! ([`Step::writes`]): read-after-write, write-after-read and
+//! write-after-write all order them. Weights are never written, so sharing
+//! them creates no dependency. A step's wave is its ASAP level (one more
+//! than the latest wave it depends on); a step that depends on no step
+//! (it reads only inputs and weights) goes as late as possible instead
+//! (one wave before its first consumer), so it does not hold memory from
+//! the start of the run.
+//!
+//! # The W-D rule
+//!
+//! With `p` threads, `O =` [`TASK_OVERHEAD_MACS`] and per step its work
+//! `W` and the part `S <= W` done by GEMMs that `dnnc_sgemm` splits
+//! ([`Step::work`], [`Step::split_work`]), a step on `q` threads takes
+//! `t(q) = (W - S) + S / s + O (s - 1)` with `s = min(q, max(1, S / 8O))`
+//! slices (the rule of [`super::native::gemm_tasks`]). A wave of `k >= 2`
+//! steps costs
+//!
+//! - sequentially: `T_seq = Σ t_i(p)` (each step splits its own GEMMs);
+//! - concurrently: each step gets `q = max(1, p / k)` threads and the steps
+//!   are spread over `p / q` workers longest first; `T_conc` is that
+//!   makespan plus `O (k - 1)` for handing `k - 1` steps to other threads.
+//!
+//! It runs concurrently iff `T_conc < T_seq`. Work counts one op per
+//! multiply-accumulate or element as in the W-D model (`dnnc-passes::wd`);
+//! steps of one wave are independent, so the order they finish in cannot
+//! change any result.
+
+use super::native::TASK_OVERHEAD_MACS;
+use super::{BufId, Buffer, BufferKind, Step};
+
+/// How waves of several independent steps are run (with more than one
+/// thread; one thread always runs the steps in compile order).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Concurrency {
+    /// The W-D rule decides per wave (the default).
+    #[default]
+    Auto,
+    /// Every wave of two or more steps runs concurrently, whatever the
+    /// estimate says (for tests and measurements).
+    Always,
+    /// No wave runs concurrently: steps run in compile order and only
+    /// GEMMs split across threads.
+    Never,
+}
+
+/// A set of steps with no dependencies among them, and how it runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wave {
+    /// Step indices, ascending.
+    pub steps: Vec<usize>,
+    /// Whether the steps run concurrently on the pool.
+    pub concurrent: bool,
+    /// Threads each step may split its GEMMs over: the run's thread count
+    /// for a sequential wave, `max(1, p / k)` for a concurrent one.
+    pub threads_per_step: usize,
+    /// W-D estimate of running the steps one after another (MAC-equivalent
+    /// ops, see the module docs).
+    pub est_sequential: u64,
+    /// W-D estimate of running them concurrently.
+    pub est_concurrent: u64,
+}
+
+/// The buffer each buffer's memory belongs to (aliases followed).
+pub(crate) fn roots(buffers: &[Buffer]) -> Vec<BufId> {
+    let mut r: Vec<BufId> = (0..buffers.len()).collect();
+    for (i, b) in buffers.iter().enumerate() {
+        if let BufferKind::Alias { of, .. } = b.kind {
+            // Aliases refer only to earlier buffers, already resolved.
+            r[i] = r.get(of).copied().unwrap_or(of);
+        }
+    }
+    r
+}
+
+/// Whether step `s` writes its argument `a`. A step that declares no
+/// writes is taken to write every argument that is not a weight.
+fn writes(s: &Step, a: usize, buffers: &[Buffer]) -> bool {
+    if s.writes.is_empty() {
+        !matches!(buffers[s.args[a]].kind, BufferKind::Weight(_))
+    } else {
+        s.writes.contains(&a)
+    }
+}
+
+/// The wave index of every step (see the module docs).
+pub(crate) fn levels(steps: &[Step], buffers: &[Buffer]) -> Vec<usize> {
+    let root = roots(buffers);
+    let n = steps.len();
+    let mut last_writer: Vec<Option<usize>> = vec![None; buffers.len()];
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); buffers.len()];
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (j, s) in steps.iter().enumerate() {
+        let mut deps = Vec::new();
+        for (a, &b) in s.args.iter().enumerate() {
+            let r = root[b];
+            if matches!(buffers[r].kind, BufferKind::Weight(_)) {
+                continue;
+            }
+            deps.extend(last_writer[r]);
+            if writes(s, a, buffers) {
+                deps.extend(readers[r].iter().copied().filter(|&i| i != j));
+            }
+        }
+        for (a, &b) in s.args.iter().enumerate() {
+            let r = root[b];
+            if matches!(buffers[r].kind, BufferKind::Weight(_)) {
+                continue;
+            }
+            if writes(s, a, buffers) {
+                last_writer[r] = Some(j);
+                readers[r].clear();
+            } else if !readers[r].contains(&j) {
+                readers[r].push(j);
+            }
+        }
+        deps.retain(|&i| i != j);
+        deps.sort_unstable();
+        deps.dedup();
+        preds[j] = deps;
+    }
+    let mut level = vec![0usize; n];
+    for j in 0..n {
+        level[j] = preds[j].iter().map(|&i| level[i] + 1).max().unwrap_or(0);
+    }
+    // Steps without predecessors: as late as their first consumer allows.
+    let mut first_consumer = vec![usize::MAX; n];
+    for j in 0..n {
+        for &i in &preds[j] {
+            first_consumer[i] = first_consumer[i].min(level[j]);
+        }
+    }
+    for j in 0..n {
+        if preds[j].is_empty() && first_consumer[j] != usize::MAX {
+            level[j] = first_consumer[j].saturating_sub(1);
+        }
+    }
+    level
+}
+
+/// W-D time of a step of work `w`, `s` of it splittable GEMM work, on `q`
+/// threads (module docs).
+fn step_time(w: u64, s: u64, q: usize) -> u64 {
+    let s = s.min(w);
+    let slices = if q <= 1 {
+        1
+    } else {
+        (q as u64).min((s / (8 * TASK_OVERHEAD_MACS)).max(1))
+    };
+    (w - s) + s / slices + TASK_OVERHEAD_MACS * (slices - 1)
+}
+
+/// `(T_seq, T_conc, threads per step)` of running `steps` on `p` threads.
+fn estimate(steps: &[&Step], p: usize) -> (u64, u64, usize) {
+    let k = steps.len().max(1);
+    let seq = steps
+        .iter()
+        .map(|s| step_time(s.work, s.split_work, p))
+        .fold(0u64, u64::saturating_add);
+    let q = (p / k).max(1);
+    let workers = (p / q).max(1);
+    let mut times: Vec<u64> = steps
+        .iter()
+        .map(|s| step_time(s.work, s.split_work, q))
+        .collect();
+    times.sort_unstable_by(|a, b| b.cmp(a));
+    let mut load = vec![0u64; workers];
+    for t in times {
+        if let Some(min) = load.iter_mut().min() {
+            *min = min.saturating_add(t);
+        }
+    }
+    let makespan = load.into_iter().max().unwrap_or(0);
+    let conc = makespan.saturating_add(TASK_OVERHEAD_MACS * (k as u64 - 1));
+    (seq, conc, q)
+}
+
+/// The waves of `steps` with the decision for `threads` threads under
+/// `policy`, in execution order.
+pub fn waves(steps: &[Step], buffers: &[Buffer], threads: usize, policy: Concurrency) -> Vec<Wave> {
+    let level = levels(steps, buffers);
+    let count = level.iter().map(|&l| l + 1).max().unwrap_or(0);
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); count];
+    for (j, &l) in level.iter().enumerate() {
+        members[l].push(j);
+    }
+    members
+        .into_iter()
+        .filter(|m| !m.is_empty())
+        .map(|m| {
+            let ss: Vec<&Step> = m.iter().map(|&j| &steps[j]).collect();
+            let (seq, conc, q) = estimate(&ss, threads);
+            let concurrent = threads > 1
+                && m.len() > 1
+                && match policy {
+                    Concurrency::Auto => conc < seq,
+                    Concurrency::Always => true,
+                    Concurrency::Never => false,
+                };
+            Wave {
+                steps: m,
+                concurrent,
+                threads_per_step: if concurrent { q } else { threads.max(1) },
+                est_sequential: seq,
+                est_concurrent: conc,
+            }
+        })
+        .collect()
+}
+
+/// The order steps actually run in: the waves when any of them is
+/// concurrent, else every step alone in compile order (so a run without
+/// concurrency places memory exactly as with one thread).
+pub(crate) fn execution_order(steps: usize, waves: &[Wave], threads: usize) -> Vec<Wave> {
+    if waves.iter().any(|w| w.concurrent) {
+        return waves.to_vec();
+    }
+    (0..steps)
+        .map(|j| Wave {
+            steps: vec![j],
+            concurrent: false,
+            threads_per_step: threads.max(1),
+            est_sequential: 0,
+            est_concurrent: 0,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_work_stays_sequential_large_independent_work_runs_concurrently() {
+        let o = TASK_OVERHEAD_MACS;
+        let step = |w: u64, s: u64| Step {
+            name: String::new(),
+            op: String::new(),
+            func: crate::cpu::tests::nop,
+            args: Vec::new(),
+            errors: Vec::new(),
+            nodes: Vec::new(),
+            algo: None,
+            inplace: Vec::new(),
+            writes: Vec::new(),
+            work: w,
+            split_work: s,
+        };
+        // Tiny steps: the hand-off overhead dominates.
+        let (a, b) = (step(1000, 0), step(1000, 0));
+        let (seq, conc, _) = estimate(&[&a, &b], 2);
+        assert!(conc >= seq);
+        // Unsplittable large steps: concurrency halves the time.
+        let (a, b) = (step(100 * o, 0), step(100 * o, 0));
+        let (seq, conc, q) = estimate(&[&a, &b], 2);
+        assert!(conc < seq && q == 1, "{seq} {conc}");
+        // A large splittable GEMM next to a small step: splitting the GEMM
+        // beats running the two side by side.
+        let (a, b) = (step(200 * o, 200 * o), step(o, 0));
+        let (seq, conc, _) = estimate(&[&a, &b], 2);
+        assert!(conc >= seq, "{seq} {conc}");
+    }
+}
