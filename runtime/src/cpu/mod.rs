@@ -21,6 +21,7 @@
 mod alloc;
 pub mod fftconv;
 pub mod native;
+pub mod pgemm;
 mod plan;
 
 pub use alloc::{AlignedBuf, Allocator, ArenaPlan, PerValueAllocator, TempInfo, ALIGN};
