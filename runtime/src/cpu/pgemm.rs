@@ -838,7 +838,7 @@ mod tests {
     fn header_mismatch_is_an_error() {
         let a = vec![1f32; 6 * 5];
         let pa = pack_a(6, 5, &a, 5, 1, 1.0);
-        let b = vec![1f32; 5 * 3];
+        let b = [1f32; 5 * 3];
         let mut c = vec![7f32; 6 * 3];
         let call = |pa: &AlignedBuf, m: usize, k: usize, c: &mut [f32]| unsafe {
             dnnc_sgemm_packed(
