@@ -117,6 +117,11 @@ fn packed_len(kern: Kernel, m: usize, k: usize) -> usize {
     m.div_ceil(kern.mr()) * kern.mr() * k
 }
 
+/// Bytes of a buffer [`pack_a`] makes for an `m x k` A (header included).
+pub fn packed_bytes(m: usize, k: usize) -> usize {
+    (HEADER + packed_len(Kernel::best(), m, k)) * 4
+}
+
 /// Packs `alpha * A` (`m x k`, element `(i, j)` at `a[i*a_rs + j*a_cs]`)
 /// for [`Kernel::best`]: done once per weight at compile time.
 pub fn pack_a(m: usize, k: usize, a: &[f32], a_rs: usize, a_cs: usize, alpha: f32) -> AlignedBuf {
