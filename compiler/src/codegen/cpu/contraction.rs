@@ -687,7 +687,16 @@ fn lower_matmul(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<(), String> {
         match ap {
             // A weight A (m x k, no batch), the same packed buffer for every
             // batch of B.
-            Some(ap) => sgemm_packed(e, (m, n, k), ap, pb, (n as i64, 1), po, (n as i64, 1), false),
+            Some(ap) => sgemm_packed(
+                e,
+                (m, n, k),
+                ap,
+                pb,
+                (n as i64, 1),
+                po,
+                (n as i64, 1),
+                false,
+            ),
             None => sgemm(
                 e,
                 (m, n, k),

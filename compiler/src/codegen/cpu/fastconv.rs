@@ -185,7 +185,10 @@ pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
         })
         .collect();
     let offs: Vec<usize> = (0..geo.g * a * a).map(|b| b * mg * cg).collect();
-    vec![pack_blocks((mg, cg), &u, &offs, (cg, 1), 1.0), i64_buf(&tiles)]
+    vec![
+        pack_blocks((mg, cg), &u, &offs, (cg, 1), 1.0),
+        i64_buf(&tiles),
+    ]
 }
 
 /// `sum_k coef[k] * xs[k]` on f32x4 values: zero coefficients skipped,
