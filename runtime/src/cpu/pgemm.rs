@@ -31,9 +31,6 @@ pub const KC: usize = 256;
 /// while every A panel of the block streams past it.
 const NC: usize = 1024;
 
-/// Rows of A per L2 block (rounded to whole panels).
-const MC: usize = 840;
-
 /// Header length in f32 slots (64 bytes, so panels stay 64-byte aligned).
 const HEADER: usize = 16;
 
@@ -331,7 +328,6 @@ impl Gemm {
             // 64-byte aligned start inside the scratch.
             let off = s.as_ptr().align_offset(64).min(16);
             let bp = s.as_mut_ptr().add(off);
-            let mcp = (MC / mr).max(1);
             for jc in cols.clone().step_by(NC) {
                 let nc = NC.min(cols.end - jc);
                 let npn = nc.div_ceil(nr);
@@ -340,14 +336,15 @@ impl Gemm {
                     self.pack_b(bp, k0, kc, jc, nc, nr);
                     let first = k0 == 0 && !self.acc;
                     let ablk = self.a.add(k0 * mp);
-                    for ic in panels.clone().step_by(mcp) {
-                        let ie = (ic + mcp).min(panels.end);
+                    // Each A panel (L1) meets every B panel of the block
+                    // (L2), so A streams from memory once per block.
+                    for p in panels.clone() {
+                        let rows = mr.min(self.m - p * mr);
                         for jp in 0..npn {
                             let j = jc + jp * nr;
                             let ncols = nr.min(cols.end - j);
                             let bpan = bp.add(jp * kc * nr);
-                            for p in ic..ie {
-                                let rows = mr.min(self.m - p * mr);
+                            {
                                 let cp = self
                                     .c
                                     .offset((p * mr) as isize * self.c_rs + j as isize * self.c_cs);
@@ -525,6 +522,9 @@ mod x86 {
     use super::{store_tile, KC};
     use std::arch::x86_64::*;
 
+    /// Software prefetch distance along packed A, in floats.
+    const A_PREFETCH: usize = 512;
+
     /// AVX-512F `14 x 32` micro-kernel: per k, two B vectors and 14
     /// broadcast A elements feed 28 FMAs into 28 zmm accumulators.
     #[target_feature(enable = "avx512f")]
@@ -542,6 +542,9 @@ mod x86 {
         let mut c1 = [_mm512_setzero_ps(); MR];
         let (mut a, mut b) = (a, b);
         for _ in 0..kc {
+            // A streams from memory for large weights: fetch ~4 KiB ahead
+            // (the next panels follow contiguously) so it overlaps compute.
+            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
             let b0 = _mm512_load_ps(b);
             let b1 = _mm512_load_ps(b.add(16));
             for r in 0..MR {
@@ -601,6 +604,7 @@ mod x86 {
         let mut c1 = [_mm256_setzero_ps(); MR];
         let (mut a, mut b) = (a, b);
         for _ in 0..kc {
+            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
             let b0 = _mm256_load_ps(b);
             let b1 = _mm256_load_ps(b.add(8));
             for r in 0..MR {
