@@ -305,6 +305,11 @@ struct Gemm {
 // C, all of which outlive the scope.
 unsafe impl Sync for Gemm {}
 
+/// Whether full-width panels of a row-major B are read in place instead
+/// of packed: the same speed within noise on every `gemm_bench` shape
+/// (B comes from L2 either way), and it saves the copy.
+const DIRECT_B: bool = true;
+
 thread_local! {
     /// Per-thread B packing scratch (grown on demand, never shrunk).
     static BPACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -333,7 +338,13 @@ impl Gemm {
                 let npn = nc.div_ceil(nr);
                 for k0 in (0..self.k).step_by(KC) {
                     let kc = KC.min(self.k - k0);
-                    self.pack_b(bp, k0, kc, jc, nc, nr);
+                    // Full-width panels of a row-major B are read in place;
+                    // only the N tail (or a strided B) is packed.
+                    let direct = self.b_cs == 1 && DIRECT_B;
+                    let packed_from = if direct { nc / nr * nr } else { 0 };
+                    if packed_from < nc {
+                        self.pack_b(bp, k0, kc, jc + packed_from, nc - packed_from, nr);
+                    }
                     let first = k0 == 0 && !self.acc;
                     let ablk = self.a.add(k0 * mp);
                     // Each A panel (L1) meets every B panel of the block
@@ -343,7 +354,14 @@ impl Gemm {
                         for jp in 0..npn {
                             let j = jc + jp * nr;
                             let ncols = nr.min(cols.end - j);
-                            let bpan = bp.add(jp * kc * nr);
+                            let (bpan, ldb) = if jp * nr >= packed_from {
+                                (bp.add((jp - packed_from / nr) * kc * nr) as *const f32, nr)
+                            } else {
+                                (
+                                    self.b.offset(k0 as isize * self.b_rs + j as isize),
+                                    self.b_rs as usize,
+                                )
+                            };
                             {
                                 let cp = self
                                     .c
@@ -352,7 +370,7 @@ impl Gemm {
                                     self.kern,
                                     kc,
                                     ablk.add(p * kc * mr),
-                                    bpan,
+                                    (bpan, ldb),
                                     cp,
                                     (rows, ncols),
                                     (self.c_rs, self.c_cs),
@@ -457,7 +475,7 @@ unsafe fn micro(
     kern: Kernel,
     kc: usize,
     a: *const f32,
-    b: *const f32,
+    b: (*const f32, usize),
     c: *mut f32,
     dims: (usize, usize),
     cs: (isize, isize),
@@ -495,7 +513,7 @@ unsafe fn store_tile(
 unsafe fn micro_portable(
     kc: usize,
     a: *const f32,
-    b: *const f32,
+    (b, ldb): (*const f32, usize),
     c: *mut f32,
     dims: (usize, usize),
     cs: (isize, isize),
@@ -505,7 +523,7 @@ unsafe fn micro_portable(
     const NR: usize = 8;
     let mut acc = [[0f32; NR]; MR];
     for kk in 0..kc {
-        let bv: [f32; NR] = std::ptr::read_unaligned(b.add(kk * NR) as *const [f32; NR]);
+        let bv: [f32; NR] = std::ptr::read_unaligned(b.add(kk * ldb) as *const [f32; NR]);
         for (r, row) in acc.iter_mut().enumerate() {
             let av = *a.add(kk * MR + r);
             for (x, &bj) in row.iter_mut().zip(&bv) {
@@ -531,7 +549,7 @@ mod x86 {
     pub(super) unsafe fn micro_avx512(
         kc: usize,
         a: *const f32,
-        b: *const f32,
+        (b, ldb): (*const f32, usize),
         c: *mut f32,
         (rows, cols): (usize, usize),
         (c_rs, c_cs): (isize, isize),
@@ -545,15 +563,15 @@ mod x86 {
             // A streams from memory for large weights: fetch ~4 KiB ahead
             // (the next panels follow contiguously) so it overlaps compute.
             _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
-            let b0 = _mm512_load_ps(b);
-            let b1 = _mm512_load_ps(b.add(16));
+            let b0 = _mm512_loadu_ps(b);
+            let b1 = _mm512_loadu_ps(b.add(16));
             for r in 0..MR {
                 let ar = _mm512_set1_ps(*a.add(r));
                 c0[r] = _mm512_fmadd_ps(ar, b0, c0[r]);
                 c1[r] = _mm512_fmadd_ps(ar, b1, c1[r]);
             }
             a = a.add(MR);
-            b = b.add(32);
+            b = b.add(ldb);
         }
         if c_cs == 1 {
             let m0: __mmask16 = if cols >= 16 {
@@ -593,7 +611,7 @@ mod x86 {
     pub(super) unsafe fn micro_avx2(
         kc: usize,
         a: *const f32,
-        b: *const f32,
+        (b, ldb): (*const f32, usize),
         c: *mut f32,
         (rows, cols): (usize, usize),
         (c_rs, c_cs): (isize, isize),
@@ -605,15 +623,15 @@ mod x86 {
         let (mut a, mut b) = (a, b);
         for _ in 0..kc {
             _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
-            let b0 = _mm256_load_ps(b);
-            let b1 = _mm256_load_ps(b.add(8));
+            let b0 = _mm256_loadu_ps(b);
+            let b1 = _mm256_loadu_ps(b.add(8));
             for r in 0..MR {
                 let ar = _mm256_broadcast_ss(&*a.add(r));
                 c0[r] = _mm256_fmadd_ps(ar, b0, c0[r]);
                 c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
             }
             a = a.add(MR);
-            b = b.add(16);
+            b = b.add(ldb);
         }
         if c_cs == 1 && cols == 16 {
             for r in 0..rows {

@@ -854,12 +854,23 @@ fn conv_gemm(
                 None => gemm_a(e, (mg, p, kk), a, xg, (p as i64, 1), yg, (p as i64, 1)),
                 Some(col) => {
                     let full = geo.oh / rows * rows;
-                    let chunk = |e: &mut Emit<'_>, r0: Value, rows: usize| {
+                    // Pack, GEMM, then the epilogue on the chunk while its
+                    // outputs are still in cache.
+                    let mut chunk = |e: &mut Emit<'_>, r0: Value, rows: usize| {
                         im2col_rows(e, geo, xg, col, cg, r0, rows);
                         let yo = e.b.ins().imul_imm_s(r0, geo.ow as i64);
                         let yc = at(e, yg, yo);
                         let nc = rows * geo.ow;
                         gemm_a(e, (mg, nc, kk), a, col, (nc as i64, 1), yc, (p as i64, 1));
+                        if let Some(spec) = spec {
+                            let sub = SubDomain {
+                                starts: vec![Some(n), Some(m0), Some(r0), None],
+                                lens: vec![1, mg, rows, geo.ow],
+                            };
+                            if let Err(m) = elementwise::emit(e, spec, &sub) {
+                                err.get_or_insert(m);
+                            }
+                        }
                     };
                     if full > 0 {
                         let s0 = e.ci(0);
@@ -870,6 +881,7 @@ fn conv_gemm(
                         let r0 = e.ci(full as i64);
                         chunk(e, r0, geo.oh - full);
                     }
+                    return;
                 }
             }
             if let Err(m) = tile_epilogue(e, spec, n, m0, mg) {
@@ -959,8 +971,26 @@ pub(crate) fn copy_run(
         }
         _ => 0,
     };
-    if v_end > 0 {
+    // Four vectors per iteration, addresses computed once (immediate
+    // offsets), then single vectors.
+    let u_end = v_end / 16 * 16;
+    if u_end > 0 {
         let s = e.ci(0);
+        let en = e.ci(u_end as i64);
+        e.for_range(s, en, 16, |e, j| {
+            let t = e.b.ins().imul_imm_s(j, stride as i64);
+            let si = e.b.ins().iadd(s0, t);
+            let sp = e.addr(src, si, 4);
+            let di = e.b.ins().iadd(d0, j);
+            let dp = e.addr(dst, di, 4);
+            for u in 0..4 {
+                let v = e.load_strided4(sp, 4 * u * stride, stride);
+                e.b.ins().store(super::emit::mem(), v, dp, (16 * u) as i32);
+            }
+        });
+    }
+    if v_end > u_end {
+        let s = e.ci(u_end as i64);
         let en = e.ci(v_end as i64);
         e.for_range(s, en, 4, |e, j| {
             let v = if stride == 1 {
