@@ -6,6 +6,9 @@
 //! micro-kernel's panel order and [`dnnc_sgemm_packed`] only packs the
 //! activation operand B per call.
 //!
+//! B is read in place where it is row-major (full-width panels), else
+//! packed per call into 64-byte aligned thread-local scratch.
+//!
 //! Packed A: a 64-byte header (magic, kernel id, `MR`, `KC`, `m`, `k`,
 //! data length) followed by, for each block of `KC` columns of A and each
 //! panel of `MR` rows (the last zero-padded), the `kc x MR` panel stored
@@ -340,7 +343,7 @@ impl Gemm {
                     let kc = KC.min(self.k - k0);
                     // Full-width panels of a row-major B are read in place;
                     // only the N tail (or a strided B) is packed.
-                    let direct = self.b_cs == 1 && DIRECT_B;
+                    let direct = DIRECT_B && self.b_cs == 1 && self.b_rs > 0;
                     let packed_from = if direct { nc / nr * nr } else { 0 };
                     if packed_from < nc {
                         self.pack_b(bp, k0, kc, jc + packed_from, nc - packed_from, nr);
@@ -362,21 +365,19 @@ impl Gemm {
                                     self.b_rs as usize,
                                 )
                             };
-                            {
-                                let cp = self
-                                    .c
-                                    .offset((p * mr) as isize * self.c_rs + j as isize * self.c_cs);
-                                micro(
-                                    self.kern,
-                                    kc,
-                                    ablk.add(p * kc * mr),
-                                    (bpan, ldb),
-                                    cp,
-                                    (rows, ncols),
-                                    (self.c_rs, self.c_cs),
-                                    first,
-                                );
-                            }
+                            let cp = self
+                                .c
+                                .offset((p * mr) as isize * self.c_rs + j as isize * self.c_cs);
+                            micro(
+                                self.kern,
+                                kc,
+                                ablk.add(p * kc * mr),
+                                (bpan, ldb),
+                                cp,
+                                (rows, ncols),
+                                (self.c_rs, self.c_cs),
+                                first,
+                            );
                         }
                     }
                 }
