@@ -6,8 +6,7 @@
 //! micro-kernel's panel order and [`dnnc_sgemm_packed`] only packs the
 //! activation operand B per call.
 //!
-//! B is read in place where it is row-major (full-width panels), else
-//! packed per call into 64-byte aligned thread-local scratch.
+//! B is packed per call into 64-byte aligned thread-local scratch.
 //!
 //! Packed A: a 64-byte header (magic, kernel id, `MR`, `KC`, `m`, `k`,
 //! data length) followed by, for each block of `KC` columns of A and each
@@ -308,11 +307,6 @@ struct Gemm {
 // C, all of which outlive the scope.
 unsafe impl Sync for Gemm {}
 
-/// Whether full-width panels of a row-major B are read in place instead
-/// of packed: the same speed within noise on every `gemm_bench` shape
-/// (B comes from L2 either way), and it saves the copy.
-const DIRECT_B: bool = true;
-
 thread_local! {
     /// Per-thread B packing scratch (grown on demand, never shrunk).
     static BPACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -341,13 +335,12 @@ impl Gemm {
                 let npn = nc.div_ceil(nr);
                 for k0 in (0..self.k).step_by(KC) {
                     let kc = KC.min(self.k - k0);
-                    // Full-width panels of a row-major B are read in place;
-                    // only the N tail (or a strided B) is packed.
-                    let direct = DIRECT_B && self.b_cs == 1 && self.b_rs > 0;
-                    let packed_from = if direct { nc / nr * nr } else { 0 };
-                    if packed_from < nc {
-                        self.pack_b(bp, k0, kc, jc + packed_from, nc - packed_from, nr);
-                    }
+                    // B is always packed: reading full-width panels of a
+                    // row-major B in place measured slower on most shapes
+                    // (512^3: 157 vs 175 GFLOP/s, 64x3136x576: 99 vs 126;
+                    // rows thousands of floats apart defeat the TLB and
+                    // prefetchers), faster only on narrow ones.
+                    self.pack_b(bp, k0, kc, jc, nc, nr);
                     let first = k0 == 0 && !self.acc;
                     let ablk = self.a.add(k0 * mp);
                     // Each A panel (L1) meets every B panel of the block
@@ -357,14 +350,7 @@ impl Gemm {
                         for jp in 0..npn {
                             let j = jc + jp * nr;
                             let ncols = nr.min(cols.end - j);
-                            let (bpan, ldb) = if jp * nr >= packed_from {
-                                (bp.add((jp - packed_from / nr) * kc * nr) as *const f32, nr)
-                            } else {
-                                (
-                                    self.b.offset(k0 as isize * self.b_rs + j as isize),
-                                    self.b_rs as usize,
-                                )
-                            };
+                            let bpan = bp.add(jp * kc * nr) as *const f32;
                             let cp = self
                                 .c
                                 .offset((p * mr) as isize * self.c_rs + j as isize * self.c_cs);
@@ -372,7 +358,7 @@ impl Gemm {
                                 self.kern,
                                 kc,
                                 ablk.add(p * kc * mr),
-                                (bpan, ldb),
+                                (bpan, nr),
                                 cp,
                                 (rows, ncols),
                                 (self.c_rs, self.c_cs),
