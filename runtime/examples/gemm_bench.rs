@@ -2,8 +2,11 @@
 //! ARCHITECTURE.md, "CPU backend"): single-threaded f32 GFLOP/s of the
 //! `matrixmultiply` (through `dnnc_sgemm`) and the `gemm` crate.
 //! `cargo run --release -p dnnc-runtime --example gemm_bench`.
+//! Also the packed-weight kernel (`pgemm`), on this machine's best kernel
+//! and on the AVX2 path, over the CNN layer shapes the backend runs.
 
 use dnnc_runtime::cpu::native::dnnc_sgemm;
+use dnnc_runtime::cpu::pgemm::{dnnc_sgemm_packed, pack_a_with, Kernel};
 use std::time::Instant;
 
 fn best_of<F: FnMut()>(reps: usize, mut f: F) -> f64 {
@@ -33,6 +36,16 @@ fn main() {
             "64x3136x576 (ResNet conv, channels x pixels)",
         ),
         (128, 784, 1152, "128x784x1152 (ResNet layer2 conv)"),
+        (512, 49, 4608, "512x49x4608 (ResNet layer4 3x3 im2col)"),
+        (64, 12544, 147, "64x12544x147 (ResNet stem 7x7 im2col)"),
+        (64, 512, 147, "64x512x147 (ResNet stem, one 512 chunk)"),
+        (144, 3136, 24, "144x3136x24 (MobileNet-V2 1x1 expand)"),
+        (24, 3136, 144, "24x3136x144 (MobileNet-V2 1x1 project)"),
+        (960, 49, 160, "960x49x160 (MobileNet-V2 1x1, 7x7)"),
+        (1280, 49, 320, "1280x49x320 (MobileNet-V2 last 1x1)"),
+        (64, 3136, 64, "64x3136x64 (GoogLeNet 1x1)"),
+        (1000, 1, 512, "1000x1x512 (ResNet FC, GEMV)"),
+        (1000, 1, 1280, "1000x1x1280 (MobileNet-V2 FC, GEMV)"),
     ];
     for (m, n, k, label) in shapes {
         let a: Vec<f32> = (0..m * k)
@@ -87,10 +100,35 @@ fn main() {
                 gemm_common::Parallelism::None,
             )
         });
+        let mut packed = Vec::new();
+        for kern in [Kernel::best(), Kernel::Avx2] {
+            if !kern.supported() {
+                continue;
+            }
+            let pa = pack_a_with(kern, m, k, &a, k, 1, 1.0);
+            let tp = best_of(reps, || unsafe {
+                let rc = dnnc_sgemm_packed(
+                    pa.as_ptr() as *const f32,
+                    m,
+                    n,
+                    k,
+                    b.as_ptr(),
+                    n as isize,
+                    1,
+                    c.as_mut_ptr(),
+                    n as isize,
+                    1,
+                    0,
+                );
+                assert_eq!(rc, 0);
+            });
+            packed.push(format!("{kern:?} {:6.1}", flops / tp / 1e9));
+        }
         println!(
-            "{label:48} matrixmultiply (dnnc_sgemm) {:6.1} GFLOP/s   gemm {:6.1} GFLOP/s",
+            "{label:42} matrixmultiply {:6.1}  gemm {:6.1}  packed {} GFLOP/s",
             flops / tg / 1e9,
-            flops / tm / 1e9
+            flops / tm / 1e9,
+            packed.join("  ")
         );
     }
 }

@@ -41,6 +41,7 @@
 mod alloc;
 pub mod fftconv;
 pub mod native;
+pub mod pgemm;
 mod plan;
 pub mod schedule;
 

@@ -157,6 +157,12 @@ thread_local! {
     static THREADS: std::cell::Cell<usize> = const { std::cell::Cell::new(1) };
 }
 
+/// How many tasks native helpers on this thread may split work into (set
+/// by [`with_threads`]); shared with the packed GEMM.
+pub(crate) fn threads() -> usize {
+    THREADS.with(|t| t.get())
+}
+
 /// Runs `f` with native helpers on this thread allowed to split work into
 /// `threads` tasks on the current rayon pool (call it inside
 /// `ThreadPool::install`). Restores the previous setting afterwards.
@@ -174,7 +180,13 @@ pub fn with_threads<R>(threads: usize, f: impl FnOnce() -> R) -> R {
 
 /// Name and address of every native helper, for the JIT's symbol table.
 pub fn symbols() -> Vec<(&'static str, *const u8)> {
-    vec![("dnnc_sgemm", dnnc_sgemm as *const u8)]
+    vec![
+        ("dnnc_sgemm", dnnc_sgemm as *const u8),
+        (
+            "dnnc_sgemm_packed",
+            super::pgemm::dnnc_sgemm_packed as *const u8,
+        ),
+    ]
 }
 
 #[cfg(test)]

@@ -18,6 +18,8 @@ pub(crate) struct Emit<'a> {
     pub bufs: Vec<Value>,
     /// The native GEMM helper, imported into this function.
     pub sgemm: FuncRef,
+    /// The packed-weight GEMM helper (`dnnc_sgemm_packed`), imported.
+    pub psgemm: FuncRef,
     /// Block every error path jumps to, with the error code as parameter.
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).

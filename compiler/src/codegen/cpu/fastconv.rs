@@ -2,9 +2,10 @@
 //! whole-image FFT convolution.
 //!
 //! **Winograd** (Lavin & Gray). Filters are transformed once at compile
-//! time, `U = G g Gᵀ`, and kept as a weight laid out `[group][α²][Co][Ci]`
-//! so each of the α² frequency points is one GEMM `U_s (Co x Ci) · V_s
-//! (Ci x tiles)` through `dnnc_sgemm`. Per (image, group) the generated
+//! time, `U = G g Gᵀ`, and kept as a weight of `[group][α²]` blocks `U_s
+//! (Co x Ci)` packed for `dnnc_sgemm_packed`, so each of the α² frequency
+//! points is one GEMM `U_s · V_s (Ci x tiles)` that packs only `V_s`.
+//! Per (image, group) the generated
 //! code
 //! 1. copies the input into a zero-padded plane per channel (any padding;
 //!    the plane is large enough for whole tiles, so edge tiles need no
@@ -27,7 +28,8 @@
 //! then the usual epilogue on the group's output.
 
 use super::contraction::{
-    at, copy_run, f32_buf, i64_buf, sgemm, tile_epilogue, zero_run, ConvGeom,
+    at, copy_run, i64_buf, pack_blocks, packed_stride, sgemm_packed, tile_epilogue, zero_run,
+    ConvGeom,
 };
 use super::elementwise::{self, bcast_strides, Operand, SubDomain};
 use super::emit::{mem, Emit};
@@ -147,8 +149,8 @@ pub(crate) fn workspaces(geo: &ConvGeom, m: usize) -> Vec<usize> {
     ]
 }
 
-/// Compile-time weights: `U = G g Gᵀ` as `[group][α²][Co][Ci]` (computed in
-/// f64), and the tile table (element offset of every tile's top-left
+/// Compile-time weights: `U = G g Gᵀ` (computed in f64) as `[group][α²]`
+/// packed `Co x Ci` blocks ([`pack_blocks`]), and the tile table (element offset of every tile's top-left
 /// corner in the padded plane, which the staging plane shares).
 pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
     let wn = winograd(m);
@@ -182,7 +184,11 @@ pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
             ((p / t.tw * m) * t.wp + p % t.tw * m) as i64
         })
         .collect();
-    vec![f32_buf(&u), i64_buf(&tiles)]
+    let offs: Vec<usize> = (0..geo.g * a * a).map(|b| b * mg * cg).collect();
+    vec![
+        pack_blocks((mg, cg), &u, &offs, (cg, 1), 1.0),
+        i64_buf(&tiles),
+    ]
 }
 
 /// `sum_k coef[k] * xs[k]` on f32x4 values: zero coefficients skipped,
@@ -311,7 +317,7 @@ pub(crate) fn lower(
                     let so = e.b.ins().imul_imm_s(ih, geo.w as i64);
                     let so = e.b.ins().iadd(src, so);
                     let d0 = e.b.ins().iadd_imm_s(d, pl as i64);
-                    copy_run(e, xp, d0, x, so, geo.w, 1);
+                    copy_run(e, xp, d0, x, so, geo.w, 1, geo.w);
                     let d1 = e.b.ins().iadd_imm_s(d, (pl + geo.w) as i64);
                     zero_run(e, xp, d1, wp - pl - geo.w);
                 });
@@ -347,24 +353,24 @@ pub(crate) fn lower(
                 });
             });
             // 3. One GEMM per frequency point: M_s = U_s V_s.
-            let ug = e.b.ins().imul_imm_s(gi, (al * al * mg * cg) as i64);
+            let ustride = packed_stride(mg, cg) as i64;
+            let ug = e.b.ins().imul_imm_s(gi, al as i64 * al as i64 * ustride);
             for s in 0..al * al {
-                let uo = e.b.ins().iadd_imm_s(ug, (s * mg * cg) as i64);
+                let uo = e.b.ins().iadd_imm_s(ug, s as i64 * ustride);
                 let ua = at(e, u, uo);
                 let vo = e.ci((s * cg * p4) as i64);
                 let va = at(e, vb, vo);
                 let mo = e.ci((s * mg * p4) as i64);
                 let ma = at(e, mb, mo);
-                sgemm(
+                sgemm_packed(
                     e,
                     (mg, p4, cg),
                     ua,
-                    (cg as i64, 1),
                     va,
                     (p4 as i64, 1),
                     ma,
                     (p4 as i64, 1),
-                    1.0,
+                    false,
                 );
             }
             // 4. Output transform per channel into the staging plane, then

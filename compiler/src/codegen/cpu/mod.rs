@@ -315,6 +315,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let sgemm_id = module
         .declare_function("dnnc_sgemm", Linkage::Import, &sg)
         .map_err(|e| backend(e.to_string()))?;
+    let mut psg = module.make_signature();
+    for t in [ptr, I64, I64, I64, ptr, I64, I64, ptr, I64, I64, I64] {
+        psg.params.push(AbiParam::new(t));
+    }
+    psg.returns.push(AbiParam::new(I32));
+    let psgemm_id = module
+        .declare_function("dnnc_sgemm_packed", Linkage::Import, &psg)
+        .map_err(|e| backend(e.to_string()))?;
 
     let mut ksig = module.make_signature();
     ksig.params.push(AbiParam::new(ptr));
@@ -383,6 +391,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             .map_err(|e| backend(e.to_string()))?;
         {
             let sgemm = module.declare_func_in_func(sgemm_id, &mut ctx.func);
+            let psgemm = module.declare_func_in_func(psgemm_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -398,6 +407,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 b,
                 bufs,
                 sgemm,
+                psgemm,
                 fail,
                 cfg: module.target_config(),
             };

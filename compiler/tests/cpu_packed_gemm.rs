@@ -1,0 +1,126 @@
+//! GEMMs whose weight operand is packed at compile time
+//! (`dnnc_sgemm_packed`) against the interpreter: Gemm with a weight B or A
+//! under every transpose, alpha and batch; MatMul with a 2-D weight on
+//! either side (batched other operand); im2col convs whose output rows
+//! split into several chunks with a tail; all at 1 and 2 threads.
+
+mod cpu_common;
+
+use cpu_common::{check_with, rand_f32};
+use dnnc_compiler::codegen::cpu::{compile_cpu, ConvAlgo, CpuOptions};
+
+fn run(src: &str, ins: &[(&str, Vec<usize>)], opts: &CpuOptions) {
+    let g = dnnc_ir::text::parse(src, "t.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"));
+    let ins: Vec<_> = ins
+        .iter()
+        .enumerate()
+        .map(|(i, (n, s))| (n.to_string(), rand_f32(s, 77 + i as u64, -1.0, 1.0)))
+        .collect();
+    check_with(&g, &ins, 1e-4, 1e-4, opts);
+    // Two threads: bitwise the same as one.
+    let one = compile_cpu(&g, opts).unwrap().run(&ins).unwrap();
+    let mut exe = compile_cpu(&g, opts).unwrap();
+    exe.set_threads(2).unwrap();
+    let two = exe.run(&ins).unwrap();
+    assert_eq!(one, two, "{src}");
+}
+
+#[test]
+fn gemm_with_weight_operand_matches() {
+    let d = CpuOptions::default();
+    for (ta, tb) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+        for batch in [1usize, 3, 40] {
+            let (m, k, n) = (batch, 37, 29);
+            let sa = if ta == 1 { [k, m] } else { [m, k] };
+            let sb = if tb == 1 { [n, k] } else { [k, n] };
+            // Weight B (a fully-connected layer).
+            let src = format!(
+                "graph g {{\ninput %a: f32[{},{}]\nparam %w: f32[{},{}] = he(seed=3)\nparam %c: f32[{n}] = uniform(low=-1, high=1, seed=4)\n%y = Gemm(%a, %w, %c) {{alpha=0.5, beta=2.0, transA={ta}, transB={tb}}}\n%r = Relu(%y)\noutput %r\n}}\n",
+                sa[0], sa[1], sb[0], sb[1]
+            );
+            run(&src, &[("a", sa.to_vec())], &d);
+            // Weight A.
+            let src = format!(
+                "graph g {{\nparam %w: f32[{},{}] = he(seed=5)\ninput %b: f32[{},{}]\n%y = Gemm(%w, %b) {{alpha=1.5, transA={ta}, transB={tb}}}\noutput %y\n}}\n",
+                sa[0], sa[1], sb[0], sb[1]
+            );
+            run(&src, &[("b", sb.to_vec())], &d);
+        }
+    }
+}
+
+#[test]
+fn matmul_with_weight_operand_matches() {
+    let d = CpuOptions::default();
+    for a in ["[2,3,5,70]", "[5,70]", "[70]", "[1,70]"] {
+        let src = format!(
+            "graph g {{\ninput %a: f32{a}\nparam %w: f32[70,33] = he(seed=6)\n%y = MatMul(%a, %w)\noutput %y\n}}\n"
+        );
+        let shape: Vec<usize> = a
+            .trim_matches(|c| c == '[' || c == ']')
+            .split(',')
+            .map(|s| s.parse().unwrap())
+            .collect();
+        run(&src, &[("a", shape)], &d);
+    }
+    for b in ["[2,3,70,9]", "[70,9]", "[70,1]"] {
+        let src = format!(
+            "graph g {{\nparam %w: f32[17,70] = he(seed=7)\ninput %b: f32{b}\n%y = MatMul(%w, %b)\noutput %y\n}}\n"
+        );
+        let shape: Vec<usize> = b
+            .trim_matches(|c| c == '[' || c == ']')
+            .split(',')
+            .map(|s| s.parse().unwrap())
+            .collect();
+        run(&src, &[("b", shape)], &d);
+    }
+}
+
+#[test]
+fn chunked_im2col_and_pointwise_match() {
+    // 5x5/s2 on 3 channels: K = 75, 126 output rows of 123 run in chunks
+    // of 8 rows plus a tail of 6; a grouped dilated conv (chunks of 3 rows
+    // plus 1); a grouped pointwise conv; an im2col conv with 49 columns.
+    let cases = [
+        (
+            "[1,3,251,245]",
+            "[16,3,5,5]",
+            "strides=[2,2], pads=[2,2,2,2], dilations=[1,1], group=1",
+            ConvAlgo::Im2col,
+        ),
+        (
+            "[2,4,37,300]",
+            "[6,2,3,3]",
+            "strides=[1,1], pads=[1,0,1,0], dilations=[1,2], group=2",
+            ConvAlgo::Im2col,
+        ),
+        (
+            "[1,6,19,23]",
+            "[9,2,1,1]",
+            "strides=[1,1], pads=[0,0,0,0], dilations=[1,1], group=3",
+            ConvAlgo::Pointwise,
+        ),
+        (
+            "[1,64,7,7]",
+            "[40,64,3,3]",
+            "strides=[1,1], pads=[1,1,1,1], dilations=[1,1], group=1",
+            ConvAlgo::Im2col,
+        ),
+    ];
+    for (x, w, attrs, algo) in cases {
+        let src = format!(
+            "graph g {{\ninput %x: f32{x}\nparam %w: f32{w} = he(seed=8)\nparam %b: f32[{}] = uniform(low=-1, high=1, seed=9)\n%c = Conv2d(%x, %w, %b) {{{attrs}}}\n%y = Relu(%c)\noutput %y\n}}\n",
+            w.trim_matches('[').split(',').next().unwrap()
+        );
+        let shape: Vec<usize> = x
+            .trim_matches(|c| c == '[' || c == ']')
+            .split(',')
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let opts = CpuOptions {
+            conv_algo: Some(algo),
+            ..Default::default()
+        };
+        run(&src, &[("x", shape)], &opts);
+    }
+}

@@ -1,0 +1,881 @@
+//! GEMM with the A operand (a weight) packed once, at compile time.
+//!
+//! [`dnnc_sgemm`](super::native::dnnc_sgemm) re-packs both operands on
+//! every call; for convolution filters and fully-connected weights the A
+//! operand never changes, so [`pack_a`] lays it out once in the
+//! micro-kernel's panel order and [`dnnc_sgemm_packed`] only packs the
+//! activation operand B per call.
+//!
+//! B is packed per call into 64-byte aligned thread-local scratch.
+//!
+//! Packed A: a 64-byte header (magic, kernel id, `MR`, `KC`, `m`, `k`,
+//! data length) followed by, for each block of `KC` columns of A and each
+//! panel of `MR` rows (the last zero-padded), the `kc x MR` panel stored
+//! k-major. The kernel checks the header, so a buffer packed for another
+//! kernel or shape is an error code, never wrong results.
+//!
+//! Micro-kernels (chosen once at run time): AVX-512F `14 x 32`, AVX2+FMA
+//! `6 x 16`, and a portable `4 x 8` one. Each C element is the sum over its
+//! `KC` blocks, in order, of a register accumulation over the block's k in
+//! order; which tile or thread computes it does not change that order, so
+//! results are bitwise identical at any thread count.
+
+use super::alloc::AlignedBuf;
+use super::native::{gemm_tasks, threads};
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+/// Depth of one k block: a `KC x NR` B micro-panel (32 KiB with AVX-512)
+/// plus a `KC x MR` A panel stay in L1.
+pub const KC: usize = 256;
+
+/// Columns of B packed at once: a `KC x NC` block (1 MiB) stays in L2
+/// while every A panel of the block streams past it.
+const NC: usize = 1024;
+
+/// Header length in f32 slots (64 bytes, so panels stay 64-byte aligned).
+const HEADER: usize = 16;
+
+/// Identifies a packed-A buffer.
+const MAGIC: u64 = 0x646e_6e63_5041_434b;
+
+/// A micro-kernel family, which fixes the packed-A layout (`MR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// Plain Rust, any target: `4 x 8`.
+    Portable,
+    /// x86-64 AVX2 + FMA: `6 x 16` (two ymm per row).
+    Avx2,
+    /// x86-64 AVX-512F: `14 x 32` (two zmm per row, 28 accumulators).
+    Avx512,
+}
+
+impl Kernel {
+    /// Rows of C per micro-tile (rows of a packed A panel).
+    pub fn mr(self) -> usize {
+        match self {
+            Kernel::Portable => 4,
+            Kernel::Avx2 => 6,
+            Kernel::Avx512 => 14,
+        }
+    }
+
+    /// Columns of C per micro-tile (width of a packed B panel).
+    pub fn nr(self) -> usize {
+        match self {
+            Kernel::Portable => 8,
+            Kernel::Avx2 => 16,
+            Kernel::Avx512 => 32,
+        }
+    }
+
+    fn id(self) -> u64 {
+        match self {
+            Kernel::Portable => 1,
+            Kernel::Avx2 => 2,
+            Kernel::Avx512 => 3,
+        }
+    }
+
+    fn from_id(id: u64) -> Option<Kernel> {
+        match id {
+            1 => Some(Kernel::Portable),
+            2 => Some(Kernel::Avx2),
+            3 => Some(Kernel::Avx512),
+            _ => None,
+        }
+    }
+
+    /// Whether this machine can run the kernel.
+    pub fn supported(self) -> bool {
+        match self {
+            Kernel::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => is_x86_feature_detected!("avx512f"),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The fastest kernel this machine runs (detected once).
+    pub fn best() -> Kernel {
+        static BEST: OnceLock<Kernel> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            [Kernel::Avx512, Kernel::Avx2]
+                .into_iter()
+                .find(|k| k.supported())
+                .unwrap_or(Kernel::Portable)
+        })
+    }
+}
+
+/// Floats of packed data (after the header) for an `m x k` A.
+fn packed_len(kern: Kernel, m: usize, k: usize) -> usize {
+    m.div_ceil(kern.mr()) * kern.mr() * k
+}
+
+/// Bytes of a buffer [`pack_a`] makes for an `m x k` A (header included).
+pub fn packed_bytes(m: usize, k: usize) -> usize {
+    (HEADER + packed_len(Kernel::best(), m, k)) * 4
+}
+
+/// Packs `alpha * A` (`m x k`, element `(i, j)` at `a[i*a_rs + j*a_cs]`)
+/// for [`Kernel::best`]: done once per weight at compile time.
+pub fn pack_a(m: usize, k: usize, a: &[f32], a_rs: usize, a_cs: usize, alpha: f32) -> AlignedBuf {
+    pack_a_with(Kernel::best(), m, k, a, a_rs, a_cs, alpha)
+}
+
+/// [`pack_a`] for a given kernel (tests and benchmarks force the AVX2 and
+/// portable paths with it; running needs [`Kernel::supported`]).
+pub fn pack_a_with(
+    kern: Kernel,
+    m: usize,
+    k: usize,
+    a: &[f32],
+    a_rs: usize,
+    a_cs: usize,
+    alpha: f32,
+) -> AlignedBuf {
+    let mr = kern.mr();
+    let len = packed_len(kern, m, k);
+    let mut buf = AlignedBuf::zeroed((HEADER + len) * 4);
+    let hdr = [
+        MAGIC,
+        kern.id(),
+        mr as u64,
+        KC as u64,
+        m as u64,
+        k as u64,
+        len as u64,
+        0,
+    ];
+    for (d, v) in buf.as_bytes_mut().chunks_exact_mut(8).zip(hdr) {
+        d.copy_from_slice(&v.to_ne_bytes());
+    }
+    let mut data = vec![0f32; len];
+    let mp = m.div_ceil(mr) * mr;
+    for k0 in (0..k).step_by(KC) {
+        let kc = KC.min(k - k0);
+        for p in 0..m.div_ceil(mr) {
+            let base = k0 * mp + p * kc * mr;
+            for kk in 0..kc {
+                for r in 0..mr {
+                    let i = p * mr + r;
+                    if i < m {
+                        data[base + kk * mr + r] = alpha * a[i * a_rs + (k0 + kk) * a_cs];
+                    }
+                }
+            }
+        }
+    }
+    for (d, v) in buf.as_bytes_mut()[HEADER * 4..]
+        .chunks_exact_mut(4)
+        .zip(data)
+    {
+        d.copy_from_slice(&v.to_ne_bytes());
+    }
+    buf
+}
+
+/// `C = A · B` (or `C += A · B` when `accumulate != 0`) with A packed by
+/// [`pack_a`]: `A: m x k`, `B: k x n`, `C: m x n`, B and C addressed by row
+/// and column strides in elements (transposes are swapped strides).
+/// Returns 0, or 1 when the packed buffer does not describe an `m x k` A
+/// for a kernel this machine runs (C is then untouched). With
+/// `accumulate == 0` the old C is not read.
+///
+/// Inside [`with_threads`](super::native::with_threads) the work is split
+/// over column or row panels of C as `dnnc_sgemm` does; results are
+/// bitwise identical to one thread.
+///
+/// # Safety
+/// `ap` must point to a buffer made by [`pack_a`] (at least its 64-byte
+/// header readable), B and C must address matrices of the given sizes and
+/// strides, and C must not overlap A or B.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dnnc_sgemm_packed(
+    ap: *const f32,
+    m: usize,
+    n: usize,
+    k: usize,
+    b: *const f32,
+    b_rs: isize,
+    b_cs: isize,
+    c: *mut f32,
+    c_rs: isize,
+    c_cs: isize,
+    accumulate: usize,
+) -> i32 {
+    let h = |i: usize| (ap as *const u64).add(i).read();
+    let kern = match Kernel::from_id(h(1)) {
+        Some(kn) if h(0) == MAGIC && kn.supported() => kn,
+        _ => return 1,
+    };
+    if h(2) != kern.mr() as u64
+        || h(3) != KC as u64
+        || h(4) != m as u64
+        || h(5) != k as u64
+        || h(6) != packed_len(kern, m, k) as u64
+    {
+        return 1;
+    }
+    if m == 0 || n == 0 {
+        return 0;
+    }
+    let acc = accumulate != 0;
+    if k == 0 {
+        if !acc {
+            for i in 0..m as isize {
+                for j in 0..n as isize {
+                    *c.offset(i * c_rs + j * c_cs) = 0.0;
+                }
+            }
+        }
+        return 0;
+    }
+    let g = Gemm {
+        kern,
+        a: ap.add(HEADER),
+        m,
+        k,
+        b,
+        b_rs,
+        b_cs,
+        c,
+        c_rs,
+        c_cs,
+        acc,
+        gemv: n == 1,
+    };
+    let (mr, nr) = (kern.mr(), kern.nr());
+    let panels = m.div_ceil(mr);
+    let tasks = gemm_tasks(m, n, k, threads());
+    if tasks <= 1 {
+        g.run(0..panels, 0..n);
+        return 0;
+    }
+    // Split the dimension with more micro-tiles into `tasks` slices of
+    // whole tiles.
+    let ncols = n.div_ceil(nr);
+    let split_m = panels >= ncols;
+    let units = if split_m { panels } else { ncols };
+    let chunk = units.div_ceil(tasks);
+    let slices = units.div_ceil(chunk);
+    let slice = |i: usize| {
+        let (lo, hi) = (i * chunk, ((i + 1) * chunk).min(units));
+        // SAFETY: slices write disjoint tiles of C.
+        unsafe {
+            if split_m {
+                g.run(lo..hi, 0..n);
+            } else {
+                g.run(0..panels, lo * nr..(hi * nr).min(n));
+            }
+        }
+    };
+    rayon::scope(|s| {
+        for i in 1..slices {
+            let slice = &slice;
+            s.spawn(move |_| slice(i));
+        }
+        slice(0);
+    });
+    0
+}
+
+/// One validated call's operands.
+struct Gemm {
+    kern: Kernel,
+    /// Packed data (after the header).
+    a: *const f32,
+    m: usize,
+    k: usize,
+    b: *const f32,
+    b_rs: isize,
+    b_cs: isize,
+    c: *mut f32,
+    c_rs: isize,
+    c_cs: isize,
+    acc: bool,
+    /// `n == 1`: every column goes through the GEMV path, whatever the
+    /// split.
+    gemv: bool,
+}
+
+// SAFETY: tasks of one call only read A and B and write disjoint tiles of
+// C, all of which outlive the scope.
+unsafe impl Sync for Gemm {}
+
+thread_local! {
+    /// Per-thread B packing scratch (grown on demand, never shrunk).
+    static BPACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Gemm {
+    /// Computes the tiles of A panels `panels` by C columns `cols`.
+    unsafe fn run(&self, panels: std::ops::Range<usize>, cols: std::ops::Range<usize>) {
+        let (mr, nr) = (self.kern.mr(), self.kern.nr());
+        let mp = self.m.div_ceil(mr) * mr;
+        if self.gemv {
+            self.gemv(panels, cols.start);
+            return;
+        }
+        BPACK.with(|s| {
+            let mut s = s.borrow_mut();
+            let need = KC * NC.min(cols.len()).div_ceil(nr) * nr + 16;
+            if s.len() < need {
+                s.resize(need, 0.0);
+            }
+            // 64-byte aligned start inside the scratch.
+            let off = s.as_ptr().align_offset(64).min(16);
+            let bp = s.as_mut_ptr().add(off);
+            for jc in cols.clone().step_by(NC) {
+                let nc = NC.min(cols.end - jc);
+                let npn = nc.div_ceil(nr);
+                for k0 in (0..self.k).step_by(KC) {
+                    let kc = KC.min(self.k - k0);
+                    // B is always packed: reading full-width panels of a
+                    // row-major B in place measured slower on most shapes
+                    // (512^3: 157 vs 175 GFLOP/s, 64x3136x576: 99 vs 126;
+                    // rows thousands of floats apart defeat the TLB and
+                    // prefetchers), faster only on narrow ones.
+                    self.pack_b(bp, k0, kc, jc, nc, nr);
+                    let first = k0 == 0 && !self.acc;
+                    let ablk = self.a.add(k0 * mp);
+                    // Each A panel (L1) meets every B panel of the block
+                    // (L2), so A streams from memory once per block.
+                    for p in panels.clone() {
+                        let rows = mr.min(self.m - p * mr);
+                        for jp in 0..npn {
+                            let j = jc + jp * nr;
+                            let ncols = nr.min(cols.end - j);
+                            let bpan = bp.add(jp * kc * nr) as *const f32;
+                            let cp = self
+                                .c
+                                .offset((p * mr) as isize * self.c_rs + j as isize * self.c_cs);
+                            micro(
+                                self.kern,
+                                kc,
+                                ablk.add(p * kc * mr),
+                                (bpan, nr),
+                                cp,
+                                (rows, ncols),
+                                (self.c_rs, self.c_cs),
+                                first,
+                            );
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// Packs `B[k0..k0+kc, j0..j0+nc]` into `nr`-wide k-major panels,
+    /// zero-padding the last.
+    unsafe fn pack_b(&self, dst: *mut f32, k0: usize, kc: usize, j0: usize, nc: usize, nr: usize) {
+        for jp in 0..nc.div_ceil(nr) {
+            let j = j0 + jp * nr;
+            let w = nr.min(j0 + nc - j);
+            let d = dst.add(jp * kc * nr);
+            for kk in 0..kc {
+                let src = self
+                    .b
+                    .offset((k0 + kk) as isize * self.b_rs + j as isize * self.b_cs);
+                let row = d.add(kk * nr);
+                if self.b_cs == 1 {
+                    std::ptr::copy_nonoverlapping(src, row, w);
+                } else {
+                    for jj in 0..w {
+                        *row.add(jj) = *src.offset(jj as isize * self.b_cs);
+                    }
+                }
+                for jj in w..nr {
+                    *row.add(jj) = 0.0;
+                }
+            }
+        }
+    }
+
+    /// `n == 1` (a matrix-vector product): stream each packed A panel
+    /// against column `j` of B, accumulating over all of k in registers.
+    unsafe fn gemv(&self, panels: std::ops::Range<usize>, j: usize) {
+        let mr = self.kern.mr();
+        let mp = self.m.div_ceil(mr) * mr;
+        let x = self.b.offset(j as isize * self.b_cs);
+        for p in panels {
+            let mut y = [0f32; 16];
+            match self.kern {
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Avx512 => x86::gemv_avx512(self.a, mp, self.k, p, x, self.b_rs, &mut y),
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Avx2 => x86::gemv_avx2(self.a, mp, self.k, p, x, self.b_rs, &mut y),
+                _ => gemv_portable(self.a, mp, self.k, p, mr, x, self.b_rs, &mut y),
+            }
+            let rows = mr.min(self.m - p * mr);
+            for (r, &v) in y.iter().enumerate().take(rows) {
+                let cp = self
+                    .c
+                    .offset((p * mr + r) as isize * self.c_rs + j as isize * self.c_cs);
+                *cp = if self.acc { *cp + v } else { v };
+            }
+        }
+    }
+}
+
+/// Portable GEMV over one panel: 4 partial sums per row (k mod 4), added
+/// in a fixed order at the end.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemv_portable(
+    a: *const f32,
+    mp: usize,
+    k: usize,
+    p: usize,
+    mr: usize,
+    x: *const f32,
+    x_s: isize,
+    y: &mut [f32; 16],
+) {
+    let mut acc = [[0f32; 16]; 4];
+    for k0 in (0..k).step_by(KC) {
+        let kc = KC.min(k - k0);
+        let pa = a.add(k0 * mp + p * kc * mr);
+        for kk in 0..kc {
+            let xv = *x.offset((k0 + kk) as isize * x_s);
+            let s = &mut acc[(k0 + kk) % 4];
+            for (r, v) in s.iter_mut().enumerate().take(mr) {
+                *v += *pa.add(kk * mr + r) * xv;
+            }
+        }
+    }
+    for r in 0..mr {
+        y[r] = (acc[0][r] + acc[1][r]) + (acc[2][r] + acc[3][r]);
+    }
+}
+
+/// One `rows x cols` tile of C (`rows <= MR`, `cols <= NR`) from a `kc x
+/// MR` A panel and a `kc x NR` B panel: `C = acc` when `first`, else
+/// `C += acc`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+unsafe fn micro(
+    kern: Kernel,
+    kc: usize,
+    a: *const f32,
+    b: (*const f32, usize),
+    c: *mut f32,
+    dims: (usize, usize),
+    cs: (isize, isize),
+    first: bool,
+) {
+    match kern {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => x86::micro_avx512(kc, a, b, c, dims, cs, first),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => x86::micro_avx2(kc, a, b, c, dims, cs, first),
+        _ => micro_portable(kc, a, b, c, dims, cs, first),
+    }
+}
+
+/// Writes a computed `MR x NR` tile (row-major, `nr` wide) to C: the
+/// generic path for strided C and partial tiles.
+#[inline]
+unsafe fn store_tile(
+    t: &[f32],
+    nr: usize,
+    c: *mut f32,
+    (rows, cols): (usize, usize),
+    (c_rs, c_cs): (isize, isize),
+    first: bool,
+) {
+    for r in 0..rows {
+        for j in 0..cols {
+            let p = c.offset(r as isize * c_rs + j as isize * c_cs);
+            let v = t[r * nr + j];
+            *p = if first { v } else { *p + v };
+        }
+    }
+}
+
+unsafe fn micro_portable(
+    kc: usize,
+    a: *const f32,
+    (b, ldb): (*const f32, usize),
+    c: *mut f32,
+    dims: (usize, usize),
+    cs: (isize, isize),
+    first: bool,
+) {
+    const MR: usize = 4;
+    const NR: usize = 8;
+    let mut acc = [[0f32; NR]; MR];
+    for kk in 0..kc {
+        let bv: [f32; NR] = std::ptr::read_unaligned(b.add(kk * ldb) as *const [f32; NR]);
+        for (r, row) in acc.iter_mut().enumerate() {
+            let av = *a.add(kk * MR + r);
+            for (x, &bj) in row.iter_mut().zip(&bv) {
+                *x += av * bj;
+            }
+        }
+    }
+    let flat: [f32; MR * NR] = std::mem::transmute(acc);
+    store_tile(&flat, NR, c, dims, cs, first);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{store_tile, KC};
+    use std::arch::x86_64::*;
+
+    /// Software prefetch distance along packed A, in floats.
+    const A_PREFETCH: usize = 512;
+
+    /// AVX-512F `14 x 32` micro-kernel: per k, two B vectors and 14
+    /// broadcast A elements feed 28 FMAs into 28 zmm accumulators.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn micro_avx512(
+        kc: usize,
+        a: *const f32,
+        (b, ldb): (*const f32, usize),
+        c: *mut f32,
+        (rows, cols): (usize, usize),
+        (c_rs, c_cs): (isize, isize),
+        first: bool,
+    ) {
+        const MR: usize = 14;
+        let mut c0 = [_mm512_setzero_ps(); MR];
+        let mut c1 = [_mm512_setzero_ps(); MR];
+        let (mut a, mut b) = (a, b);
+        for _ in 0..kc {
+            // A streams from memory for large weights: fetch ~4 KiB ahead
+            // (the next panels follow contiguously) so it overlaps compute.
+            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
+            let b0 = _mm512_loadu_ps(b);
+            let b1 = _mm512_loadu_ps(b.add(16));
+            for r in 0..MR {
+                let ar = _mm512_set1_ps(*a.add(r));
+                c0[r] = _mm512_fmadd_ps(ar, b0, c0[r]);
+                c1[r] = _mm512_fmadd_ps(ar, b1, c1[r]);
+            }
+            a = a.add(MR);
+            b = b.add(ldb);
+        }
+        if c_cs == 1 {
+            let m0: __mmask16 = if cols >= 16 {
+                0xffff
+            } else {
+                (1u32 << cols) as u16 - 1
+            };
+            let m1: __mmask16 = if cols >= 32 {
+                0xffff
+            } else if cols > 16 {
+                (1u32 << (cols - 16)) as u16 - 1
+            } else {
+                0
+            };
+            for r in 0..rows {
+                let p = c.offset(r as isize * c_rs);
+                let (mut v0, mut v1) = (c0[r], c1[r]);
+                if !first {
+                    v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, p), v0);
+                    v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, p.add(16)), v1);
+                }
+                _mm512_mask_storeu_ps(p, m0, v0);
+                _mm512_mask_storeu_ps(p.add(16), m1, v1);
+            }
+        } else {
+            let mut t = [0f32; MR * 32];
+            for r in 0..MR {
+                _mm512_storeu_ps(t.as_mut_ptr().add(r * 32), c0[r]);
+                _mm512_storeu_ps(t.as_mut_ptr().add(r * 32 + 16), c1[r]);
+            }
+            store_tile(&t, 32, c, (rows, cols), (c_rs, c_cs), first);
+        }
+    }
+
+    /// AVX2+FMA `6 x 16` micro-kernel: 12 ymm accumulators.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn micro_avx2(
+        kc: usize,
+        a: *const f32,
+        (b, ldb): (*const f32, usize),
+        c: *mut f32,
+        (rows, cols): (usize, usize),
+        (c_rs, c_cs): (isize, isize),
+        first: bool,
+    ) {
+        const MR: usize = 6;
+        let mut c0 = [_mm256_setzero_ps(); MR];
+        let mut c1 = [_mm256_setzero_ps(); MR];
+        let (mut a, mut b) = (a, b);
+        for _ in 0..kc {
+            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
+            let b0 = _mm256_loadu_ps(b);
+            let b1 = _mm256_loadu_ps(b.add(8));
+            for r in 0..MR {
+                let ar = _mm256_broadcast_ss(&*a.add(r));
+                c0[r] = _mm256_fmadd_ps(ar, b0, c0[r]);
+                c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
+            }
+            a = a.add(MR);
+            b = b.add(ldb);
+        }
+        if c_cs == 1 && cols == 16 {
+            for r in 0..rows {
+                let p = c.offset(r as isize * c_rs);
+                let (mut v0, mut v1) = (c0[r], c1[r]);
+                if !first {
+                    v0 = _mm256_add_ps(_mm256_loadu_ps(p), v0);
+                    v1 = _mm256_add_ps(_mm256_loadu_ps(p.add(8)), v1);
+                }
+                _mm256_storeu_ps(p, v0);
+                _mm256_storeu_ps(p.add(8), v1);
+            }
+        } else {
+            let mut t = [0f32; MR * 16];
+            for r in 0..MR {
+                _mm256_storeu_ps(t.as_mut_ptr().add(r * 16), c0[r]);
+                _mm256_storeu_ps(t.as_mut_ptr().add(r * 16 + 8), c1[r]);
+            }
+            store_tile(&t, 16, c, (rows, cols), (c_rs, c_cs), first);
+        }
+    }
+
+    /// AVX-512 GEMV over one 14-row panel: four accumulators (k mod 4),
+    /// masked 14-lane loads of the packed panel against broadcast `x[k]`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn gemv_avx512(
+        a: *const f32,
+        mp: usize,
+        k: usize,
+        p: usize,
+        x: *const f32,
+        x_s: isize,
+        y: &mut [f32; 16],
+    ) {
+        const MR: usize = 14;
+        let mask: __mmask16 = (1 << MR) - 1;
+        let mut acc = [_mm512_setzero_ps(); 4];
+        for k0 in (0..k).step_by(KC) {
+            let kc = KC.min(k - k0);
+            let pa = a.add(k0 * mp + p * kc * MR);
+            let xb = x.offset(k0 as isize * x_s);
+            let mut kk = 0;
+            while kk + 4 <= kc {
+                for (u, s) in acc.iter_mut().enumerate() {
+                    let av = _mm512_maskz_loadu_ps(mask, pa.add((kk + u) * MR));
+                    let xv = _mm512_set1_ps(*xb.offset((kk + u) as isize * x_s));
+                    *s = _mm512_fmadd_ps(av, xv, *s);
+                }
+                kk += 4;
+            }
+            while kk < kc {
+                let av = _mm512_maskz_loadu_ps(mask, pa.add(kk * MR));
+                let xv = _mm512_set1_ps(*xb.offset(kk as isize * x_s));
+                acc[0] = _mm512_fmadd_ps(av, xv, acc[0]);
+                kk += 1;
+            }
+        }
+        let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+        _mm512_storeu_ps(y.as_mut_ptr(), s);
+    }
+
+    /// AVX2 GEMV over one 6-row panel: as [`gemv_avx512`] with masked
+    /// 6-lane ymm loads.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn gemv_avx2(
+        a: *const f32,
+        mp: usize,
+        k: usize,
+        p: usize,
+        x: *const f32,
+        x_s: isize,
+        y: &mut [f32; 16],
+    ) {
+        const MR: usize = 6;
+        let mask = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for k0 in (0..k).step_by(KC) {
+            let kc = KC.min(k - k0);
+            let pa = a.add(k0 * mp + p * kc * MR);
+            let xb = x.offset(k0 as isize * x_s);
+            let mut kk = 0;
+            while kk + 4 <= kc {
+                for (u, s) in acc.iter_mut().enumerate() {
+                    let av = _mm256_maskload_ps(pa.add((kk + u) * MR), mask);
+                    let xv = _mm256_set1_ps(*xb.offset((kk + u) as isize * x_s));
+                    *s = _mm256_fmadd_ps(av, xv, *s);
+                }
+                kk += 4;
+            }
+            while kk < kc {
+                let av = _mm256_maskload_ps(pa.add(kk * MR), mask);
+                let xv = _mm256_set1_ps(*xb.offset(kk as isize * x_s));
+                acc[0] = _mm256_fmadd_ps(av, xv, acc[0]);
+                kk += 1;
+            }
+        }
+        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        _mm256_storeu_ps(y.as_mut_ptr(), s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::native::with_threads;
+
+    fn kernels() -> Vec<Kernel> {
+        [Kernel::Avx512, Kernel::Avx2, Kernel::Portable]
+            .into_iter()
+            .filter(|k| k.supported())
+            .collect()
+    }
+
+    fn val(i: usize, s: usize) -> f32 {
+        ((i * s + 3) % 17) as f32 * 0.125 - 1.0
+    }
+
+    /// Runs one case on `kern` at `threads` threads; `tb`: B stored
+    /// transposed; `tc`: C stored transposed.
+    #[allow(clippy::too_many_arguments)]
+    fn run_case(
+        kern: Kernel,
+        (m, n, k): (usize, usize, usize),
+        tb: bool,
+        tc: bool,
+        acc: bool,
+        threads: usize,
+        pool: &rayon::ThreadPool,
+    ) -> (Vec<f32>, Vec<f64>) {
+        let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| val(i, 5)).collect();
+        let pa = pack_a_with(kern, m, k, &a, k, 1, 1.0);
+        let (b_rs, b_cs) = if tb { (1, k as isize) } else { (n as isize, 1) };
+        let (c_rs, c_cs) = if tc { (1, m as isize) } else { (n as isize, 1) };
+        let init = |i: usize| if acc { val(i, 3) } else { f32::NAN };
+        let mut c: Vec<f32> = (0..m * n).map(init).collect();
+        let rc = pool.install(|| {
+            with_threads(threads, || unsafe {
+                dnnc_sgemm_packed(
+                    pa.as_ptr() as *const f32,
+                    m,
+                    n,
+                    k,
+                    b.as_ptr(),
+                    b_rs,
+                    b_cs,
+                    c.as_mut_ptr(),
+                    c_rs,
+                    c_cs,
+                    acc as usize,
+                )
+            })
+        });
+        assert_eq!(rc, 0);
+        let mut want = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let ci = (i as isize * c_rs + j as isize * c_cs) as usize;
+                let mut s = if acc { init(ci) as f64 } else { 0.0 };
+                for p in 0..k {
+                    let bv = b[(p as isize * b_rs + j as isize * b_cs) as usize];
+                    s += a[i * k + p] as f64 * bv as f64;
+                }
+                want[ci] = s;
+            }
+        }
+        (c, want)
+    }
+
+    #[test]
+    fn packed_matches_f64_reference_on_edge_shapes() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let dims = [1usize, 2, 5, 13, 14, 15, 33, 65];
+        let ks = [1usize, 3, 255, 256, 257, 600];
+        for kern in kernels() {
+            for &m in &dims {
+                for &n in &dims {
+                    for &k in &ks {
+                        for (tb, tc, acc) in [
+                            (false, false, false),
+                            (true, false, true),
+                            (false, true, false),
+                        ] {
+                            let (c, want) = run_case(kern, (m, n, k), tb, tc, acc, 1, &pool);
+                            for (x, w) in c.iter().zip(&want) {
+                                let tol = 1e-4 * (k as f64).sqrt() * (1.0 + w.abs());
+                                assert!(
+                                    (*x as f64 - w).abs() <= tol,
+                                    "{kern:?} m={m} n={n} k={k} tb={tb} tc={tc} acc={acc}: {x} vs {w}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn packed_two_threads_bitwise_equal_one() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        for kern in kernels() {
+            for &(m, n, k) in &[
+                (64usize, 3136usize, 147usize),
+                (512, 49, 4608),
+                (1000, 1, 512),
+                (37, 1000, 300),
+            ] {
+                for acc in [false, true] {
+                    assert!(gemm_tasks(m, n, k, 2) > 1 || n == 1);
+                    let (one, _) = run_case(kern, (m, n, k), false, false, acc, 1, &pool);
+                    let (two, _) = run_case(kern, (m, n, k), false, false, acc, 2, &pool);
+                    assert!(
+                        one.iter()
+                            .zip(&two)
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{kern:?} {m}x{n}x{k}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn header_mismatch_is_an_error() {
+        let a = vec![1f32; 6 * 5];
+        let pa = pack_a(6, 5, &a, 5, 1, 1.0);
+        let b = [1f32; 5 * 3];
+        let mut c = vec![7f32; 6 * 3];
+        let call = |pa: &AlignedBuf, m: usize, k: usize, c: &mut [f32]| unsafe {
+            dnnc_sgemm_packed(
+                pa.as_ptr() as *const f32,
+                m,
+                3,
+                k,
+                b.as_ptr(),
+                3,
+                1,
+                c.as_mut_ptr(),
+                3,
+                1,
+                0,
+            )
+        };
+        assert_eq!(call(&pa, 6, 4, &mut c), 1);
+        assert_eq!(call(&pa, 5, 5, &mut c), 1);
+        let mut bad = pa.clone();
+        bad.as_bytes_mut()[0] ^= 1;
+        assert_eq!(call(&bad, 6, 5, &mut c), 1);
+        assert!(c.iter().all(|&v| v == 7.0));
+        assert_eq!(call(&pa, 6, 5, &mut c), 0);
+        assert!(c.iter().all(|&v| v == 5.0));
+    }
+}
