@@ -185,6 +185,33 @@ pub enum Command {
 /// of peak` in `dnnc bench` is against `threads` times this.
 pub const PEAK_GFLOPS_PER_CORE: f64 = 166.4;
 
+/// Warm runs `dnnc run --profile` times; each kernel reports its median,
+/// so one noisy run on a shared machine does not decide the table.
+const PROFILE_RUNS: usize = 10;
+
+/// Runs `exe` `runs` times with per-step timing and returns the last run's
+/// outputs with each step's median time.
+fn profile_median(
+    exe: &dnnc_runtime::cpu::Executable,
+    feeds: &[(String, dnnc_ir::Tensor)],
+    runs: usize,
+) -> Result<(Vec<dnnc_ir::Tensor>, dnnc_runtime::cpu::StepTimes), DnncError> {
+    let (mut out, mut times) = exe.run_profiled(feeds)?;
+    let mut samples: Vec<Vec<std::time::Duration>> = times.iter().map(|t| vec![t.2]).collect();
+    for _ in 1..runs {
+        let (o, t) = exe.run_profiled(feeds)?;
+        out = o;
+        for (s, t) in samples.iter_mut().zip(&t) {
+            s.push(t.2);
+        }
+    }
+    for (t, mut s) in times.iter_mut().zip(samples) {
+        s.sort();
+        t.2 = s[s.len() / 2];
+    }
+    Ok((out, times))
+}
+
 fn threads_arg(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(0) => Err("must be at least 1".into()),
@@ -251,9 +278,11 @@ fn execute_command(
                     let mut exe = compile_for_cpu(&g, &opts, threads)?;
                     exe.set_concurrency(concurrency.into());
                     if profile {
-                        // The first run pays page faults; profile a warm one.
+                        // The first runs pay page faults and cold caches;
+                        // profile warm ones, each kernel's median time.
                         exe.run(&feeds)?;
-                        let (r, times) = exe.run_profiled(&feeds)?;
+                        exe.run(&feeds)?;
+                        let (r, times) = profile_median(&exe, &feeds, PROFILE_RUNS)?;
                         report = crate::bench::render_profile(&g, &exe, &times);
                         r
                     } else {

@@ -331,6 +331,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let mut ctx = module.make_context();
     let mut fctx = FunctionBuilderContext::new();
     let mut pending: Vec<(cranelift_module::FuncId, Step)> = Vec::new();
+    let mut code_sizes: HashMap<cranelift_module::FuncId, usize> = HashMap::new();
     for (ki, k) in kernels.iter().enumerate() {
         let anchor = k.anchor.unwrap_or(k.nodes[0]);
         if k.kind == KernelKind::View || matches!(g.node(anchor).op, Op::Shape { .. }) {
@@ -461,8 +462,12 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 kernel: k.name.clone(),
                 message: format!("{e:?}"),
             })?;
+        if let Some(code) = ctx.compiled_code() {
+            code_sizes.insert(fid, code.code_buffer().len());
+        }
         module.clear_context(&mut ctx);
     }
+    let mut perf_map: Vec<(usize, usize, String)> = Vec::new();
     module
         .finalize_definitions()
         .map_err(|e| backend(e.to_string()))?;
@@ -472,8 +477,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         // SAFETY: the function was generated with exactly the KernelFn
         // signature (one pointer argument, i32 result, platform ABI).
         s.func = unsafe { std::mem::transmute::<*const u8, KernelFn>(p) };
+        perf_map.push((
+            p as usize,
+            code_sizes.get(&fid).copied().unwrap_or(0),
+            s.name.clone(),
+        ));
         steps.push(s);
     }
+    write_perf_map(&perf_map);
 
     let mut outputs = Vec::new();
     for &v in g.outputs() {
@@ -568,4 +579,25 @@ fn lower_elementwise(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Stri
     } else {
         Vec::new()
     })
+}
+
+/// With `DNNC_PERF_MAP` set, appends each kernel's address range and name
+/// to `/tmp/perf-<pid>.map` (the format `perf report` reads for JIT code),
+/// so profilers attribute samples to kernels instead of raw addresses.
+/// Failures to write are ignored: the map is a debugging aid only.
+fn write_perf_map(entries: &[(usize, usize, String)]) {
+    if std::env::var_os("DNNC_PERF_MAP").is_none() {
+        return;
+    }
+    use std::io::Write as _;
+    let path = format!("/tmp/perf-{}.map", std::process::id());
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        for (addr, size, name) in entries {
+            let _ = writeln!(f, "{addr:x} {size:x} dnnc_kernel:{name}");
+        }
+    }
 }
