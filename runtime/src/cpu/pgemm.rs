@@ -8,6 +8,12 @@
 //!
 //! B is packed per call into 64-byte aligned thread-local scratch.
 //!
+//! An optional fused [`Epilogue`] (`C = clamp(A·B + bias + R, lo, hi)`:
+//! per-row bias, a residual operand, a Relu/Clip clamp) is applied in
+//! registers when each tile's last k block is stored, so a conv or Gemm
+//! layer followed by bias, residual add and activation writes its output
+//! once instead of reading it back in a separate pass.
+//!
 //! Packed A: a 64-byte header (magic, kernel id, `MR`, `KC`, `m`, `k`,
 //! data length) followed by, for each block of `KC` columns of A and each
 //! panel of `MR` rows (the last zero-padded), the `kc x MR` panel stored
@@ -179,12 +185,75 @@ pub fn pack_a_with(
     buf
 }
 
-/// `C = A · B` (or `C += A · B` when `accumulate != 0`) with A packed by
+/// The fused epilogue of [`dnnc_sgemm_packed`]: `C = clamp(A·B + bias +
+/// R)`, in that order, each step optional. Built by generated code on its
+/// stack and passed by pointer, so the call's signature stays that of the
+/// plain GEMM.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Epilogue {
+    /// Per-row bias (`m` floats, added to every column of row `i`), or null.
+    pub bias: *const f32,
+    /// Residual R (`m x n`, element `(i, j)` at `res[i*res_rs + j*res_cs]`),
+    /// or null. It must not overlap C unless `k <= KC` (C then is written
+    /// once per element, right after R's element is read).
+    pub res: *const f32,
+    /// Row stride of R in elements.
+    pub res_rs: isize,
+    /// Column stride of R in elements.
+    pub res_cs: isize,
+    /// Lower clamp bound (`-inf`: none; Relu: 0).
+    pub lo: f32,
+    /// Upper clamp bound (`+inf`: none).
+    pub hi: f32,
+}
+
+/// One tile's view of an [`Epilogue`]: bias and R already offset to the
+/// tile's first row and column.
+#[derive(Clone, Copy)]
+struct TileEp {
+    bias: *const f32,
+    res: *const f32,
+    res_rs: isize,
+    res_cs: isize,
+    lo: f32,
+    hi: f32,
+    clamp: bool,
+}
+
+impl TileEp {
+    /// The epilogue of element `(r, j)` of the tile applied to `v`; the
+    /// clamp keeps NaN as the interpreter's Relu/Clip do.
+    #[inline(always)]
+    unsafe fn apply(&self, r: usize, j: usize, mut v: f32) -> f32 {
+        if !self.bias.is_null() {
+            v += *self.bias.add(r);
+        }
+        if !self.res.is_null() {
+            v += *self
+                .res
+                .offset(r as isize * self.res_rs + j as isize * self.res_cs);
+        }
+        if self.clamp {
+            v = if v < self.lo {
+                self.lo
+            } else if v > self.hi {
+                self.hi
+            } else {
+                v
+            };
+        }
+        v
+    }
+}
+
+/// `C = A · B` (or `C += A · B` when `ep == 1`, or `C = epilogue(A · B)`
+/// when `ep` is the address of an [`Epilogue`]) with A packed by
 /// [`pack_a`]: `A: m x k`, `B: k x n`, `C: m x n`, B and C addressed by row
 /// and column strides in elements (transposes are swapped strides).
 /// Returns 0, or 1 when the packed buffer does not describe an `m x k` A
-/// for a kernel this machine runs (C is then untouched). With
-/// `accumulate == 0` the old C is not read.
+/// for a kernel this machine runs (C is then untouched). Unless `ep == 1`
+/// the old C is not read.
 ///
 /// Inside [`with_threads`](super::native::with_threads) the work is split
 /// over column or row panels of C as `dnnc_sgemm` does; results are
@@ -193,7 +262,8 @@ pub fn pack_a_with(
 /// # Safety
 /// `ap` must point to a buffer made by [`pack_a`] (at least its 64-byte
 /// header readable), B and C must address matrices of the given sizes and
-/// strides, and C must not overlap A or B.
+/// strides, C must not overlap A or B, and an `ep` other than 0 or 1 must
+/// point to an [`Epilogue`] whose operands are valid for `m x n`.
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn dnnc_sgemm_packed(
     ap: *const f32,
@@ -206,7 +276,7 @@ pub unsafe extern "C" fn dnnc_sgemm_packed(
     c: *mut f32,
     c_rs: isize,
     c_cs: isize,
-    accumulate: usize,
+    ep: usize,
 ) -> i32 {
     let h = |i: usize| (ap as *const u64).add(i).read();
     let kern = match Kernel::from_id(h(1)) {
@@ -224,12 +294,15 @@ pub unsafe extern "C" fn dnnc_sgemm_packed(
     if m == 0 || n == 0 {
         return 0;
     }
-    let acc = accumulate != 0;
+    let acc = ep == 1;
+    let ep = (ep > 1).then(|| (ep as *const Epilogue).read());
     if k == 0 {
         if !acc {
-            for i in 0..m as isize {
-                for j in 0..n as isize {
-                    *c.offset(i * c_rs + j * c_cs) = 0.0;
+            let te = ep.map(|e| tile_ep(&e, 0, 0));
+            for i in 0..m {
+                for j in 0..n {
+                    let v = te.map_or(0.0, |t| t.apply(i, j, 0.0));
+                    *c.offset(i as isize * c_rs + j as isize * c_cs) = v;
                 }
             }
         }
@@ -247,6 +320,7 @@ pub unsafe extern "C" fn dnnc_sgemm_packed(
         c_rs,
         c_cs,
         acc,
+        ep,
         gemv: n == 1,
     };
     let (mr, nr) = (kern.mr(), kern.nr());
@@ -284,6 +358,29 @@ pub unsafe extern "C" fn dnnc_sgemm_packed(
     0
 }
 
+/// `ep` seen from the tile whose first element is `(i, j)` of C.
+#[inline]
+unsafe fn tile_ep(ep: &Epilogue, i: usize, j: usize) -> TileEp {
+    TileEp {
+        bias: if ep.bias.is_null() {
+            ep.bias
+        } else {
+            ep.bias.add(i)
+        },
+        res: if ep.res.is_null() {
+            ep.res
+        } else {
+            ep.res
+                .offset(i as isize * ep.res_rs + j as isize * ep.res_cs)
+        },
+        res_rs: ep.res_rs,
+        res_cs: ep.res_cs,
+        lo: ep.lo,
+        hi: ep.hi,
+        clamp: ep.lo > f32::NEG_INFINITY || ep.hi < f32::INFINITY,
+    }
+}
+
 /// One validated call's operands.
 struct Gemm {
     kern: Kernel,
@@ -298,6 +395,8 @@ struct Gemm {
     c_rs: isize,
     c_cs: isize,
     acc: bool,
+    /// The fused epilogue, applied at each tile's last k block.
+    ep: Option<Epilogue>,
     /// `n == 1`: every column goes through the GEMV path, whatever the
     /// split.
     gemv: bool,
@@ -342,6 +441,7 @@ impl Gemm {
                     // prefetchers), faster only on narrow ones.
                     self.pack_b(bp, k0, kc, jc, nc, nr);
                     let first = k0 == 0 && !self.acc;
+                    let last = k0 + kc == self.k;
                     let ablk = self.a.add(k0 * mp);
                     // Each A panel (L1) meets every B panel of the block
                     // (L2), so A streams from memory once per block.
@@ -354,6 +454,10 @@ impl Gemm {
                             let cp = self
                                 .c
                                 .offset((p * mr) as isize * self.c_rs + j as isize * self.c_cs);
+                            let te = match &self.ep {
+                                Some(ep) if last => Some(tile_ep(ep, p * mr, j)),
+                                _ => None,
+                            };
                             micro(
                                 self.kern,
                                 kc,
@@ -363,6 +467,7 @@ impl Gemm {
                                 (rows, ncols),
                                 (self.c_rs, self.c_cs),
                                 first,
+                                te.as_ref(),
                             );
                         }
                     }
@@ -413,11 +518,16 @@ impl Gemm {
                 _ => gemv_portable(self.a, mp, self.k, p, mr, x, self.b_rs, &mut y),
             }
             let rows = mr.min(self.m - p * mr);
+            let te = self.ep.as_ref().map(|ep| tile_ep(ep, p * mr, j));
             for (r, &v) in y.iter().enumerate().take(rows) {
                 let cp = self
                     .c
                     .offset((p * mr + r) as isize * self.c_rs + j as isize * self.c_cs);
-                *cp = if self.acc { *cp + v } else { v };
+                *cp = match &te {
+                    Some(t) => t.apply(r, 0, v),
+                    None if self.acc => *cp + v,
+                    None => v,
+                };
             }
         }
     }
@@ -455,7 +565,7 @@ unsafe fn gemv_portable(
 
 /// One `rows x cols` tile of C (`rows <= MR`, `cols <= NR`) from a `kc x
 /// MR` A panel and a `kc x NR` B panel: `C = acc` when `first`, else
-/// `C += acc`.
+/// `C += acc`; then the epilogue `ep`, if any (the tile's last k block).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 unsafe fn micro(
@@ -467,13 +577,14 @@ unsafe fn micro(
     dims: (usize, usize),
     cs: (isize, isize),
     first: bool,
+    ep: Option<&TileEp>,
 ) {
     match kern {
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512 => x86::micro_avx512(kc, a, b, c, dims, cs, first),
+        Kernel::Avx512 => x86::micro_avx512(kc, a, b, c, dims, cs, first, ep),
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => x86::micro_avx2(kc, a, b, c, dims, cs, first),
-        _ => micro_portable(kc, a, b, c, dims, cs, first),
+        Kernel::Avx2 => x86::micro_avx2(kc, a, b, c, dims, cs, first, ep),
+        _ => micro_portable(kc, a, b, c, dims, cs, first, ep),
     }
 }
 
@@ -487,16 +598,22 @@ unsafe fn store_tile(
     (rows, cols): (usize, usize),
     (c_rs, c_cs): (isize, isize),
     first: bool,
+    ep: Option<&TileEp>,
 ) {
     for r in 0..rows {
         for j in 0..cols {
             let p = c.offset(r as isize * c_rs + j as isize * c_cs);
             let v = t[r * nr + j];
-            *p = if first { v } else { *p + v };
+            let v = if first { v } else { *p + v };
+            *p = match ep {
+                Some(e) => e.apply(r, j, v),
+                None => v,
+            };
         }
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 unsafe fn micro_portable(
     kc: usize,
     a: *const f32,
@@ -505,6 +622,7 @@ unsafe fn micro_portable(
     dims: (usize, usize),
     cs: (isize, isize),
     first: bool,
+    ep: Option<&TileEp>,
 ) {
     const MR: usize = 4;
     const NR: usize = 8;
@@ -519,12 +637,12 @@ unsafe fn micro_portable(
         }
     }
     let flat: [f32; MR * NR] = std::mem::transmute(acc);
-    store_tile(&flat, NR, c, dims, cs, first);
+    store_tile(&flat, NR, c, dims, cs, first, ep);
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{store_tile, KC};
+    use super::{store_tile, TileEp, KC};
     use std::arch::x86_64::*;
 
     /// Software prefetch distance along packed A, in floats.
@@ -532,6 +650,7 @@ mod x86 {
 
     /// AVX-512F `14 x 32` micro-kernel: per k, two B vectors and 14
     /// broadcast A elements feed 28 FMAs into 28 zmm accumulators.
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn micro_avx512(
         kc: usize,
@@ -541,6 +660,7 @@ mod x86 {
         (rows, cols): (usize, usize),
         (c_rs, c_cs): (isize, isize),
         first: bool,
+        ep: Option<&TileEp>,
     ) {
         const MR: usize = 14;
         let mut c0 = [_mm512_setzero_ps(); MR];
@@ -560,7 +680,8 @@ mod x86 {
             a = a.add(MR);
             b = b.add(ldb);
         }
-        if c_cs == 1 {
+        let res_unit = ep.is_none_or(|e| e.res.is_null() || e.res_cs == 1);
+        if c_cs == 1 && res_unit {
             let m0: __mmask16 = if cols >= 16 {
                 0xffff
             } else {
@@ -580,6 +701,26 @@ mod x86 {
                     v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, p), v0);
                     v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, p.add(16)), v1);
                 }
+                if let Some(e) = ep {
+                    // Same operations and order as `TileEp::apply`; the
+                    // clamp is max(lo, v) then min(hi, v): with v NaN
+                    // both return v (the second operand).
+                    if !e.bias.is_null() {
+                        let bv = _mm512_set1_ps(*e.bias.add(r));
+                        v0 = _mm512_add_ps(v0, bv);
+                        v1 = _mm512_add_ps(v1, bv);
+                    }
+                    if !e.res.is_null() {
+                        let q = e.res.offset(r as isize * e.res_rs);
+                        v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, q));
+                        v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, q.add(16)));
+                    }
+                    if e.clamp {
+                        let (lo, hi) = (_mm512_set1_ps(e.lo), _mm512_set1_ps(e.hi));
+                        v0 = _mm512_min_ps(hi, _mm512_max_ps(lo, v0));
+                        v1 = _mm512_min_ps(hi, _mm512_max_ps(lo, v1));
+                    }
+                }
                 _mm512_mask_storeu_ps(p, m0, v0);
                 _mm512_mask_storeu_ps(p.add(16), m1, v1);
             }
@@ -589,11 +730,12 @@ mod x86 {
                 _mm512_storeu_ps(t.as_mut_ptr().add(r * 32), c0[r]);
                 _mm512_storeu_ps(t.as_mut_ptr().add(r * 32 + 16), c1[r]);
             }
-            store_tile(&t, 32, c, (rows, cols), (c_rs, c_cs), first);
+            store_tile(&t, 32, c, (rows, cols), (c_rs, c_cs), first, ep);
         }
     }
 
     /// AVX2+FMA `6 x 16` micro-kernel: 12 ymm accumulators.
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn micro_avx2(
         kc: usize,
@@ -603,6 +745,7 @@ mod x86 {
         (rows, cols): (usize, usize),
         (c_rs, c_cs): (isize, isize),
         first: bool,
+        ep: Option<&TileEp>,
     ) {
         const MR: usize = 6;
         let mut c0 = [_mm256_setzero_ps(); MR];
@@ -620,13 +763,32 @@ mod x86 {
             a = a.add(MR);
             b = b.add(ldb);
         }
-        if c_cs == 1 && cols == 16 {
+        let res_unit = ep.is_none_or(|e| e.res.is_null() || e.res_cs == 1);
+        if c_cs == 1 && cols == 16 && res_unit {
             for r in 0..rows {
                 let p = c.offset(r as isize * c_rs);
                 let (mut v0, mut v1) = (c0[r], c1[r]);
                 if !first {
                     v0 = _mm256_add_ps(_mm256_loadu_ps(p), v0);
                     v1 = _mm256_add_ps(_mm256_loadu_ps(p.add(8)), v1);
+                }
+                if let Some(e) = ep {
+                    // As in `micro_avx512`.
+                    if !e.bias.is_null() {
+                        let bv = _mm256_set1_ps(*e.bias.add(r));
+                        v0 = _mm256_add_ps(v0, bv);
+                        v1 = _mm256_add_ps(v1, bv);
+                    }
+                    if !e.res.is_null() {
+                        let q = e.res.offset(r as isize * e.res_rs);
+                        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(q));
+                        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(q.add(8)));
+                    }
+                    if e.clamp {
+                        let (lo, hi) = (_mm256_set1_ps(e.lo), _mm256_set1_ps(e.hi));
+                        v0 = _mm256_min_ps(hi, _mm256_max_ps(lo, v0));
+                        v1 = _mm256_min_ps(hi, _mm256_max_ps(lo, v1));
+                    }
                 }
                 _mm256_storeu_ps(p, v0);
                 _mm256_storeu_ps(p.add(8), v1);
@@ -637,7 +799,7 @@ mod x86 {
                 _mm256_storeu_ps(t.as_mut_ptr().add(r * 16), c0[r]);
                 _mm256_storeu_ps(t.as_mut_ptr().add(r * 16 + 8), c1[r]);
             }
-            store_tile(&t, 16, c, (rows, cols), (c_rs, c_cs), first);
+            store_tile(&t, 16, c, (rows, cols), (c_rs, c_cs), first, ep);
         }
     }
 
@@ -843,6 +1005,136 @@ mod tests {
                             .all(|(x, y)| x.to_bits() == y.to_bits()),
                         "{kern:?} {m}x{n}x{k}"
                     );
+                }
+            }
+        }
+    }
+
+    /// Interpreter semantics of bias, residual add and Relu/Clip (NaN
+    /// stays NaN: `x < lo` and `x > hi` are false for it).
+    fn ep_ref(v: f32, bias: Option<f32>, r: Option<f32>, lo: f32, hi: f32) -> f32 {
+        let v = bias.map_or(v, |b| v + b);
+        let v = r.map_or(v, |r| v + r);
+        if v < lo {
+            lo
+        } else if v > hi {
+            hi
+        } else {
+            v
+        }
+    }
+
+    /// The fused epilogue equals the plain GEMM followed by the epilogue
+    /// in scalar code, bitwise (NaN for NaN), on every kernel, for every
+    /// combination of bias, residual (row-major and transposed) and clamp,
+    /// on tails, several k blocks, the GEMV path and k = 0, at 1 and 2
+    /// threads.
+    #[test]
+    fn fused_epilogue_matches_separate_pass_bitwise() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let shapes = [
+            (14usize, 32usize, 7usize),
+            (15, 33, 300),
+            (5, 13, 1),
+            (37, 70, 257),
+            (96, 1, 40),
+            (3, 17, 0),
+            (64, 600, 64),
+        ];
+        let clamps = [
+            (f32::NEG_INFINITY, f32::INFINITY),
+            (0.0, f32::INFINITY),
+            (0.0, 6.0),
+            (-0.5, 0.25),
+        ];
+        for kern in kernels() {
+            for &(m, n, k) in &shapes {
+                let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
+                let b: Vec<f32> = (0..k * n).map(|i| val(i, 5)).collect();
+                let pa = pack_a_with(kern, m, k, &a, k, 1, 1.0);
+                // NaN, -0.0 and values that cancel the product to zero.
+                let bias: Vec<f32> = (0..m)
+                    .map(|i| match i % 5 {
+                        3 => f32::NAN,
+                        4 => -0.0,
+                        _ => val(i, 11),
+                    })
+                    .collect();
+                let res: Vec<f32> = (0..m * n)
+                    .map(|i| if i % 29 == 7 { f32::NAN } else { val(i, 13) })
+                    .collect();
+                let gemm = |ep: usize, c: &mut Vec<f32>, threads: usize| {
+                    let rc = pool.install(|| {
+                        with_threads(threads, || unsafe {
+                            dnnc_sgemm_packed(
+                                pa.as_ptr() as *const f32,
+                                m,
+                                n,
+                                k,
+                                b.as_ptr(),
+                                n as isize,
+                                1,
+                                c.as_mut_ptr(),
+                                n as isize,
+                                1,
+                                ep,
+                            )
+                        })
+                    });
+                    assert_eq!(rc, 0);
+                };
+                let mut plain = vec![f32::NAN; m * n];
+                gemm(0, &mut plain, 1);
+                for (ub, ur, tr) in [
+                    (false, false, false),
+                    (true, false, false),
+                    (false, true, false),
+                    (true, true, false),
+                    (true, true, true),
+                ] {
+                    for &(lo, hi) in &clamps {
+                        let (rrs, rcs) = if tr { (1, m as isize) } else { (n as isize, 1) };
+                        // R stored transposed when `tr`.
+                        let rbuf: Vec<f32> = if tr {
+                            (0..m * n).map(|q| res[(q % m) * n + q / m]).collect()
+                        } else {
+                            res.clone()
+                        };
+                        let ep = Epilogue {
+                            bias: if ub { bias.as_ptr() } else { std::ptr::null() },
+                            res: if ur { rbuf.as_ptr() } else { std::ptr::null() },
+                            res_rs: rrs,
+                            res_cs: rcs,
+                            lo,
+                            hi,
+                        };
+                        let want: Vec<f32> = (0..m * n)
+                            .map(|q| {
+                                let (i, j) = (q / n, q % n);
+                                ep_ref(
+                                    plain[q],
+                                    ub.then_some(bias[i]),
+                                    ur.then_some(res[i * n + j]),
+                                    lo,
+                                    hi,
+                                )
+                            })
+                            .collect();
+                        for threads in [1, 2] {
+                            let mut c = vec![f32::NAN; m * n];
+                            gemm(&ep as *const Epilogue as usize, &mut c, threads);
+                            for (q, (x, w)) in c.iter().zip(&want).enumerate() {
+                                assert!(
+                                    x.to_bits() == w.to_bits() || (x.is_nan() && w.is_nan()),
+                                    "{kern:?} {m}x{n}x{k} bias={ub} res={ur} tr={tr} \
+                                     [{lo}, {hi}] t={threads} at {q}: {x} vs {w}"
+                                );
+                            }
+                        }
+                    }
                 }
             }
         }
