@@ -124,3 +124,136 @@ fn chunked_im2col_and_pointwise_match() {
         run(&src, &[("x", shape)], &opts);
     }
 }
+
+fn dims(s: &str) -> Vec<usize> {
+    s.trim_matches(|c| c == '[' || c == ']')
+        .split(',')
+        .map(|s| s.parse().unwrap())
+        .collect()
+}
+
+/// Epilogues the packed GEMM applies as it stores (bias, residual Add,
+/// Relu/Clip, in the orders models use) and near misses that keep the
+/// generated pass, on im2col (chunked, grouped) and pointwise convs.
+#[test]
+fn conv_fused_epilogues_match() {
+    // (input, filter, attrs, output shape, algorithm)
+    let convs = [
+        (
+            "[1,3,61,45]",
+            "[16,3,5,5]",
+            "strides=[2,2], pads=[2,2,2,2], dilations=[1,1], group=1",
+            "[1,16,31,23]",
+            ConvAlgo::Im2col,
+        ),
+        (
+            "[2,4,37,300]",
+            "[6,2,3,3]",
+            "strides=[1,1], pads=[1,1,1,1], dilations=[1,1], group=2",
+            "[2,6,37,300]",
+            ConvAlgo::Im2col,
+        ),
+        (
+            "[1,16,19,23]",
+            "[30,16,1,1]",
+            "strides=[1,1], pads=[0,0,0,0], dilations=[1,1], group=1",
+            "[1,30,19,23]",
+            ConvAlgo::Pointwise,
+        ),
+        (
+            "[2,6,9,7]",
+            "[9,2,1,1]",
+            "strides=[1,1], pads=[0,0,0,0], dilations=[1,1], group=3",
+            "[2,9,9,7]",
+            ConvAlgo::Pointwise,
+        ),
+    ];
+    // (epilogue after `%c`, its result, output list, with bias)
+    let tails = [
+        ("%y = Relu(%c)", "%y", true),
+        ("%y = Clip(%c) {min=0, max=6}", "%y", true),
+        ("%y = Clip(%c) {min=-0.25, max=0.5}", "%y", false),
+        ("%s = Add(%c, %r)\n%y = Relu(%s)", "%y", true),
+        ("%s = Add(%r, %c)\n%y = Relu(%s)", "%y", false),
+        ("%y = Add(%r, %c)", "%y", true),
+        ("%y = Relu(%c)", "%y, %c", true),
+        ("%t = Relu(%c)\n%y = Add(%t, %r)", "%y", true),
+        ("", "%c", true),
+    ];
+    for (x, w, attrs, out, algo) in convs {
+        let wd = dims(w);
+        for (tail, outs, bias) in tails {
+            let (bparam, barg) = if bias {
+                (
+                    format!(
+                        "param %b: f32[{}] = uniform(low=-1, high=1, seed=9)\n",
+                        wd[0]
+                    ),
+                    ", %b",
+                )
+            } else {
+                (String::new(), "")
+            };
+            let rin = if tail.contains("%r") {
+                format!("input %r: f32{out}\n")
+            } else {
+                String::new()
+            };
+            let src = format!(
+                "graph g {{\ninput %x: f32{x}\n{rin}param %w: f32{w} = he(seed=8)\n{bparam}%c = Conv2d(%x, %w{barg}) {{{attrs}}}\n{tail}\noutput {outs}\n}}\n"
+            );
+            let mut ins = vec![("x", dims(x))];
+            if !rin.is_empty() {
+                ins.push(("r", dims(out)));
+            }
+            let opts = CpuOptions {
+                conv_algo: Some(algo),
+                ..Default::default()
+            };
+            run(&src, &ins, &opts);
+        }
+    }
+}
+
+/// Gemm with a weight operand and bias (beta 1) then Relu or a residual
+/// Add, fused into the packed GEMM; beta != 1 and a full-matrix C keep the
+/// generated pass.
+#[test]
+fn gemm_fused_epilogues_match() {
+    let d = CpuOptions::default();
+    for batch in [1usize, 5, 40] {
+        let (k, n) = (70, 33);
+        for (c, beta, tail) in [
+            (format!("[{n}]"), "1.0", "%y = Relu(%g)"),
+            (
+                format!("[1,{n}]"),
+                "1.0",
+                "%y = Clip(%g) {min=-0.5, max=0.5}",
+            ),
+            (format!("[{n}]"), "1.0", "%s = Add(%g, %r)\n%y = Relu(%s)"),
+            (format!("[{n}]"), "0.5", "%y = Relu(%g)"),
+            (format!("[{batch},{n}]"), "1.0", "%y = Relu(%g)"),
+        ] {
+            let rin = if tail.contains("%r") {
+                format!("input %r: f32[{batch},{n}]\n")
+            } else {
+                String::new()
+            };
+            // Weight B (a fully-connected layer, transposed as in ONNX).
+            let src = format!(
+                "graph g {{\ninput %a: f32[{batch},{k}]\n{rin}param %w: f32[{n},{k}] = he(seed=3)\nparam %c: f32{c} = uniform(low=-1, high=1, seed=4)\n%g = Gemm(%a, %w, %c) {{alpha=1.0, beta={beta}, transB=1}}\n{tail}\noutput %y\n}}\n"
+            );
+            let mut ins = vec![("a", vec![batch, k])];
+            if !rin.is_empty() {
+                ins.push(("r", vec![batch, n]));
+            }
+            run(&src, &ins, &d);
+        }
+        // Weight A with a per-row C `[m, 1]`.
+        let m = 29;
+        let src = format!(
+            "graph g {{\nparam %w: f32[{m},{k}] = he(seed=5)\ninput %b: f32[{k},{batch}]\nparam %c: f32[{m},1] = uniform(low=-1, high=1, seed=4)\n%g = Gemm(%w, %b, %c)\n%y = Relu(%g)\noutput %y\n}}\n"
+        );
+        run(&src, &[("b", vec![k, batch])], &d);
+    }
+}

@@ -1010,22 +1010,30 @@ mod tests {
         }
     }
 
-    /// Interpreter semantics of bias, residual add and Relu/Clip (NaN
-    /// stays NaN: `x < lo` and `x > hi` are false for it).
-    fn ep_ref(v: f32, bias: Option<f32>, r: Option<f32>, lo: f32, hi: f32) -> f32 {
-        let v = bias.map_or(v, |b| v + b);
-        let v = r.map_or(v, |r| v + r);
-        if v < lo {
-            lo
-        } else if v > hi {
-            hi
+    /// `v` through the interpreter's Relu (`lo == 0`, `hi == inf`) or Clip
+    /// (NaN handling included), or unchanged for an unbounded clamp.
+    fn interp_clamp(v: Vec<f32>, lo: f32, hi: f32) -> Vec<f32> {
+        let op = if lo == 0.0 && hi == f32::INFINITY {
+            "Relu(%x)".to_string()
+        } else if lo == f32::NEG_INFINITY && hi == f32::INFINITY {
+            return v;
         } else {
-            v
+            format!("Clip(%x) {{min={lo}, max={hi}}}")
+        };
+        let src = format!(
+            "graph g {{\ninput %x: f32[{}]\n%y = {op}\noutput %y\n}}\n",
+            v.len()
+        );
+        let g = dnnc_ir::text::parse(&src, "t.dnn").unwrap();
+        let x = dnnc_ir::Tensor::F32(ndarray::ArrayD::from_shape_vec(vec![v.len()], v).unwrap());
+        match crate::run(&g, &[("x".to_string(), x)]).unwrap().remove(0) {
+            dnnc_ir::Tensor::F32(a) => a.iter().copied().collect(),
+            t => panic!("{t:?}"),
         }
     }
 
-    /// The fused epilogue equals the plain GEMM followed by the epilogue
-    /// in scalar code, bitwise (NaN for NaN), on every kernel, for every
+    /// The fused epilogue equals the plain GEMM followed by the bias and
+    /// residual adds and the interpreter's Relu/Clip, bitwise (NaN for NaN), on every kernel, for every
     /// combination of bias, residual (row-major and transposed) and clamp,
     /// on tails, several k blocks, the GEMV path and k = 0, at 1 and 2
     /// threads.
@@ -1111,18 +1119,18 @@ mod tests {
                             lo,
                             hi,
                         };
-                        let want: Vec<f32> = (0..m * n)
+                        let sums: Vec<f32> = (0..m * n)
                             .map(|q| {
                                 let (i, j) = (q / n, q % n);
-                                ep_ref(
-                                    plain[q],
-                                    ub.then_some(bias[i]),
-                                    ur.then_some(res[i * n + j]),
-                                    lo,
-                                    hi,
-                                )
+                                let v = if ub { plain[q] + bias[i] } else { plain[q] };
+                                if ur {
+                                    v + res[i * n + j]
+                                } else {
+                                    v
+                                }
                             })
                             .collect();
+                        let want = interp_clamp(sums, lo, hi);
                         for threads in [1, 2] {
                             let mut c = vec![f32::NAN; m * n];
                             gemm(&ep as *const Epilogue as usize, &mut c, threads);

@@ -3,7 +3,10 @@
 //! time; `dnnc_sgemm` otherwise) wrapped in generated code (batch loops,
 //! tiled im2col packing, direct depthwise loops) and a generated elementwise epilogue
 //! (bias, Gemm's `beta * C`, fused activations and residual adds) applied
-//! to each output tile right after it is produced.
+//! to each output tile right after it is produced. A packed GEMM whose
+//! epilogue is bias, then a residual add, then Relu/Clip (each optional;
+//! [`FusedEp`]) instead hands it to `dnnc_sgemm_packed`, which applies it
+//! in registers as it stores each tile: no second pass over the output.
 //!
 //! Convolution algorithms are pluggable: [`ConvAlgo`] names them and each
 //! has its own lowering function; [`conv_plan`] tells which one each conv
@@ -15,9 +18,10 @@ use super::emit::Emit;
 use super::group::Kernel;
 use super::{CpuOptions, KCtx};
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::types::F32;
-use cranelift_codegen::ir::{InstBuilder, Value};
+use cranelift_codegen::ir::types::{F32, I64};
+use cranelift_codegen::ir::{InstBuilder, StackSlotData, StackSlotKind, Value};
 use dnnc_ir::op::ConvAlgo as IrConvAlgo;
+use dnnc_ir::op::{Binary, Unary};
 use dnnc_ir::{DType, Graph, Op, ValueId};
 pub(crate) use dnnc_passes::ConvGeom;
 use dnnc_runtime::cpu::{fftconv, pgemm, AlignedBuf};
@@ -438,13 +442,130 @@ pub(crate) const PACKED_MISMATCH: &str =
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn sgemm_packed(
     e: &mut Emit<'_>,
+    dims: (usize, usize, usize),
+    ap: Value,
+    b: Value,
+    b_str: (i64, i64),
+    cp: Value,
+    c_str: (i64, i64),
+    accumulate: bool,
+) {
+    let mode = e.ci(accumulate as i64);
+    sgemm_packed_ep(e, dims, ap, b, b_str, cp, c_str, mode);
+}
+
+/// A conv's or Gemm's fused nodes in the form the packed GEMM applies as
+/// it stores (`C = clamp(A·B + bias + R, lo, hi)`, see
+/// [`pgemm::Epilogue`]): a per-row bias, a residual operand of the
+/// result's shape, a Relu/Clip clamp.
+pub(crate) struct FusedEp {
+    /// The bias value (`m` floats per GEMM), if any.
+    pub bias: Option<ValueId>,
+    /// The residual operand, if any.
+    pub res: Option<ValueId>,
+    /// Clamp bounds (infinite when there is no Relu/Clip).
+    pub lo: f32,
+    /// Upper clamp bound.
+    pub hi: f32,
+}
+
+/// Matches the kernel's fused nodes against [`FusedEp`]: after the anchor
+/// (whose own bias is `bias`), at most one Add of a same-shape value read
+/// from outside the kernel, then at most one Relu or Clip (constant bounds,
+/// `min <= max`), in that order, each consuming the previous result, which
+/// nothing else uses; the last result must be the kernel's only output.
+/// `None`: the generated elementwise epilogue handles the kernel.
+pub(crate) fn match_fused(c: &KCtx<'_>, bias: Option<ValueId>) -> Option<FusedEp> {
+    let g = c.g;
+    let a = *g.node(c.k.nodes[0]).outputs.first()?;
+    let ty = &g.value(a).ty;
+    if ty.dtype != DType::F32 {
+        return None;
+    }
+    let (mut cur, mut res, mut clamp) = (a, None, None);
+    for &n in &c.k.nodes[1..] {
+        let node = g.node(n);
+        if c.k.outputs.contains(&cur) || node.outputs.len() != 1 {
+            return None;
+        }
+        match (&node.op, node.inputs.as_slice()) {
+            (Op::Binary(Binary::Add), &[x, y]) if res.is_none() && clamp.is_none() => {
+                let r = match (x == cur, y == cur) {
+                    (true, false) => y,
+                    (false, true) => x,
+                    _ => return None,
+                };
+                if g.value(r).ty != *ty || !c.k.inputs.contains(&r) {
+                    return None;
+                }
+                res = Some(r);
+            }
+            (Op::Unary(Unary::Relu), &[x]) if x == cur && clamp.is_none() => {
+                clamp = Some((0.0, f32::INFINITY));
+            }
+            (Op::Unary(Unary::Clip { min, max }), &[x])
+                if x == cur && clamp.is_none() && min <= max =>
+            {
+                clamp = Some((*min, *max));
+            }
+            _ => return None,
+        }
+        cur = node.outputs[0];
+        if g.value(cur).ty != *ty {
+            return None;
+        }
+    }
+    if c.k.outputs != [cur] || (bias.is_none() && res.is_none() && clamp.is_none()) {
+        return None;
+    }
+    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    Some(FusedEp { bias, res, lo, hi })
+}
+
+/// Builds a [`pgemm::Epilogue`] on the stack and returns its address, the
+/// last argument of [`sgemm_packed_ep`]: `bias` and `res` are element
+/// pointers already offset to the GEMM's first row and column.
+pub(crate) fn ep_desc(
+    e: &mut Emit<'_>,
+    bias: Option<Value>,
+    res: Option<(Value, (i64, i64))>,
+    (lo, hi): (f32, f32),
+) -> Value {
+    let size = std::mem::size_of::<pgemm::Epilogue>() as u32;
+    let ss =
+        e.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 3));
+    let p = e.b.ins().stack_addr(I64, ss, 0);
+    let null = e.ci(0);
+    let (rp, (rrs, rcs)) = res.unwrap_or((null, (0, 0)));
+    let fields = [
+        (
+            bias.unwrap_or(null),
+            std::mem::offset_of!(pgemm::Epilogue, bias),
+        ),
+        (rp, std::mem::offset_of!(pgemm::Epilogue, res)),
+        (e.ci(rrs), std::mem::offset_of!(pgemm::Epilogue, res_rs)),
+        (e.ci(rcs), std::mem::offset_of!(pgemm::Epilogue, res_cs)),
+        (e.cf(lo), std::mem::offset_of!(pgemm::Epilogue, lo)),
+        (e.cf(hi), std::mem::offset_of!(pgemm::Epilogue, hi)),
+    ];
+    for (v, off) in fields {
+        e.b.ins().store(super::emit::mem(), v, p, off as i32);
+    }
+    p
+}
+
+/// [`sgemm_packed`] with its last argument as a value: 0 (overwrite), 1
+/// (accumulate) or the address of an epilogue descriptor ([`ep_desc`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sgemm_packed_ep(
+    e: &mut Emit<'_>,
     (m, n, k): (usize, usize, usize),
     ap: Value,
     b: Value,
     (b_rs, b_cs): (i64, i64),
     cp: Value,
     (c_rs, c_cs): (i64, i64),
-    accumulate: bool,
+    mode: Value,
 ) {
     let mut args = vec![ap, e.ci(m as i64), e.ci(n as i64), e.ci(k as i64), b];
     args.push(e.ci(b_rs));
@@ -452,7 +573,7 @@ pub(crate) fn sgemm_packed(
     args.push(cp);
     args.push(e.ci(c_rs));
     args.push(e.ci(c_cs));
-    args.push(e.ci(accumulate as i64));
+    args.push(mode);
     let f = e.psgemm;
     let call = e.b.ins().call(f, &args);
     let rc = e.b.inst_results(call)[0];
@@ -607,9 +728,48 @@ fn lower_gemm(
         e.bufs[c.arg(node.inputs[1])?],
         e.bufs[acc],
     );
+    let extra_v = match node.inputs.get(2) {
+        Some(&cv) if beta != 0.0 => Some(cv),
+        _ => None,
+    };
     match (gemm_pack(c.g, c.k), c.prep.first()) {
         (Some(gp), Some(&pa)) => {
             let ap = e.bufs[pa];
+            // The packed GEMM's rows: Gemm's columns for a weight B.
+            let (rows, kdims, kb, kb_str, kc_str) = if gp.b_side {
+                (n, (n, m, k), a, (a_str.1, a_str.0), (1, n as i64))
+            } else {
+                (m, (m, n, k), b, b_str, (n as i64, 1))
+            };
+            // C fuses as a per-row bias: `[n]`/`[1, n]` for a weight B,
+            // `[m, 1]` for a weight A, with beta 1.
+            let bias_fits = |v: ValueId| {
+                let t = &c.g.value(v).ty;
+                let per_row = if gp.b_side {
+                    t.shape == [rows] || t.shape == [1, rows]
+                } else {
+                    t.shape == [rows, 1]
+                };
+                beta == 1.0 && t.dtype == DType::F32 && per_row
+            };
+            let fused = match extra_v {
+                None => match_fused(c, None),
+                Some(cv) if bias_fits(cv) => match_fused(c, Some(cv)),
+                _ => None,
+            };
+            if let Some(f) = fused {
+                let bias = match f.bias {
+                    Some(v) => Some(e.bufs[c.arg(v)?]),
+                    None => None,
+                };
+                let res = match f.res {
+                    Some(v) => Some((e.bufs[c.arg(v)?], kc_str)),
+                    None => None,
+                };
+                let d = ep_desc(e, bias, res, (f.lo, f.hi));
+                sgemm_packed_ep(e, kdims, ap, kb, kb_str, out, kc_str, d);
+                return Ok(());
+            }
             if gp.b_side {
                 // Cᵀ (n x m) = op(B)ᵀ · op(A)ᵀ, written through C's strides.
                 let at_str = (a_str.1, a_str.0);
@@ -620,10 +780,7 @@ fn lower_gemm(
         }
         _ => sgemm(e, (m, n, k), a, a_str, b, b_str, out, (n as i64, 1), alpha),
     }
-    let extra = match node.inputs.get(2) {
-        Some(&cv) if beta != 0.0 => Some((cv, c.g.value(cv).ty.shape.clone(), beta)),
-        _ => None,
-    };
+    let extra = extra_v.map(|cv| (cv, c.g.value(cv).ty.shape.clone(), beta));
     if let Some(spec) = epilogue(c, acc, extra)? {
         let sub = SubDomain::full(&spec.domain);
         elementwise::emit(e, &spec, &sub)?;
@@ -727,7 +884,21 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
     let node = c.g.node(c.k.nodes[0]);
     let acc = acc_arg(c)?;
     let bias = node.inputs.get(2).map(|&b| (b, vec![geom.m, 1, 1], 1.0f32));
-    let spec = epilogue(c, acc, bias)?;
+    let bias_v = node.inputs.get(2).copied();
+    let bias_fits = bias_v.is_none_or(|b| {
+        let t = &c.g.value(b).ty;
+        t.dtype == DType::F32 && t.shape == [geom.m]
+    });
+    let fused = if conv_packed(c.g, c.k, algo) && bias_fits {
+        match_fused(c, bias_v)
+    } else {
+        None
+    };
+    let spec = if fused.is_some() {
+        None
+    } else {
+        epilogue(c, acc, bias)?
+    };
     let x = e.bufs[c.arg(node.inputs[0])?];
     let w = e.bufs[c.arg(node.inputs[1])?];
     let y = e.bufs[acc];
@@ -744,7 +915,26 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
             } else {
                 None
             };
-            conv_gemm(e, &geom, x, w, y, (col, packed), spec.as_ref())?;
+            let ep = match &fused {
+                Some(f) => {
+                    let bias = match f.bias {
+                        Some(v) => Some(e.bufs[c.arg(v)?]),
+                        None => None,
+                    };
+                    let res = match f.res {
+                        Some(v) => Some(e.bufs[c.arg(v)?]),
+                        None => None,
+                    };
+                    Some(ConvEp {
+                        bias,
+                        res,
+                        lo: f.lo,
+                        hi: f.hi,
+                    })
+                }
+                None => None,
+            };
+            conv_gemm(e, &geom, x, w, y, (col, packed), spec.as_ref(), ep)?;
             return Ok(vec![PACKED_MISMATCH.to_string()]);
         }
     }
@@ -790,7 +980,18 @@ enum AOp {
     Packed(Value),
 }
 
-/// `C = A · B` (no accumulation) through whichever native GEMM `a` needs.
+/// A conv's [`FusedEp`] with its operands' buffers (whole tensors).
+#[derive(Clone, Copy)]
+struct ConvEp {
+    bias: Option<Value>,
+    res: Option<Value>,
+    lo: f32,
+    hi: f32,
+}
+
+/// `C = A · B` (no accumulation) through whichever native GEMM `a` needs;
+/// `ep`: an epilogue descriptor ([`ep_desc`], packed A only).
+#[allow(clippy::too_many_arguments)]
 fn gemm_a(
     e: &mut Emit<'_>,
     dims: (usize, usize, usize),
@@ -799,10 +1000,14 @@ fn gemm_a(
     b_str: (i64, i64),
     c: Value,
     c_str: (i64, i64),
+    ep: Option<Value>,
 ) {
     match a {
         AOp::Plain(a, a_str) => sgemm(e, dims, a, a_str, b, b_str, c, c_str, 1.0),
-        AOp::Packed(ap) => sgemm_packed(e, dims, ap, b, b_str, c, c_str, false),
+        AOp::Packed(ap) => {
+            let mode = ep.unwrap_or_else(|| e.ci(0));
+            sgemm_packed_ep(e, dims, ap, b, b_str, c, c_str, mode)
+        }
     }
 }
 
@@ -810,7 +1015,11 @@ fn gemm_a(
 /// each followed by its epilogue. Im2col runs in chunks of whole output
 /// rows ([`chunk_rows`]): pack the chunk's columns, GEMM them straight into
 /// their columns of the output, next chunk. `packed`: the filter packed at
-/// compile time, one block per group ([`packed_stride`] apart).
+/// compile time, one block per group ([`packed_stride`] apart). `ep`: the
+/// epilogue fused into the packed GEMM (each GEMM, a chunk of columns of
+/// one group's rows, applies it to exactly the elements it writes), with
+/// `spec` then `None`.
+#[allow(clippy::too_many_arguments)]
 fn conv_gemm(
     e: &mut Emit<'_>,
     geo: &ConvGeom,
@@ -819,6 +1028,7 @@ fn conv_gemm(
     y: Value,
     (col, packed): (Option<Value>, Option<Value>),
     spec: Option<&elementwise::EwSpec<'_>>,
+    ep: Option<ConvEp>,
 ) -> Result<(), String> {
     let (cg, mg) = (geo.c / geo.g, geo.m / geo.g);
     let kk = cg * geo.kh * geo.kw;
@@ -850,11 +1060,29 @@ fn conv_gemm(
             let mrow = e.b.ins().iadd(t, m0);
             let yoff = e.b.ins().imul_imm_s(mrow, p as i64);
             let yg = at(e, y, yoff);
+            // This group's bias rows and residual plane.
+            let epg = ep.map(|f| {
+                let bias = f.bias.map(|b| at(e, b, m0));
+                let res = f.res.map(|r| at(e, r, yoff));
+                (bias, res, (f.lo, f.hi))
+            });
+            let desc = |e: &mut Emit<'_>, col0: Option<Value>| {
+                epg.map(|(bias, res, lh)| {
+                    let res = res.map(|r| match col0 {
+                        Some(o) => at(e, r, o),
+                        None => r,
+                    });
+                    ep_desc(e, bias, res.map(|r| (r, (p as i64, 1))), lh)
+                })
+            };
             match col {
                 // Pointwise: one GEMM over the whole plane (chunking it with
                 // the epilogue per chunk measured slower: MobileNet-V2
                 // 16->96 at 112x112, 0.81 vs 0.66 ms).
-                None => gemm_a(e, (mg, p, kk), a, xg, (p as i64, 1), yg, (p as i64, 1)),
+                None => {
+                    let d = desc(e, None);
+                    gemm_a(e, (mg, p, kk), a, xg, (p as i64, 1), yg, (p as i64, 1), d)
+                }
                 Some(col) => {
                     // Pack a chunk of output rows, GEMM it into its output
                     // columns, next chunk. (The epilogue per chunk measured
@@ -865,7 +1093,9 @@ fn conv_gemm(
                         let yo = e.b.ins().imul_imm_s(r0, geo.ow as i64);
                         let yc = at(e, yg, yo);
                         let nc = rows * geo.ow;
-                        gemm_a(e, (mg, nc, kk), a, col, (nc as i64, 1), yc, (p as i64, 1));
+                        let d = desc(e, Some(yo));
+                        let c_str = (p as i64, 1);
+                        gemm_a(e, (mg, nc, kk), a, col, (nc as i64, 1), yc, c_str, d);
                     };
                     let full = geo.oh / rows * rows;
                     if full > 0 {
