@@ -3,10 +3,12 @@
 //! `matrixmultiply` (through `dnnc_sgemm`) and the `gemm` crate.
 //! `cargo run --release -p dnnc-runtime --example gemm_bench`.
 //! Also the packed-weight kernel (`pgemm`), on this machine's best kernel
-//! and on the AVX2 path, over the CNN layer shapes the backend runs.
+//! and on the AVX2 path, over the CNN layer shapes the backend runs, and
+//! the best kernel with its fused epilogue (bias + residual + Relu, the
+//! ResNet block tail) against the same GEMM followed by a separate pass.
 
 use dnnc_runtime::cpu::native::dnnc_sgemm;
-use dnnc_runtime::cpu::pgemm::{dnnc_sgemm_packed, pack_a_with, Kernel};
+use dnnc_runtime::cpu::pgemm::{dnnc_sgemm_packed, pack_a_with, Epilogue, Kernel};
 use std::time::Instant;
 
 fn best_of<F: FnMut()>(reps: usize, mut f: F) -> f64 {
@@ -44,6 +46,7 @@ fn main() {
         (960, 49, 160, "960x49x160 (MobileNet-V2 1x1, 7x7)"),
         (1280, 49, 320, "1280x49x320 (MobileNet-V2 last 1x1)"),
         (64, 3136, 64, "64x3136x64 (GoogLeNet 1x1)"),
+        (96, 12544, 16, "96x12544x16 (MobileNet-V2 1x1, 112x112)"),
         (1000, 1, 512, "1000x1x512 (ResNet FC, GEMV)"),
         (1000, 1, 1280, "1000x1x1280 (MobileNet-V2 FC, GEMV)"),
     ];
@@ -124,8 +127,52 @@ fn main() {
             });
             packed.push(format!("{kern:?} {:6.1}", flops / tp / 1e9));
         }
+        // Fused epilogue vs GEMM + separate bias/residual/Relu pass (ms).
+        let pa = pack_a_with(Kernel::best(), m, k, &a, k, 1, 1.0);
+        let bias: Vec<f32> = (0..m).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+        let res: Vec<f32> = (0..m * n).map(|i| (i % 5) as f32 * 0.1 - 0.2).collect();
+        let ep = Epilogue {
+            bias: bias.as_ptr(),
+            res: res.as_ptr(),
+            res_rs: n as isize,
+            res_cs: 1,
+            lo: 0.0,
+            hi: f32::INFINITY,
+        };
+        let call = |c: &mut [f32], mode: usize| unsafe {
+            let rc = dnnc_sgemm_packed(
+                pa.as_ptr() as *const f32,
+                m,
+                n,
+                k,
+                b.as_ptr(),
+                n as isize,
+                1,
+                c.as_mut_ptr(),
+                n as isize,
+                1,
+                mode,
+            );
+            assert_eq!(rc, 0);
+        };
+        let tf = best_of(reps, || call(&mut c, &ep as *const Epilogue as usize));
+        let ts = best_of(reps, || {
+            call(&mut c, 0);
+            for (i, row) in c.chunks_exact_mut(n).enumerate() {
+                let rrow = &res[i * n..(i + 1) * n];
+                for (v, r) in row.iter_mut().zip(rrow) {
+                    let x = *v + bias[i] + r;
+                    *v = if x < 0.0 { 0.0 } else { x };
+                }
+            }
+        });
+        let epi = format!(
+            "epilogue fused {:.3} ms vs separate {:.3} ms",
+            tf * 1e3,
+            ts * 1e3
+        );
         println!(
-            "{label:42} matrixmultiply {:6.1}  gemm {:6.1}  packed {} GFLOP/s",
+            "{label:42} matrixmultiply {:6.1}  gemm {:6.1}  packed {} GFLOP/s  {epi}",
             flops / tg / 1e9,
             flops / tm / 1e9,
             packed.join("  ")
