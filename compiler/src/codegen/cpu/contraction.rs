@@ -1164,6 +1164,9 @@ pub(crate) fn zero_run(e: &mut Emit<'_>, base: Value, start: Value, len: usize) 
     }
 }
 
+/// Runs up to this many elements are copied by straight-line code.
+const SHORT_RUN: usize = 32;
+
 /// Copies `len` f32s from `src[s0 + j*stride]` to `dst[d0 + j]`; `avail`
 /// elements from `src[s0]` on may be read (stride 2 copies four per f32x4
 /// through [`Emit::load_strided4`], which reads one past the last element
@@ -1196,6 +1199,24 @@ pub(crate) fn copy_run(
         }
         _ => 0,
     };
+    // Short runs (the rows of small feature maps, e.g. LeNet's 10- and
+    // 28-wide rows) as straight-line code: both addresses computed once,
+    // every vector and tail element at an immediate offset, no loop.
+    if len <= SHORT_RUN {
+        let sp = e.addr(src, s0, 4);
+        let dp = e.addr(dst, d0, 4);
+        for j in (0..v_end).step_by(4) {
+            let v = e.load_strided4(sp, j * stride, stride);
+            e.b.ins().store(super::emit::mem(), v, dp, (4 * j) as i32);
+        }
+        for j in v_end..len {
+            let v =
+                e.b.ins()
+                    .load(F32, super::emit::mem(), sp, (4 * j * stride) as i32);
+            e.b.ins().store(super::emit::mem(), v, dp, (4 * j) as i32);
+        }
+        return;
+    }
     // Four vectors per iteration, addresses computed once (immediate
     // offsets), then single vectors.
     let u_end = v_end / 16 * 16;
