@@ -65,7 +65,7 @@ pub mod schedule;
 
 pub use alloc::{AlignedBuf, Allocator, ArenaPlan, PerValueAllocator, TempInfo, ALIGN};
 pub use plan::GreedyPlanner;
-pub use schedule::{Concurrency, Wave};
+pub use schedule::{Concurrency, KernelSplit, Wave};
 
 use crate::RunError;
 use dnnc_ir::{DType, Tensor, TensorType};
@@ -189,6 +189,7 @@ pub struct Executable {
     allocator: Box<dyn Allocator>,
     parallel: Parallel,
     concurrency: Concurrency,
+    kernel_split: KernelSplit,
     prepared: Prepared,
     /// Per-run state of finished runs (arena and resolved argument
     /// pointers), reused so repeated runs neither allocate nor page-fault
@@ -311,6 +312,7 @@ impl Executable {
             allocator,
             parallel: Parallel::default(),
             concurrency: Concurrency::Auto,
+            kernel_split: KernelSplit::Auto,
             prepared: Prepared::default(),
             states: Default::default(),
         };
@@ -419,6 +421,13 @@ impl Executable {
         self.prepare();
     }
 
+    /// Overrides the W-D decision on splitting kernels into tasks (tests
+    /// and measurements); the plan is recomputed.
+    pub fn set_kernel_split(&mut self, policy: KernelSplit) {
+        self.kernel_split = policy;
+        self.prepare();
+    }
+
     /// Replaces the arena placement (e.g. [`PerValueAllocator`] as the
     /// no-reuse reference) and re-plans.
     pub fn set_allocator(&mut self, allocator: Box<dyn Allocator>) {
@@ -486,7 +495,7 @@ impl Executable {
         let mut tasks: Vec<usize> = self
             .steps
             .iter()
-            .map(|s| schedule::kernel_tasks(s, threads))
+            .map(|s| schedule::kernel_tasks_with(s, threads, self.kernel_split))
             .collect();
         for w in exec.iter().filter(|w| w.concurrent) {
             for &j in &w.steps {

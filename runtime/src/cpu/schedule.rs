@@ -171,14 +171,36 @@ pub const KERNEL_TASK_OVERHEAD: u64 = 25_000;
 /// so the overhead stays under a quarter of each task's work.
 pub const KERNEL_TASK_MIN_WORK: u64 = 4 * KERNEL_TASK_OVERHEAD;
 
+/// Whether kernels that can split across tasks do (with more than one
+/// thread; steps of concurrent waves never split).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelSplit {
+    /// The W-D rule decides per step ([`kernel_tasks`]; the default).
+    #[default]
+    Auto,
+    /// Every splittable step runs as `min(threads, extent)` tasks, however
+    /// little work it has (for tests and measurements).
+    Always,
+    /// No kernel splits (only GEMMs do, inside `dnnc_sgemm`).
+    Never,
+}
+
 /// How many tasks step `s` runs as on `threads` threads when it runs
 /// alone: `min(threads, split, W / KERNEL_TASK_MIN_WORK)`, at least 1;
 /// always 1 for kernels that cannot split or contain splittable GEMMs.
 pub fn kernel_tasks(s: &Step, threads: usize) -> usize {
-    if threads <= 1 || s.split <= 1 || s.split_work > 0 {
+    kernel_tasks_with(s, threads, KernelSplit::Auto)
+}
+
+/// [`kernel_tasks`] under `policy`.
+pub fn kernel_tasks_with(s: &Step, threads: usize, policy: KernelSplit) -> usize {
+    if threads <= 1 || s.split <= 1 || s.split_work > 0 || policy == KernelSplit::Never {
         return 1;
     }
-    let by_work = (s.work / KERNEL_TASK_MIN_WORK).max(1);
+    let by_work = match policy {
+        KernelSplit::Always => u64::MAX,
+        _ => (s.work / KERNEL_TASK_MIN_WORK).max(1),
+    };
     (threads as u64).min(s.split as u64).min(by_work) as usize
 }
 
