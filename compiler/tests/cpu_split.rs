@@ -223,15 +223,15 @@ fn zoo_models_split_kernels_bitwise() {
 #[test]
 fn profile_shows_the_tasks_each_kernel_ran_as() {
     let g = parse(
-        "  input %x: f32[1,64,56,56]
+        "  input %x: f32[1,64,112,112]
   %p = MaxPool(%x) {kernel=[3,3], strides=[1,1], pads=[1,1,1,1]}
   output %p",
     );
-    let ins = x(&[1, 64, 56, 56], 8);
+    let ins = x(&[1, 64, 112, 112], 8);
     let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
     exe.set_threads(2).unwrap();
-    // 64 planes of 56x56 outputs, 9 taps each: far above the per-task
-    // minimum, so the W-D rule splits it in two.
+    // 64 planes of 112x112 outputs, 9 taps each (7.2M units): above twice
+    // the per-task minimum, so the W-D rule splits it in two.
     assert_eq!(exe.step_tasks(), &[2]);
     let (_, times) = exe.run_profiled(&ins).unwrap();
     let report = dnnc_compiler::bench::render_profile(&g, &exe, &times);

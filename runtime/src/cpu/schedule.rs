@@ -41,9 +41,12 @@
 //! [`KERNEL_TASK_OVERHEAD`]. Both are in the step's own work units: for
 //! the generated non-GEMM loops (elementwise, pooling, depthwise,
 //! reductions) one unit is one element or tap, and they run ~2-3 units per
-//! ns, so the ~10 µs of waking and joining a pool worker (see
-//! [`TASK_OVERHEAD_MACS`]) is ~25k units, not the 400k MACs it is at GEMM
-//! speed. Such a step on `q` threads takes `W / T + KERNEL_TASK_OVERHEAD
+//! ns. The hand-off is dominated by waking a pool worker that went to
+//! sleep since the last parallel step: measured ~100-200 µs on this
+//! machine class (2 virtual CPUs; a MaxPool of 7.2M units, ~2.6 ms, ran
+//! 1.9x faster on 2 tasks, a depthwise conv of 2.7M units, ~0.4 ms, not
+//! faster at all, because the calling thread had finished both shares
+//! before the other worker woke), so ~100 µs = 250k units. Such a step on `q` threads takes `W / T + KERNEL_TASK_OVERHEAD
 //! (T - 1)` in the wave estimates below. Kernels with GEMM work (`S > 0`)
 //! never split this way (their GEMMs do). Work counts one op per
 //! multiply-accumulate or element as in the W-D model (`dnnc-passes::wd`);
@@ -163,9 +166,9 @@ pub(crate) fn levels(steps: &[Step], buffers: &[Buffer]) -> Vec<usize> {
 }
 
 /// Hand-off cost of one extra task of a split kernel, in the step's work
-/// units (module docs, "Splitting one kernel"): ~10 µs at the ~2.5 units
-/// per ns of the generated non-GEMM loops.
-pub const KERNEL_TASK_OVERHEAD: u64 = 25_000;
+/// units (module docs, "Splitting one kernel"): ~100 µs (waking a sleeping
+/// pool worker) at the ~2.5 units per ns of the generated non-GEMM loops.
+pub const KERNEL_TASK_OVERHEAD: u64 = 250_000;
 
 /// Least work per task of a split kernel: four times its hand-off cost,
 /// so the overhead stays under a quarter of each task's work.
@@ -206,7 +209,7 @@ pub fn kernel_tasks_with(s: &Step, threads: usize, policy: KernelSplit) -> usize
 
 /// W-D time of step `st` on `q` threads (module docs).
 fn step_time_of(st: &Step, q: usize) -> u64 {
-    let tasks = kernel_tasks(st, q) as u64;
+    let tasks = kernel_tasks(st, q).min(q) as u64;
     if tasks > 1 {
         return st.work / tasks + KERNEL_TASK_OVERHEAD * (tasks - 1);
     }
