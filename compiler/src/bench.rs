@@ -209,7 +209,7 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
     let total_s = total.as_secs_f64().max(1e-12);
     let mut rows: Vec<(usize, Duration)> = times.iter().map(|t| t.2).enumerate().collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let mut cells: Vec<[String; 6]> = Vec::new();
+    let mut cells: Vec<[String; 7]> = Vec::new();
     let mut all_macs = 0u64;
     for (i, d) in rows {
         let Some(step) = exe.steps().get(i) else {
@@ -227,18 +227,31 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
             } else {
                 "-".into()
             },
+            // Tasks the kernel ran as, of its split extent (units).
+            match (exe.step_tasks().get(i).copied().unwrap_or(1), step.split) {
+                (t, e) if e > 1 => format!("{t}/{e}"),
+                (t, _) => t.to_string(),
+            },
             step.algo.clone().unwrap_or_else(|| "-".into()),
             step.op.clone(),
         ]);
     }
-    let header = ["kernel", "ms", "share", "GFLOP/s", "algo", "ops fused"];
+    let header = [
+        "kernel",
+        "ms",
+        "share",
+        "GFLOP/s",
+        "tasks",
+        "algo",
+        "ops fused",
+    ];
     let mut width = header.map(str::len);
     for r in &cells {
         for (w, c) in width.iter_mut().zip(r) {
             *w = (*w).max(c.chars().count());
         }
     }
-    let right = [false, true, true, true, false, false];
+    let right = [false, true, true, true, true, false, false];
     let line = |r: &[String]| {
         let mut s = String::new();
         for (i, c) in r.iter().enumerate() {
@@ -277,6 +290,11 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         out.push('\n');
     }
     if exe.threads() > 1 {
+        let _ = writeln!(
+            out,
+            "  tasks T/E: the kernel ran as T tasks of its E independent units; T = min(threads, E, W / {}) for a kernel running alone, 1 in concurrent waves and for GEMM kernels (their GEMMs split inside dnnc_sgemm)",
+            dnnc_runtime::cpu::schedule::KERNEL_TASK_MIN_WORK
+        );
         out.push_str(&render_waves(exe));
     }
     out

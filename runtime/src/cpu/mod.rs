@@ -7,12 +7,31 @@
 //!
 //! # Kernel ABI
 //!
-//! Every kernel is `unsafe extern "C" fn(args: *const *mut u8) -> i32`.
+//! Every kernel is
+//! `unsafe extern "C" fn(args: *const *mut u8, task: usize, tasks: usize) -> i32`.
 //! `args` points to one pointer per buffer the kernel touches, in the order
 //! of [`Step::args`]; each buffer is the dense row-major data of one value
 //! (f32 as 4 bytes, i64 as 8, bool as 1), or a workspace. The return value
 //! is 0 on success, or `k >= 1` to report [`Step::errors`]`[k - 1]` (e.g. a
 //! gather index out of range) — generated code never panics or aborts.
+//!
+//! `(task, tasks)` with `task < tasks` asks for one share of the work: a
+//! kernel whose [`Step::split`] is `E > 1` computes only the units
+//! `[E * task / tasks, E * (task + 1) / tasks)` of its outermost independent
+//! loop (planes of a pool or depthwise conv, rows of an elementwise domain,
+//! kept outer indices of a reduction or softmax), and `(0, 1)` is the whole
+//! kernel. Units are disjoint sets of output elements, each computed by the
+//! same code whatever the split, so any `tasks` gives bitwise the result
+//! of `(0, 1)`; the runtime calls the `tasks` shares of one step
+//! concurrently, so shares must not write anything another share reads or
+//! writes. A kernel with `split == 1` ignores the pair and is only ever
+//! called with `(0, 1)`. Workspaces are shared by all tasks of a call, so a
+//! kernel that keeps scratch in a workspace either gives each task its own
+//! slice (size times the largest `tasks`, offset by `task`) or does not
+//! split; scratch on the kernel's own stack frame is per call and free.
+//! A kernel that calls `dnnc_sgemm` keeps `split == 1` (its GEMMs split
+//! themselves) unless it accepts that inside a task they run on one thread
+//! (the runtime runs every task under `native::with_threads(1, ..)`).
 //!
 //! Buffers are 64-byte aligned. An executable is immutable after
 //! compilation, so one instance may run on many threads at once: every run
@@ -47,7 +66,7 @@ pub mod schedule;
 
 pub use alloc::{AlignedBuf, Allocator, ArenaPlan, PerValueAllocator, TempInfo, ALIGN};
 pub use plan::GreedyPlanner;
-pub use schedule::{Concurrency, Wave};
+pub use schedule::{Concurrency, KernelSplit, Wave};
 
 use crate::RunError;
 use dnnc_ir::{DType, Tensor, TensorType};
@@ -58,7 +77,7 @@ use std::sync::Arc;
 
 /// A generated kernel: reads and writes the buffers whose pointers `args`
 /// lists, returns 0 or a 1-based error index (see the module docs).
-pub type KernelFn = unsafe extern "C" fn(args: *const *mut u8) -> i32;
+pub type KernelFn = unsafe extern "C" fn(args: *const *mut u8, task: usize, tasks: usize) -> i32;
 
 /// Per-step profile entries: kernel name, op(s), wall time.
 pub type StepTimes = Vec<(String, String, std::time::Duration)>;
@@ -133,6 +152,11 @@ pub struct Step {
     /// The part of `work` done by GEMM calls large enough for
     /// `dnnc_sgemm` to split across threads (see [`native::gemm_tasks`]).
     pub split_work: u64,
+    /// Split extent `E`: how many independent units the kernel's outermost
+    /// loop has when called as one of several tasks (module docs, "Kernel
+    /// ABI"); 1 = the kernel cannot split. The runtime picks the task
+    /// count with [`schedule::kernel_tasks`].
+    pub split: usize,
 }
 
 /// A graph output: which buffer holds it and its type.
@@ -166,6 +190,7 @@ pub struct Executable {
     allocator: Box<dyn Allocator>,
     parallel: Parallel,
     concurrency: Concurrency,
+    kernel_split: KernelSplit,
     prepared: Prepared,
     /// Per-run state of finished runs (arena and resolved argument
     /// pointers), reused so repeated runs neither allocate nor page-fault
@@ -231,6 +256,9 @@ struct Prepared {
     args: Vec<Loc>,
     /// Arena offset of each graph input, in declaration order.
     input_offsets: Vec<usize>,
+    /// Tasks each step runs as (1 inside concurrent waves; see
+    /// [`schedule::kernel_tasks`]).
+    tasks: Vec<usize>,
 }
 
 /// One run's memory: the arena and the argument pointers resolved against
@@ -285,6 +313,7 @@ impl Executable {
             allocator,
             parallel: Parallel::default(),
             concurrency: Concurrency::Auto,
+            kernel_split: KernelSplit::Auto,
             prepared: Prepared::default(),
             states: Default::default(),
         };
@@ -338,6 +367,13 @@ impl Executable {
         self.concurrency
     }
 
+    /// How many tasks each step runs as with the current thread count,
+    /// indexed like [`Executable::steps`] (1 = the whole kernel on one
+    /// thread; steps of a concurrent wave always 1).
+    pub fn step_tasks(&self) -> &[usize] {
+        &self.prepared.tasks
+    }
+
     /// Whether any wave runs its steps concurrently.
     pub fn has_concurrency(&self) -> bool {
         self.prepared.exec.iter().any(|w| w.concurrent)
@@ -383,6 +419,13 @@ impl Executable {
     /// measurements) and re-plans.
     pub fn set_concurrency(&mut self, policy: Concurrency) {
         self.concurrency = policy;
+        self.prepare();
+    }
+
+    /// Overrides the W-D decision on splitting kernels into tasks (tests
+    /// and measurements); the plan is recomputed.
+    pub fn set_kernel_split(&mut self, policy: KernelSplit) {
+        self.kernel_split = policy;
         self.prepare();
     }
 
@@ -450,6 +493,16 @@ impl Executable {
             args.extend(s.args.iter().map(|&b| loc[b]));
         }
         arg_start.push(args.len());
+        let mut tasks: Vec<usize> = self
+            .steps
+            .iter()
+            .map(|s| schedule::kernel_tasks_with(s, threads, self.kernel_split))
+            .collect();
+        for w in exec.iter().filter(|w| w.concurrent) {
+            for &j in &w.steps {
+                tasks[j] = 1;
+            }
+        }
         self.prepared = Prepared {
             waves,
             exec,
@@ -459,6 +512,7 @@ impl Executable {
             arg_start,
             args,
             input_offsets,
+            tasks,
         };
         // Cached states were laid out for the previous plan.
         if let Ok(mut c) = self.states.lock() {
@@ -721,6 +775,13 @@ impl Executable {
     }
 }
 
+/// A step's argument array, shared by the tasks of one split call.
+struct ArgPtr(*const *mut u8);
+
+// SAFETY: the array and the buffers it points to outlive the call's scope;
+// the tasks only read the array and write disjoint parts of the buffers.
+unsafe impl Sync for ArgPtr {}
+
 /// One run's view of its state, shared by the pool threads of a
 /// concurrent wave.
 struct RunCtx<'a> {
@@ -737,14 +798,45 @@ struct RunCtx<'a> {
 unsafe impl Sync for RunCtx<'_> {}
 
 impl RunCtx<'_> {
-    /// Calls step `j`, recording its time when profiling.
+    /// Calls step `j` (as its planned number of tasks), recording its
+    /// time when profiling.
     fn call(&self, j: usize) -> i32 {
         let p = &self.exe.prepared;
-        let args = self.args[p.arg_start[j]..].as_ptr();
+        let args = ArgPtr(self.args[p.arg_start[j]..].as_ptr());
+        let func = self.exe.steps[j].func;
+        let tasks = p.tasks[j];
         let t0 = self.nanos.map(|_| std::time::Instant::now());
-        // SAFETY: the code generator sized every buffer for the value it
-        // holds and generated `func` for exactly these arguments.
-        let rc = unsafe { (self.exe.steps[j].func)(args) };
+        let rc = if tasks <= 1 {
+            // SAFETY: the code generator sized every buffer for the value
+            // it holds and generated `func` for exactly these arguments.
+            unsafe { func(args.0, 0, 1) }
+        } else {
+            // The first failing task (lowest index) is the step's error,
+            // as one thread would have met it first: keep the minimum of
+            // `task << 32 | rc` over failing tasks.
+            let first = AtomicU64::new(u64::MAX);
+            let task = |t: usize| {
+                let args = &args;
+                // SAFETY: as above; the tasks of one step write disjoint
+                // units of its outputs (the kernel ABI), and GEMMs inside a
+                // task run on its thread only.
+                let rc = native::with_threads(1, || unsafe { func(args.0, t, tasks) });
+                if rc != 0 {
+                    first.fetch_min(((t as u64) << 32) | rc as u32 as u64, Ordering::Relaxed);
+                }
+            };
+            rayon::scope(|sc| {
+                for t in 1..tasks {
+                    let task = &task;
+                    sc.spawn(move |_| task(t));
+                }
+                task(0);
+            });
+            match first.load(Ordering::Relaxed) {
+                u64::MAX => 0,
+                v => v as u32 as i32,
+            }
+        };
         if let (Some(n), Some(t0)) = (self.nanos, t0) {
             n[j].store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
@@ -850,11 +942,11 @@ pub(crate) mod tests {
     const N: usize = 4096;
 
     /// Does nothing (for schedule tests).
-    pub(crate) unsafe extern "C" fn nop(_: *const *mut u8) -> i32 {
+    pub(crate) unsafe extern "C" fn nop(_: *const *mut u8, _: usize, _: usize) -> i32 {
         0
     }
 
-    unsafe extern "C" fn add_one(a: *const *mut u8) -> i32 {
+    unsafe extern "C" fn add_one(a: *const *mut u8, _: usize, _: usize) -> i32 {
         let (x, y) = (*a as *const f32, *a.add(1) as *mut f32);
         for i in 0..N {
             *y.add(i) = *x.add(i) + 1.0;
@@ -862,7 +954,7 @@ pub(crate) mod tests {
         0
     }
 
-    unsafe extern "C" fn double(a: *const *mut u8) -> i32 {
+    unsafe extern "C" fn double(a: *const *mut u8, _: usize, _: usize) -> i32 {
         let (x, y) = (*a as *const f32, *a.add(1) as *mut f32);
         for i in 0..N {
             *y.add(i) = *x.add(i) * 2.0;
@@ -870,7 +962,7 @@ pub(crate) mod tests {
         0
     }
 
-    unsafe extern "C" fn sum2(a: *const *mut u8) -> i32 {
+    unsafe extern "C" fn sum2(a: *const *mut u8, _: usize, _: usize) -> i32 {
         let (x, y, z) = (
             *a as *const f32,
             *a.add(1) as *const f32,
@@ -882,7 +974,7 @@ pub(crate) mod tests {
         0
     }
 
-    unsafe extern "C" fn fails(_: *const *mut u8) -> i32 {
+    unsafe extern "C" fn fails(_: *const *mut u8, _: usize, _: usize) -> i32 {
         1
     }
 
@@ -920,6 +1012,7 @@ pub(crate) mod tests {
             inplace: Vec::new(),
             work: 100 * native::TASK_OVERHEAD_MACS,
             split_work: 0,
+            split: 1,
         };
         let steps = vec![
             step("a", add_one, vec![0, 1]),

@@ -29,7 +29,26 @@
 //!   are spread over `p / q` workers longest first; `T_conc` is that
 //!   makespan plus `O (k - 1)` for handing `k - 1` steps to other threads.
 //!
-//! It runs concurrently iff `T_conc < T_seq`. Work counts one op per
+//! It runs concurrently iff `T_conc < T_seq`.
+//!
+//! # Splitting one kernel
+//!
+//! A step that runs alone (not in a concurrent wave) and whose kernel
+//! declares a split extent `E = ` [`Step::split`] `> 1` runs as
+//! `T = min(p, E, max(1, W / KERNEL_TASK_MIN_WORK))` tasks
+//! ([`kernel_tasks`]): each share must carry at least
+//! [`KERNEL_TASK_MIN_WORK`] of work, four times the hand-off overhead
+//! [`KERNEL_TASK_OVERHEAD`]. Both are in the step's own work units: for
+//! the generated non-GEMM loops (elementwise, pooling, depthwise,
+//! reductions) one unit is one element or tap, and they run ~2-3 units per
+//! ns. The hand-off is dominated by waking a pool worker that went to
+//! sleep since the last parallel step: measured ~100-200 µs on this
+//! machine class (2 virtual CPUs; a MaxPool of 7.2M units, ~2.6 ms, ran
+//! 1.9x faster on 2 tasks, a depthwise conv of 2.7M units, ~0.4 ms, not
+//! faster at all, because the calling thread had finished both shares
+//! before the other worker woke), so ~100 µs = 250k units. Such a step on `q` threads takes `W / T + KERNEL_TASK_OVERHEAD
+//! (T - 1)` in the wave estimates below. Kernels with GEMM work (`S > 0`)
+//! never split this way (their GEMMs do). Work counts one op per
 //! multiply-accumulate or element as in the W-D model (`dnnc-passes::wd`);
 //! steps of one wave are independent, so the order they finish in cannot
 //! change any result.
@@ -146,6 +165,57 @@ pub(crate) fn levels(steps: &[Step], buffers: &[Buffer]) -> Vec<usize> {
     level
 }
 
+/// Hand-off cost of one extra task of a split kernel, in the step's work
+/// units (module docs, "Splitting one kernel"): ~100 µs (waking a sleeping
+/// pool worker) at the ~2.5 units per ns of the generated non-GEMM loops.
+pub const KERNEL_TASK_OVERHEAD: u64 = 250_000;
+
+/// Least work per task of a split kernel: four times its hand-off cost,
+/// so the overhead stays under a quarter of each task's work.
+pub const KERNEL_TASK_MIN_WORK: u64 = 4 * KERNEL_TASK_OVERHEAD;
+
+/// Whether kernels that can split across tasks do (with more than one
+/// thread; steps of concurrent waves never split).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelSplit {
+    /// The W-D rule decides per step ([`kernel_tasks`]; the default).
+    #[default]
+    Auto,
+    /// Every splittable step runs as `min(threads, extent)` tasks, however
+    /// little work it has (for tests and measurements).
+    Always,
+    /// No kernel splits (only GEMMs do, inside `dnnc_sgemm`).
+    Never,
+}
+
+/// How many tasks step `s` runs as on `threads` threads when it runs
+/// alone: `min(threads, split, W / KERNEL_TASK_MIN_WORK)`, at least 1;
+/// always 1 for kernels that cannot split or contain splittable GEMMs.
+pub fn kernel_tasks(s: &Step, threads: usize) -> usize {
+    kernel_tasks_with(s, threads, KernelSplit::Auto)
+}
+
+/// [`kernel_tasks`] under `policy`.
+pub fn kernel_tasks_with(s: &Step, threads: usize, policy: KernelSplit) -> usize {
+    if threads <= 1 || s.split <= 1 || s.split_work > 0 || policy == KernelSplit::Never {
+        return 1;
+    }
+    let by_work = match policy {
+        KernelSplit::Always => u64::MAX,
+        _ => (s.work / KERNEL_TASK_MIN_WORK).max(1),
+    };
+    (threads as u64).min(s.split as u64).min(by_work) as usize
+}
+
+/// W-D time of step `st` on `q` threads (module docs).
+fn step_time_of(st: &Step, q: usize) -> u64 {
+    let tasks = kernel_tasks(st, q).min(q) as u64;
+    if tasks > 1 {
+        return st.work / tasks + KERNEL_TASK_OVERHEAD * (tasks - 1);
+    }
+    step_time(st.work, st.split_work, q)
+}
+
 /// W-D time of a step of work `w`, `s` of it splittable GEMM work, on `q`
 /// threads (module docs).
 fn step_time(w: u64, s: u64, q: usize) -> u64 {
@@ -163,14 +233,11 @@ fn estimate(steps: &[&Step], p: usize) -> (u64, u64, usize) {
     let k = steps.len().max(1);
     let seq = steps
         .iter()
-        .map(|s| step_time(s.work, s.split_work, p))
+        .map(|s| step_time_of(s, p))
         .fold(0u64, u64::saturating_add);
     let q = (p / k).max(1);
     let workers = (p / q).max(1);
-    let mut times: Vec<u64> = steps
-        .iter()
-        .map(|s| step_time(s.work, s.split_work, q))
-        .collect();
+    let mut times: Vec<u64> = steps.iter().map(|s| step_time_of(s, q)).collect();
     times.sort_unstable_by(|a, b| b.cmp(a));
     let mut load = vec![0u64; workers];
     for t in times {
@@ -253,6 +320,7 @@ mod tests {
             writes: Vec::new(),
             work: w,
             split_work: s,
+            split: 1,
         };
         // Tiny steps: the hand-off overhead dominates.
         let (a, b) = (step(1000, 0), step(1000, 0));
@@ -267,5 +335,32 @@ mod tests {
         let (a, b) = (step(200 * o, 200 * o), step(o, 0));
         let (seq, conc, _) = estimate(&[&a, &b], 2);
         assert!(conc >= seq, "{seq} {conc}");
+    }
+
+    #[test]
+    fn kernels_split_only_when_each_task_carries_enough_work() {
+        let step = |w: u64, split: usize, s: u64| Step {
+            name: String::new(),
+            op: String::new(),
+            func: crate::cpu::tests::nop,
+            args: Vec::new(),
+            errors: Vec::new(),
+            nodes: Vec::new(),
+            algo: None,
+            inplace: Vec::new(),
+            writes: Vec::new(),
+            work: w,
+            split_work: s,
+            split,
+        };
+        let m = KERNEL_TASK_MIN_WORK;
+        assert_eq!(kernel_tasks(&step(100 * m, 64, 0), 1), 1);
+        assert_eq!(kernel_tasks(&step(100 * m, 64, 0), 2), 2);
+        assert_eq!(kernel_tasks(&step(100 * m, 3, 0), 8), 3);
+        assert_eq!(kernel_tasks(&step(3 * m, 64, 0), 8), 3);
+        assert_eq!(kernel_tasks(&step(m / 2, 64, 0), 2), 1);
+        assert_eq!(kernel_tasks(&step(100 * m, 1, 0), 2), 1);
+        // GEMM kernels split their GEMMs instead.
+        assert_eq!(kernel_tasks(&step(100 * m, 64, m), 2), 1);
     }
 }

@@ -487,10 +487,14 @@ pub(crate) fn depthwise(
     // loads (within noise), so keep one row, two blocks, mul + add.
     let (rb, u) = (1, if taps <= 9 { 2 } else { 1 });
     let mut err = None;
-    e.for_n(geo.n, |e, n| {
-        e.for_n(geo.m, |e, co| {
-            let t = e.b.ins().imul_imm_s(n, geo.m as i64);
-            let pn = e.b.ins().iadd(t, co);
+    // Task units (the kernel ABI's split): the N*M output planes, each
+    // with its own epilogue; the padded plane is scratch on this call's
+    // stack frame, so every task has its own.
+    let (lo, hi) = e.task_range(geo.n * geo.m)?;
+    e.for_range(lo, hi, 1, |e, pn| {
+        {
+            let n = e.b.ins().udiv_imm_u(pn, geo.m as i64);
+            let co = e.b.ins().urem_imm_u(pn, geo.m as i64);
             let xo = e.b.ins().imul_imm_s(pn, hw);
             let yo = e.b.ins().imul_imm_s(pn, p);
             plane.copy(e, x, xo, None);
@@ -518,7 +522,7 @@ pub(crate) fn depthwise(
             if let Err(m) = r {
                 err.get_or_insert(m);
             }
-        });
+        }
     });
     err.map_or(Ok(()), Err)
 }

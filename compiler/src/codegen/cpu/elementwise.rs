@@ -157,8 +157,47 @@ fn coalesce(lens: &[usize], strides: &[Vec<i64>]) -> (Vec<usize>, Vec<Vec<i64>>)
     (out_lens, out_str)
 }
 
-/// Emits the loop nest for `spec` over `sub`.
+/// Emits the loop nest for `spec` over `sub` (the whole nest in every
+/// task: for kernels that do not split, and epilogues inside tiles).
 pub(crate) fn emit(e: &mut Emit<'_>, spec: &EwSpec<'_>, sub: &SubDomain) -> Result<(), String> {
+    emit_nest(e, spec, sub, 0)
+}
+
+/// How many leading domain axes an elementwise kernel splits over: the
+/// fewest whose product reaches 64 units (enough for any thread count to
+/// balance), never the last axis (it stays the vectorised inner loop).
+pub(crate) fn split_prefix(domain: &[usize]) -> usize {
+    let mut units = 1usize;
+    for (k, &d) in domain
+        .iter()
+        .enumerate()
+        .take(domain.len().saturating_sub(1))
+    {
+        units *= d;
+        if units >= 64 {
+            return k + 1;
+        }
+    }
+    domain.len().saturating_sub(1)
+}
+
+/// Emits `spec` over its whole domain as a kernel that splits across
+/// tasks: the units are the flat indices of the first `prefix` domain
+/// axes ([`Emit::task_range`] over their product), each running the rest
+/// of the nest. With `prefix == 0` nothing splits.
+pub(crate) fn emit_split(e: &mut Emit<'_>, spec: &EwSpec<'_>, prefix: usize) -> Result<(), String> {
+    let sub = SubDomain::full(&spec.domain);
+    emit_nest(e, spec, &sub, prefix.min(spec.domain.len()))
+}
+
+/// [`emit`], with the first `prefix` axes (of a full `sub`) as the task
+/// units when `prefix > 0`.
+fn emit_nest(
+    e: &mut Emit<'_>,
+    spec: &EwSpec<'_>,
+    sub: &SubDomain,
+    prefix: usize,
+) -> Result<(), String> {
     // Every operand, in a fixed order: inputs, presets (acc, extra), outputs.
     let mut ops: Vec<Operand> = Vec::new();
     let mut keys: Vec<(NodeId, usize)> = spec.inputs.keys().copied().collect();
@@ -208,19 +247,96 @@ pub(crate) fn emit(e: &mut Emit<'_>, spec: &EwSpec<'_>, sub: &SubDomain) -> Resu
         bases.push(base);
     }
     let all_strides: Vec<Vec<i64>> = ops.iter().map(|o| o.strides.clone()).collect();
+    if prefix > 0 {
+        if sub.lens.contains(&0) {
+            return Ok(());
+        }
+        let units: usize = sub.lens[..prefix].iter().product();
+        let (lo, hi) = e.task_range(units)?;
+        let rest: Vec<Vec<i64>> = all_strides.iter().map(|s| s[prefix..].to_vec()).collect();
+        let outer = contiguous(&sub.lens[..prefix]);
+        let mut err = None;
+        e.for_range(lo, hi, 1, |e, f| {
+            // Per operand, the offset of unit `f`'s first element.
+            let idx: Vec<Value> = (0..prefix)
+                .map(|d| {
+                    let q = e.b.ins().udiv_imm_u(f, outer[d]);
+                    if d == 0 {
+                        q
+                    } else {
+                        e.b.ins().urem_imm_u(q, sub.lens[d] as i64)
+                    }
+                })
+                .collect();
+            let unit_bases: Vec<Option<Value>> = all_strides
+                .iter()
+                .zip(&bases)
+                .map(|(s, &b)| {
+                    if s[..prefix].iter().all(|&x| x == 0) {
+                        b
+                    } else {
+                        Some(e.linear(b, &idx, &s[..prefix]))
+                    }
+                })
+                .collect();
+            let (lens, strides) = coalesce(&sub.lens[prefix..], &rest);
+            if let Err(m) = nest(
+                e,
+                spec,
+                &ops,
+                &input_slot,
+                &preset_slots,
+                &out_slots,
+                &unit_bases,
+                &lens,
+                &strides,
+            ) {
+                err.get_or_insert(m);
+            }
+        });
+        return err.map_or(Ok(()), Err);
+    }
     let (lens, strides) = coalesce(&sub.lens, &all_strides);
     if lens.contains(&0) {
         return Ok(());
     }
+    nest(
+        e,
+        spec,
+        &ops,
+        &input_slot,
+        &preset_slots,
+        &out_slots,
+        &bases,
+        &lens,
+        &strides,
+    )
+}
+
+/// The loop nest over coalesced `lens` (operand `k` at `bases[k]` plus
+/// `strides[k]`), f32x4 along the innermost axis when every operand walks
+/// it contiguously or broadcasts it.
+#[allow(clippy::too_many_arguments)]
+fn nest(
+    e: &mut Emit<'_>,
+    spec: &EwSpec<'_>,
+    ops: &[Operand],
+    input_slot: &HashMap<(NodeId, usize), usize>,
+    preset_slots: &[(usize, Option<(usize, f32)>)],
+    out_slots: &[usize],
+    bases: &[Option<Value>],
+    lens: &[usize],
+    strides: &[Vec<i64>],
+) -> Result<(), String> {
     let r = lens.len();
     let inner = lens[r - 1];
     let vector = spec.all_f32() && strides.iter().all(|s| matches!(s[r - 1], 0 | 1));
     let ctx = Ctx {
         spec,
-        ops: &ops,
-        input_slot: &input_slot,
-        preset_slots: &preset_slots,
-        out_slots: &out_slots,
+        ops,
+        input_slot,
+        preset_slots,
+        out_slots,
     };
     let mut err: Option<String> = None;
     e.for_nest(&lens[..r - 1], &mut |e, idx| {

@@ -24,6 +24,14 @@ pub(crate) struct Emit<'a> {
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).
     pub cfg: cranelift_codegen::isa::TargetFrontendConfig,
+    /// This call's task index (the kernel ABI's `task`, i64).
+    pub task: Value,
+    /// This call's task count (the kernel ABI's `tasks`, i64, >= 1).
+    pub tasks: Value,
+    /// The split the kernel declared with [`Emit::task_range`]: its extent
+    /// and this task's unit range (`None`: the kernel does not split and
+    /// ignores `task`/`tasks`).
+    pub split: Option<(usize, (Value, Value))>,
 }
 
 /// Memory flags for buffer accesses: in bounds by construction.
@@ -45,6 +53,33 @@ fn le() -> MemFlagsData {
 }
 
 impl<'a> Emit<'a> {
+    /// Declares that the kernel's outermost independent loop has `extent`
+    /// units and returns this task's share `[extent * task / tasks,
+    /// extent * (task + 1) / tasks)` (the kernel ABI, `dnnc_runtime::cpu`).
+    /// The caller loops over exactly these units and writes nothing
+    /// outside them. A kernel splits over one extent only: a second call
+    /// with the same extent returns the same range (so a fused epilogue
+    /// can cover the same units), another extent is an error. Call it in
+    /// straight-line code of the function body (not inside a loop or
+    /// branch) so the range dominates every later use.
+    pub fn task_range(&mut self, extent: usize) -> Result<(Value, Value), String> {
+        if let Some((n, r)) = self.split {
+            return if n == extent {
+                Ok(r)
+            } else {
+                Err(format!("kernel split over {n} units, then over {extent}"))
+            };
+        }
+        let e = self.ci(extent as i64);
+        let lo = self.b.ins().imul(e, self.task);
+        let lo = self.b.ins().udiv(lo, self.tasks);
+        let t1 = self.b.ins().iadd_imm_s(self.task, 1);
+        let hi = self.b.ins().imul(e, t1);
+        let hi = self.b.ins().udiv(hi, self.tasks);
+        self.split = Some((extent, (lo, hi)));
+        Ok((lo, hi))
+    }
+
     /// An i64 constant.
     pub fn ci(&mut self, v: i64) -> Value {
         self.b.ins().iconst(I64, v)

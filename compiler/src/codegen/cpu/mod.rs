@@ -324,8 +324,11 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         .declare_function("dnnc_sgemm_packed", Linkage::Import, &psg)
         .map_err(|e| backend(e.to_string()))?;
 
+    // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
     ksig.params.push(AbiParam::new(ptr));
+    ksig.params.push(AbiParam::new(I64));
+    ksig.params.push(AbiParam::new(I64));
     ksig.returns.push(AbiParam::new(I32));
 
     let mut ctx = module.make_context();
@@ -398,6 +401,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             b.append_block_params_for_function_params(entry);
             b.switch_to_block(entry);
             let argp = b.block_params(entry)[0];
+            let (task, tasks) = (b.block_params(entry)[1], b.block_params(entry)[2]);
             let mut bufs = Vec::with_capacity(args.len());
             for i in 0..args.len() {
                 bufs.push(b.ins().load(ptr, emit::mem(), argp, (i * 8) as i32));
@@ -411,6 +415,9 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 psgemm,
                 fail,
                 cfg: module.target_config(),
+                task,
+                tasks,
+                split: None,
             };
             let lowered = match k.kind {
                 _ if extended::supports(&g.node(anchor).op) => extended::lower(&mut e, &kctx),
@@ -428,6 +435,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             e.b.ins().return_(&[code]);
             e.b.seal_all_blocks();
             let cfg = e.cfg;
+            let split = e.split.map_or(1, |(n, _)| n);
             e.b.finalize(cfg);
             let ops: Vec<&str> = k.nodes.iter().map(|&n| g.node(n).op.name()).collect();
             let inplace = inplace_pairs(g, k, &kctx.arg_of);
@@ -453,6 +461,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                     writes,
                     work,
                     split_work,
+                    split,
                 },
             ));
         }
@@ -475,7 +484,8 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     for (fid, mut s) in pending {
         let p = module.get_finalized_function(fid);
         // SAFETY: the function was generated with exactly the KernelFn
-        // signature (one pointer argument, i32 result, platform ABI).
+        // signature (a pointer and two i64 arguments, i32 result,
+        // platform ABI).
         s.func = unsafe { std::mem::transmute::<*const u8, KernelFn>(p) };
         perf_map.push((
             p as usize,
@@ -548,7 +558,7 @@ fn inplace_pairs(g: &Graph, k: &Kernel, arg_of: &HashMap<ValueId, usize>) -> Vec
 }
 
 /// Placeholder until the real pointer is known after finalisation.
-unsafe extern "C" fn dummy_kernel(_: *const *mut u8) -> i32 {
+unsafe extern "C" fn dummy_kernel(_: *const *mut u8, _: usize, _: usize) -> i32 {
     1
 }
 
@@ -569,7 +579,9 @@ fn lower_elementwise(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Stri
         Vec::new(),
         &c.k.outputs,
     )?;
-    elementwise::emit(e, &spec, &elementwise::SubDomain::full(&domain))?;
+    // Splits across tasks over the leading axes (the kernel ABI's task
+    // range): every point is computed by the same code whatever the split.
+    elementwise::emit_split(e, &spec, elementwise::split_prefix(&domain))?;
     let int_div = c.k.nodes.iter().any(|&n| {
         matches!(c.g.node(n).op, Op::Binary(dnnc_ir::op::Binary::Div))
             && c.g.value(c.g.node(n).outputs[0]).ty.dtype == DType::I64

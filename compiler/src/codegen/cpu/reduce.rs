@@ -43,16 +43,28 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
     let acc = super::contraction::acc_arg(c)?;
     let y = e.bufs[acc];
     let ys = c.g.value(node.outputs[0]).ty.shape.clone();
+    let epi = super::contraction::epilogue(c, acc, None)?;
+    // Task units (the kernel ABI's split): `(units, elements per unit)`,
+    // each unit a contiguous run of the result; the fused epilogue then
+    // runs over the same units. `None`: the lowering does not split.
+    let units = split_units(&node.op, &xs, &ys);
+    let split = units.filter(|&(u, per)| {
+        u > 1
+            && epi
+                .as_ref()
+                .is_none_or(|s| unit_prefix(&s.domain, u, per).is_some())
+    });
+    let on = split.is_some();
     match &node.op {
-        Op::MaxPool(p) => pool(e, p, &xs, &ys, x, y, true)?,
-        Op::AveragePool(p) => pool(e, p, &xs, &ys, x, y, false)?,
+        Op::MaxPool(p) => pool(e, p, &xs, &ys, x, y, true, on)?,
+        Op::AveragePool(p) => pool(e, p, &xs, &ys, x, y, false, on)?,
         Op::GlobalAveragePool => {
             let axes: Vec<usize> = (2..xs.len()).collect();
-            reduce(e, &xs, &axes, ReduceKind::Mean, x, y);
+            reduce(e, &xs, &axes, ReduceKind::Mean, x, y, on)?;
         }
         Op::GlobalMaxPool => {
             let axes: Vec<usize> = (2..xs.len()).collect();
-            reduce(e, &xs, &axes, ReduceKind::Max, x, y);
+            reduce(e, &xs, &axes, ReduceKind::Max, x, y, on)?;
         }
         Op::Reduce { kind, axes, .. } => {
             let mut ax: Vec<usize> = if axes.is_empty() {
@@ -64,10 +76,10 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
             };
             ax.sort_unstable();
             ax.dedup();
-            reduce(e, &xs, &ax, *kind, x, y);
+            reduce(e, &xs, &ax, *kind, x, y, on)?;
         }
-        Op::Softmax { axis } => softmax(e, &xs, norm_axis(*axis, xs.len())?, x, y, false),
-        Op::LogSoftmax { axis } => softmax(e, &xs, norm_axis(*axis, xs.len())?, x, y, true),
+        Op::Softmax { axis } => softmax(e, &xs, norm_axis(*axis, xs.len())?, x, y, false, on)?,
+        Op::LogSoftmax { axis } => softmax(e, &xs, norm_axis(*axis, xs.len())?, x, y, true, on)?,
         Op::Lrn(p) => lrn(e, p, &xs, x, y)?,
         Op::InstanceNormalization { epsilon } => {
             let (sc, bi) = (
@@ -137,12 +149,61 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
         }
         other => return Err(format!("{} is not a reduction", other.name())),
     }
-    // Fused elementwise epilogue, in place over the result.
-    if let Some(spec) = super::contraction::epilogue(c, acc, None)? {
-        let sub = super::elementwise::SubDomain::full(&spec.domain);
-        super::elementwise::emit(e, &spec, &sub)?;
+    // Fused elementwise epilogue, in place over the result (over this
+    // task's units when the kernel splits).
+    if let Some(spec) = epi {
+        match split.and_then(|(u, per)| unit_prefix(&spec.domain, u, per)) {
+            Some(k) => super::elementwise::emit_split(e, &spec, k)?,
+            None => {
+                let sub = super::elementwise::SubDomain::full(&spec.domain);
+                super::elementwise::emit(e, &spec, &sub)?;
+            }
+        }
     }
     Ok(Vec::new())
+}
+
+/// The task units of a reduction kernel, if it can split: `(units,
+/// result elements per unit)`. Pools split over the `N*C` planes,
+/// reductions and global pools over their result elements, Softmax over
+/// its lanes (each the `len` elements along the axis; contiguous runs of
+/// the result only when the axis is the last non-unit one).
+fn split_units(op: &Op, xs: &[usize], ys: &[usize]) -> Option<(usize, usize)> {
+    match op {
+        Op::MaxPool(_) | Op::AveragePool(_) if ys.len() == 4 => {
+            Some((ys[0] * ys[1], ys[2] * ys[3]))
+        }
+        Op::GlobalAveragePool | Op::GlobalMaxPool | Op::Reduce { .. } => {
+            Some((ys.iter().product(), 1))
+        }
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+            let ax = norm_axis(*axis, xs.len()).ok()?;
+            let inner: usize = xs[ax + 1..].iter().product();
+            let outer: usize = xs[..ax].iter().product();
+            // Units are lanes; with `inner > 1` a lane is strided, so say
+            // "per unit 0" (never a contiguous run) unless inner == 1.
+            Some((outer * inner, if inner == 1 { xs[ax] } else { 0 }))
+        }
+        _ => None,
+    }
+}
+
+/// The number of leading `domain` axes whose flat index is the unit,
+/// when `domain` is exactly `units` contiguous runs of `per` elements.
+fn unit_prefix(domain: &[usize], units: usize, per: usize) -> Option<usize> {
+    if per == 0 || domain.iter().product::<usize>() != units * per {
+        return None;
+    }
+    let mut p = 1usize;
+    for k in 0..=domain.len() {
+        if p == units {
+            return Some(k);
+        }
+        if k < domain.len() {
+            p *= domain[k];
+        }
+    }
+    None
 }
 
 /// A scalar f32 function through its f32x4 implementation.
@@ -207,6 +268,7 @@ pub(crate) fn tap_range(
 /// MaxPool / AveragePool over NCHW. Output positions whose whole window
 /// lies inside the input (a static rectangle) use a fully unrolled window;
 /// the border computes each window's valid taps at run time.
+#[allow(clippy::too_many_arguments)]
 fn pool(
     e: &mut Emit<'_>,
     p: &Pool2d,
@@ -215,6 +277,7 @@ fn pool(
     x: Value,
     y: Value,
     max: bool,
+    split: bool,
 ) -> Result<(), String> {
     let (&[n, c, h, w], &[_, _, oh, ow]) = (xs, ys) else {
         return Err("pooling needs rank-4 NCHW tensors".into());
@@ -364,7 +427,8 @@ fn pool(
         // NaN is recomputed by the exact code below, so NaNs propagate as
         // before.
         pp.init(e, f32::NEG_INFINITY);
-        e.for_n(planes, |e, pl| {
+        let (lo, hi) = plane_range(e, planes, split)?;
+        e.for_range(lo, hi, 1, |e, pl| {
             let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
             let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
             let nan = super::direct::nan_mask(e);
@@ -390,7 +454,8 @@ fn pool(
             e.b.switch_to_block(done);
         });
     } else {
-        e.for_n(planes, |e, pl| {
+        let (lo, hi) = plane_range(e, planes, split)?;
+        e.for_range(lo, hi, 1, |e, pl| {
             let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
             let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
             plane(e, xo, yo);
@@ -398,6 +463,15 @@ fn pool(
     }
     let _ = (IntCC::Equal, I64);
     Ok(())
+}
+
+/// This task's units `[lo, hi)` of `units` (all of them without a split).
+fn plane_range(e: &mut Emit<'_>, units: usize, split: bool) -> Result<(Value, Value), String> {
+    if split {
+        e.task_range(units)
+    } else {
+        Ok((e.ci(0), e.ci(units as i64)))
+    }
 }
 
 /// End of the columns `[qlo, end)` an interior loop can do four at a time
@@ -514,7 +588,18 @@ fn pool_generic(
 
 /// Reduces `x` of shape `xs` over `axes` (sorted) into the dense output.
 /// Trailing reduced axes form one contiguous run summed in f32x4.
-fn reduce(e: &mut Emit<'_>, xs: &[usize], axes: &[usize], kind: ReduceKind, x: Value, y: Value) {
+/// With `split`, each task computes the result elements of its units
+/// (one unit per result element).
+#[allow(clippy::too_many_arguments)]
+fn reduce(
+    e: &mut Emit<'_>,
+    xs: &[usize],
+    axes: &[usize],
+    kind: ReduceKind,
+    x: Value,
+    y: Value,
+    split: bool,
+) -> Result<(), String> {
     let xstr = contiguous(xs);
     let kept: Vec<usize> = (0..xs.len()).filter(|a| !axes.contains(a)).collect();
     let kept_dims: Vec<usize> = kept.iter().map(|&a| xs[a]).collect();
@@ -527,7 +612,7 @@ fn reduce(e: &mut Emit<'_>, xs: &[usize], axes: &[usize], kind: ReduceKind, x: V
         .rev()
         .enumerate()
         .all(|(i, &a)| a == xs.len() - 1 - i);
-    e.for_nest(&kept_dims, &mut |e, idx| {
+    let mut body = |e: &mut Emit<'_>, idx: &[Value]| {
         let xo = e.linear(None, idx, &kept_str);
         let yo = e.linear(None, idx, &out_str);
         let r = if trailing {
@@ -561,7 +646,28 @@ fn reduce(e: &mut Emit<'_>, xs: &[usize], axes: &[usize], kind: ReduceKind, x: V
             r
         };
         e.store_f32(r, y, yo);
+    };
+    let outputs: usize = kept_dims.iter().product();
+    if !split || outputs <= 1 {
+        e.for_nest(&kept_dims, &mut body);
+        return Ok(());
+    }
+    let (lo, hi) = e.task_range(outputs)?;
+    e.for_range(lo, hi, 1, |e, f| {
+        // The kept indices of result element `f`.
+        let idx: Vec<Value> = (0..kept_dims.len())
+            .map(|d| {
+                let q = e.b.ins().udiv_imm_u(f, out_str[d]);
+                if d == 0 {
+                    q
+                } else {
+                    e.b.ins().urem_imm_u(q, kept_dims[d] as i64)
+                }
+            })
+            .collect();
+        body(e, &idx);
     });
+    Ok(())
 }
 
 /// Sum or max of `len` contiguous f32s at `x[off..]`: f32x4 accumulator,
@@ -618,12 +724,25 @@ fn run_reduce(e: &mut Emit<'_>, x: Value, off: Value, len: usize, kind: ReduceKi
 
 /// Softmax or LogSoftmax along `ax`: per lane, max, sum of `exp(x - max)`,
 /// then the normalised values.
-fn softmax(e: &mut Emit<'_>, xs: &[usize], ax: usize, x: Value, y: Value, log: bool) {
+/// With `split`, each task computes the lanes of its units (one unit per
+/// lane `(o, i)`, flat index `o * inner + i`).
+fn softmax(
+    e: &mut Emit<'_>,
+    xs: &[usize],
+    ax: usize,
+    x: Value,
+    y: Value,
+    log: bool,
+    split: bool,
+) -> Result<(), String> {
     let outer: usize = xs[..ax].iter().product();
     let len = xs[ax];
     let inner: usize = xs[ax + 1..].iter().product();
-    e.for_n(outer, |e, o| {
-        e.for_n(inner, |e, i| {
+    let (lo, hi) = plane_range(e, outer * inner, split)?;
+    e.for_range(lo, hi, 1, |e, lane| {
+        {
+            let o = e.b.ins().udiv_imm_u(lane, inner as i64);
+            let i = e.b.ins().urem_imm_u(lane, inner as i64);
             let base = e.b.ins().imul_imm_s(o, (len * inner) as i64);
             let base = e.b.ins().iadd(base, i);
             let at = |e: &mut Emit<'_>, j: Value| -> Value {
@@ -671,8 +790,9 @@ fn softmax(e: &mut Emit<'_>, xs: &[usize], ax: usize, x: Value, y: Value, log: b
                 };
                 e.store_f32(r, y, k);
             });
-        });
+        }
     });
+    Ok(())
 }
 
 /// LRN across channels: `x / (bias + alpha/size * sum_sq)^beta`.

@@ -1,0 +1,242 @@
+//! Intra-op splitting of generated kernels (the kernel ABI's task range):
+//! every lowering that declares a split extent gives bitwise the result of
+//! one task when run as 2, 3 or 7 tasks, on shapes whose units do not
+//! divide evenly, and matches the interpreter; the zoo models give bitwise
+//! the same outputs with kernels split on 1, 2 and 3 threads.
+
+mod cpu_common;
+
+use cpu_common::{check_with, rand_f32};
+use dnnc_compiler::codegen::cpu::{compile_cpu, CpuOptions};
+use dnnc_ir::{Graph, Tensor};
+use dnnc_runtime::cpu::KernelSplit;
+use std::path::PathBuf;
+
+fn parse(body: &str) -> Graph {
+    let src = format!("graph t {{\n{body}\n}}\n");
+    dnnc_ir::text::parse(&src, "t.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"))
+}
+
+fn bits(ts: &[Tensor]) -> Vec<u32> {
+    ts.iter()
+        .flat_map(|t| match t {
+            Tensor::F32(a) => a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            Tensor::I64(a) => a.iter().map(|&x| x as u32).collect(),
+            Tensor::Bool(a) => a.iter().map(|&x| x as u32).collect(),
+        })
+        .collect()
+}
+
+/// Checks `g` against the interpreter, then runs it on 1 thread and with
+/// every splittable kernel forced into 2, 3 and 7 tasks: bitwise equal.
+/// `op` names an op whose kernel must declare a split (so the test fails
+/// if the lowering stops splitting).
+fn split_equal(g: &Graph, inputs: &[(String, Tensor)], op: &str) {
+    check_with(g, inputs, 1e-4, 1e-5, &CpuOptions::default());
+    let mut exe = compile_cpu(g, &CpuOptions::default()).unwrap();
+    let one = exe.run(inputs).unwrap();
+    assert!(
+        exe.steps().iter().any(|s| s.op.contains(op) && s.split > 1),
+        "no {op} kernel declares a split: {:?}",
+        exe.steps()
+            .iter()
+            .map(|s| (&s.op, s.split))
+            .collect::<Vec<_>>()
+    );
+    exe.set_kernel_split(KernelSplit::Always);
+    for t in [2, 3, 7] {
+        exe.set_threads(t).unwrap();
+        let tasks = exe.step_tasks();
+        assert!(
+            exe.steps()
+                .iter()
+                .zip(tasks)
+                .any(|(s, &n)| s.op.contains(op) && n == t.min(s.split) && n > 1),
+            "{op} did not run as {t} tasks: {tasks:?}"
+        );
+        let r = exe.run(inputs).unwrap();
+        assert_eq!(bits(&one), bits(&r), "{op} with {t} threads");
+    }
+}
+
+fn x(shape: &[usize], seed: u64) -> Vec<(String, Tensor)> {
+    vec![("x".to_string(), rand_f32(shape, seed, -2.0, 2.0))]
+}
+
+#[test]
+fn depthwise_conv_with_epilogue_splits_over_planes() {
+    // 2 images x 13 channels = 26 planes (not a multiple of 3 or 7).
+    let g = parse(
+        "  input %x: f32[2,13,17,19]
+  param %w: f32[13,1,3,3] = he(seed=3)
+  param %b: f32[13] = he(seed=4)
+  %c = Conv2d(%x, %w, %b) {pads=[1,1,1,1], group=13}
+  %y = Relu(%c)
+  output %y",
+    );
+    split_equal(&g, &x(&[2, 13, 17, 19], 1), "Conv2d");
+}
+
+#[test]
+fn strided_depthwise_conv_splits() {
+    let g = parse(
+        "  input %x: f32[1,11,23,21]
+  param %w: f32[11,1,5,5] = he(seed=5)
+  %y = Conv2d(%x, %w) {strides=[2,2], pads=[2,2,2,2], group=11}
+  output %y",
+    );
+    split_equal(&g, &x(&[1, 11, 23, 21], 2), "Conv2d");
+}
+
+#[test]
+fn max_and_average_pools_split_over_planes() {
+    for body in [
+        "%p = MaxPool(%x) {kernel=[3,3], strides=[2,2], pads=[1,1,1,1]}",
+        "%p = MaxPool(%x) {kernel=[2,2], strides=[2,2]}",
+        "%p = AveragePool(%x) {kernel=[3,3], strides=[1,1], pads=[1,1,1,1], count_include_pad=1}",
+        "%p = AveragePool(%x) {kernel=[3,3], strides=[2,2], pads=[1,1,1,1], ceil_mode=1}",
+    ] {
+        let g = parse(&format!(
+            "  input %x: f32[2,5,19,17]
+  {body}
+  %y = Sigmoid(%p)
+  output %y"
+        ));
+        let op = if body.contains("MaxPool") {
+            "MaxPool"
+        } else {
+            "AveragePool"
+        };
+        split_equal(&g, &x(&[2, 5, 19, 17], 3), op);
+    }
+}
+
+#[test]
+fn broadcasting_elementwise_splits_over_leading_axes() {
+    let g = parse(
+        "  input %x: f32[3,7,11,13]
+  param %b: f32[7,1,13] = he(seed=6)
+  param %s: f32[11,1] = he(seed=7)
+  %a = Add(%x, %b)
+  %m = Mul(%a, %s)
+  %y = Tanh(%m)
+  output %y",
+    );
+    split_equal(&g, &x(&[3, 7, 11, 13], 4), "Add");
+    // A contiguous 2-D domain: the rows are the units.
+    let g = parse(
+        "  input %x: f32[67,33]
+  %e = Exp(%x)
+  %y = Neg(%e)
+  output %y",
+    );
+    split_equal(&g, &x(&[67, 33], 5), "Exp");
+}
+
+#[test]
+fn reductions_and_global_pools_split_over_results() {
+    for (shape, body, op) in [
+        (
+            vec![2usize, 9, 7, 5],
+            "%r = GlobalAveragePool(%x)\n  %y = Relu(%r)",
+            "GlobalAveragePool",
+        ),
+        (vec![2, 9, 7, 5], "%y = GlobalMaxPool(%x)", "GlobalMaxPool"),
+        (
+            vec![5, 7, 11],
+            "%y = ReduceSum(%x) {axes=[-1], keepdims=0}",
+            "ReduceSum",
+        ),
+        (
+            vec![5, 7, 11],
+            "%y = ReduceMean(%x) {axes=[1], keepdims=1}",
+            "ReduceMean",
+        ),
+        (
+            vec![3, 7, 10, 9],
+            "%r = ReduceMax(%x) {axes=[2,3], keepdims=1}\n  %y = Sigmoid(%r)",
+            "ReduceMax",
+        ),
+    ] {
+        let dims = shape
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let g = parse(&format!("  input %x: f32[{dims}]\n  {body}\n  output %y"));
+        split_equal(&g, &x(&shape, 6), op);
+    }
+}
+
+#[test]
+fn softmax_splits_over_lanes() {
+    for (body, op) in [
+        ("%y = Softmax(%x) {axis=-1}", "Softmax"),
+        ("%y = Softmax(%x) {axis=1}", "Softmax"),
+        ("%s = LogSoftmax(%x) {axis=2}\n  %y = Neg(%s)", "LogSoftmax"),
+    ] {
+        let g = parse(&format!("  input %x: f32[3,11,13]\n  {body}\n  output %y"));
+        split_equal(&g, &x(&[3, 11, 13], 7), op);
+    }
+}
+
+/// The zoo models with 2 threads under the W-D rule and with every
+/// splittable kernel split on 2 and 3 threads: bitwise equal to 1 thread.
+#[test]
+#[ignore = "release-mode test on real models (CI runs it with --include-ignored)"]
+fn zoo_models_split_kernels_bitwise() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/models");
+    for name in [
+        "mobilenet_v2",
+        "shufflenet_v2_x1_0",
+        "squeezenet1_1",
+        "googlenet",
+        "resnet18",
+    ] {
+        let dir = root.join(name);
+        if !dir.exists() {
+            println!("SKIPPED: {} not found", dir.display());
+            continue;
+        }
+        let g = dnnc_compiler::onnx::import_onnx_file(dir.join("model.onnx")).unwrap();
+        let xin = dnnc_ir::tensor::read_npy(&dir.join("input.npy")).unwrap();
+        let ins = vec![(g.value(g.inputs()[0]).name.clone(), xin)];
+        let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+        let one = exe.run(&ins).unwrap();
+        exe.set_threads(2).unwrap();
+        let split = exe.step_tasks().iter().filter(|&&t| t > 1).count();
+        println!("{name}: {split} kernels split on 2 threads");
+        assert_eq!(bits(&one), bits(&exe.run(&ins).unwrap()), "{name} auto");
+        exe.set_kernel_split(KernelSplit::Always);
+        for t in [2, 3] {
+            exe.set_threads(t).unwrap();
+            assert!(exe.step_tasks().iter().any(|&n| n > 1), "{name}");
+            assert_eq!(
+                bits(&one),
+                bits(&exe.run(&ins).unwrap()),
+                "{name} always, {t} threads"
+            );
+        }
+    }
+}
+
+#[test]
+fn profile_shows_the_tasks_each_kernel_ran_as() {
+    let g = parse(
+        "  input %x: f32[1,64,112,112]
+  %p = MaxPool(%x) {kernel=[3,3], strides=[1,1], pads=[1,1,1,1]}
+  output %p",
+    );
+    let ins = x(&[1, 64, 112, 112], 8);
+    let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+    exe.set_threads(2).unwrap();
+    // 64 planes of 112x112 outputs, 9 taps each (7.2M units): above twice
+    // the per-task minimum, so the W-D rule splits it in two.
+    assert_eq!(exe.step_tasks(), &[2]);
+    let (_, times) = exe.run_profiled(&ins).unwrap();
+    let report = dnnc_compiler::bench::render_profile(&g, &exe, &times);
+    assert!(
+        report.contains("tasks") && report.contains("2/64"),
+        "{report}"
+    );
+}
