@@ -799,9 +799,9 @@ mod x86 {
         for _ in 0..kc {
             _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
             let b0 = _mm512_loadu_ps(b);
-            for r in 0..MR {
+            for (r, acc) in c0.iter_mut().enumerate() {
                 let ar = _mm512_set1_ps(*a.add(r));
-                c0[r] = _mm512_fmadd_ps(ar, b0, c0[r]);
+                *acc = _mm512_fmadd_ps(ar, b0, *acc);
             }
             a = a.add(MR);
             b = b.add(ldb);
@@ -813,9 +813,9 @@ mod x86 {
             } else {
                 (1u32 << cols) as u16 - 1
             };
-            for r in 0..rows {
+            for (r, &acc) in c0.iter().enumerate().take(rows) {
                 let p = c.offset(r as isize * c_rs);
-                let mut v0 = c0[r];
+                let mut v0 = acc;
                 if !first {
                     v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, p), v0);
                 }
@@ -837,8 +837,8 @@ mod x86 {
             }
         } else {
             let mut t = [0f32; MR * 16];
-            for r in 0..MR {
-                _mm512_storeu_ps(t.as_mut_ptr().add(r * 16), c0[r]);
+            for (r, &acc) in c0.iter().enumerate() {
+                _mm512_storeu_ps(t.as_mut_ptr().add(r * 16), acc);
             }
             store_tile(&t, 16, c, (rows, cols), (c_rs, c_cs), first, ep);
         }
