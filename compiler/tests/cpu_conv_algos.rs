@@ -275,11 +275,21 @@ fn node_attribute_forces_the_algorithm() {
     assert_eq!(plan[2].requested, Some(ConvAlgo::Winograd4));
     assert_eq!(plan[2].algo, ConvAlgo::Im2col);
     assert!(plan[2].fallback.as_deref().unwrap().contains("stride 2x2"));
-    // `auto` leaves it to the heuristic (im2col: 9x9 has too few tiles).
+    // `auto` leaves it to the heuristic: 9x9 has too few 4x4 tiles but
+    // 25 of 2x2 (>= 16) for the stride-1 convs, the stride-2 one im2col.
     let auto = attributed("auto", "auto", "auto");
-    assert!(conv_plan(&auto, &CpuOptions::default())
+    let algos: Vec<_> = conv_plan(&auto, &CpuOptions::default())
         .iter()
-        .all(|c| c.requested.is_none() && c.algo == ConvAlgo::Im2col));
+        .map(|c| (c.requested, c.algo))
+        .collect();
+    assert_eq!(
+        algos,
+        [
+            (None, ConvAlgo::Winograd2),
+            (None, ConvAlgo::Winograd2),
+            (None, ConvAlgo::Im2col)
+        ]
+    );
     let ins = vec![("x".to_string(), rand_f32(&[1, 8, 9, 9], 5, -1.0, 1.0))];
     check_with(&g, &ins, 2e-4, 2e-4, &CpuOptions::default());
 }

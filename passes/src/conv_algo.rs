@@ -43,13 +43,19 @@ pub const FFT_MAX_SPECTRUM: usize = 256 << 20;
 /// per group (measured; see ARCHITECTURE.md, "Convolution algorithms").
 pub const WINO_MIN_CHANNELS: usize = 8;
 
-/// Winograd F(m x m) by default needs at least this many m x m output
+/// Winograd F(4x4) by default needs at least this many 4x4 output
 /// tiles: each transformed filter element (α²/9 times the filter's size,
 /// read from memory once per run) is reused once per tile, and below this
 /// the filter traffic outweighs the saved multiplications (measured
-/// in-model on ResNet-18: F(4x4) loses at 14x14 = 16 tiles, F(2x2) ties
-/// im2col at 7x7 = 16 tiles and wins at 14x14 = 49 tiles).
+/// in-model on ResNet-18: F(4x4) loses at 14x14 = 16 tiles).
 pub const WINO_MIN_TILES: usize = 32;
+
+/// Winograd F(2x2) by default needs at least this many 2x2 output tiles.
+/// Its per-position GEMMs are N = tiles wide; since the packed GEMM runs
+/// column blocks of <= 16 on a narrow, unmasked AVX-512 kernel, F(2x2)
+/// beats im2col at 7x7 = 16 tiles (ResNet-18 layer4 3x3, 512 channels:
+/// 1.87-1.90 vs 2.17-2.29 ms per conv, `dnnc run --profile`).
+pub const WINO2_MIN_TILES: usize = 16;
 
 /// FFT by default: kernels of at least this many taps...
 pub const FFT_MIN_TAPS: usize = 49;
@@ -194,8 +200,8 @@ impl ConvGeom {
     /// The default algorithm (documented heuristic, see ARCHITECTURE.md):
     /// depthwise and pointwise where they apply; Winograd for 3x3
     /// stride-1 convolutions with at least [`WINO_MIN_CHANNELS`] channels:
-    /// F(4x4) when it has [`WINO_MIN_TILES`] tiles, else F(2x2) when that
-    /// has, else im2col; FFT for kernels of 7x7 and more with few
+    /// F(4x4) when it has [`WINO_MIN_TILES`] tiles, else F(2x2) when it
+    /// has [`WINO2_MIN_TILES`], else im2col; FFT for kernels of 7x7 and more with few
     /// channels; im2col otherwise. Never returns `Auto`.
     pub fn default_algo(&self) -> ConvAlgo {
         let (cg, mg) = self.per_group();
@@ -208,7 +214,7 @@ impl ConvGeom {
             let tiles = |m: usize| self.n * self.oh.div_ceil(m) * self.ow.div_ceil(m);
             if tiles(4) >= WINO_MIN_TILES {
                 ConvAlgo::Winograd4
-            } else if tiles(2) >= WINO_MIN_TILES {
+            } else if tiles(2) >= WINO2_MIN_TILES {
                 ConvAlgo::Winograd2
             } else {
                 ConvAlgo::Im2col

@@ -6,9 +6,11 @@
 //! and on the AVX2 path, over the CNN layer shapes the backend runs, and
 //! the best kernel with its fused epilogue (bias + residual + Relu, the
 //! ResNet block tail) against the same GEMM followed by a separate pass.
+//! On AVX-512, `Avx512` runs column blocks of <= 16 on the narrow `14 x 16`
+//! kernel and `Avx512-masked` on the masked wide `14 x 32` one.
 
 use dnnc_runtime::cpu::native::dnnc_sgemm;
-use dnnc_runtime::cpu::pgemm::{dnnc_sgemm_packed, pack_a_with, Epilogue, Kernel};
+use dnnc_runtime::cpu::pgemm::{dnnc_sgemm_packed, pack_a_with, set_narrow, Epilogue, Kernel};
 use std::time::Instant;
 
 fn best_of<F: FnMut()>(reps: usize, mut f: F) -> f64 {
@@ -39,6 +41,8 @@ fn main() {
         ),
         (128, 784, 1152, "128x784x1152 (ResNet layer2 conv)"),
         (512, 49, 4608, "512x49x4608 (ResNet layer4 3x3 im2col)"),
+        (512, 16, 512, "512x16x512 (ResNet layer4 Winograd F(2x2))"),
+        (256, 49, 256, "256x49x256 (ResNet layer3 Winograd F(2x2))"),
         (64, 12544, 147, "64x12544x147 (ResNet stem 7x7 im2col)"),
         (64, 512, 147, "64x512x147 (ResNet stem, one 512 chunk)"),
         (144, 3136, 24, "144x3136x24 (MobileNet-V2 1x1 expand)"),
@@ -104,10 +108,16 @@ fn main() {
             )
         });
         let mut packed = Vec::new();
-        for kern in [Kernel::best(), Kernel::Avx2] {
-            if !kern.supported() {
+        let variants = [
+            (Kernel::best(), true, ""),
+            (Kernel::Avx512, false, "-masked"),
+            (Kernel::Avx2, true, ""),
+        ];
+        for (i, (kern, narrow, tag)) in variants.into_iter().enumerate() {
+            if !kern.supported() || (i == 2 && Kernel::best() == Kernel::Avx2) {
                 continue;
             }
+            set_narrow(narrow);
             let pa = pack_a_with(kern, m, k, &a, k, 1, 1.0);
             let tp = best_of(reps, || unsafe {
                 let rc = dnnc_sgemm_packed(
@@ -125,8 +135,9 @@ fn main() {
                 );
                 assert_eq!(rc, 0);
             });
-            packed.push(format!("{kern:?} {:6.1}", flops / tp / 1e9));
+            packed.push(format!("{kern:?}{tag} {:6.1}", flops / tp / 1e9));
         }
+        set_narrow(true);
         // Fused epilogue vs GEMM + separate bias/residual/Relu pass (ms).
         let pa = pack_a_with(Kernel::best(), m, k, &a, k, 1, 1.0);
         let bias: Vec<f32> = (0..m).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();

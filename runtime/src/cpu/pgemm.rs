@@ -21,7 +21,10 @@
 //! kernel or shape is an error code, never wrong results.
 //!
 //! Micro-kernels (chosen once at run time): AVX-512F `14 x 32`, AVX2+FMA
-//! `6 x 16`, and a portable `4 x 8` one. Each C element is the sum over its
+//! `6 x 16`, and a portable `4 x 8` one. AVX-512 column blocks of at most
+//! 16 (all of a small N, the tail of any N) run a narrow `14 x 16` kernel
+//! over the same packed A and a 16-wide B panel, instead of the wide one
+//! with half its lanes masked. Each C element is the sum over its
 //! `KC` blocks, in order, of a register accumulation over the block's k in
 //! order; which tile or thread computes it does not change that order, so
 //! results are bitwise identical at any thread count.
@@ -29,6 +32,7 @@
 use super::alloc::AlignedBuf;
 use super::native::{gemm_tasks, threads};
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// Depth of one k block: a `KC x NR` B micro-panel (32 KiB with AVX-512)
@@ -114,6 +118,28 @@ impl Kernel {
                 .find(|k| k.supported())
                 .unwrap_or(Kernel::Portable)
         })
+    }
+}
+
+/// Whether AVX-512 column blocks of at most 16 use the narrow kernel.
+static NARROW: AtomicBool = AtomicBool::new(true);
+
+/// Enables (the default) or disables the narrow AVX-512 `14 x 16` kernel
+/// for column blocks of width <= 16, so benchmarks and tests can compare
+/// it with the masked wide kernel. Results are bitwise identical either
+/// way (both accumulate each element over k in the same order).
+pub fn set_narrow(on: bool) {
+    NARROW.store(on, Ordering::Relaxed);
+}
+
+/// Row stride of the packed B panel for a column block of width `w`:
+/// 16 when the narrow AVX-512 kernel computes the block, else `NR`.
+#[inline]
+fn panel_ld(kern: Kernel, narrow: bool, w: usize) -> usize {
+    if narrow && kern == Kernel::Avx512 && w <= 16 {
+        16
+    } else {
+        kern.nr()
     }
 }
 
@@ -420,6 +446,7 @@ impl Gemm {
             self.gemv(panels, cols.start);
             return;
         }
+        let narrow = NARROW.load(Ordering::Relaxed);
         BPACK.with(|s| {
             let mut s = s.borrow_mut();
             let need = KC * NC.min(cols.len()).div_ceil(nr) * nr + 16;
@@ -439,7 +466,7 @@ impl Gemm {
                     // (512^3: 157 vs 175 GFLOP/s, 64x3136x576: 99 vs 126;
                     // rows thousands of floats apart defeat the TLB and
                     // prefetchers), faster only on narrow ones.
-                    self.pack_b(bp, k0, kc, jc, nc, nr);
+                    self.pack_b(bp, k0, kc, jc, nc, nr, narrow);
                     let first = k0 == 0 && !self.acc;
                     let last = k0 + kc == self.k;
                     let ablk = self.a.add(k0 * mp);
@@ -450,6 +477,7 @@ impl Gemm {
                         for jp in 0..npn {
                             let j = jc + jp * nr;
                             let ncols = nr.min(cols.end - j);
+                            let ld = panel_ld(self.kern, narrow, ncols);
                             let bpan = bp.add(jp * kc * nr) as *const f32;
                             let cp = self
                                 .c
@@ -462,7 +490,7 @@ impl Gemm {
                                 self.kern,
                                 kc,
                                 ablk.add(p * kc * mr),
-                                (bpan, nr),
+                                (bpan, ld),
                                 cp,
                                 (rows, ncols),
                                 (self.c_rs, self.c_cs),
@@ -476,13 +504,24 @@ impl Gemm {
         });
     }
 
-    /// Packs `B[k0..k0+kc, j0..j0+nc]` into `nr`-wide k-major panels,
-    /// zero-padding the last.
-    unsafe fn pack_b(&self, dst: *mut f32, k0: usize, kc: usize, j0: usize, nc: usize, nr: usize) {
+    /// Packs `B[k0..k0+kc, j0..j0+nc]` into k-major panels `nr` apart,
+    /// each [`panel_ld`] wide, zero-padding the last.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn pack_b(
+        &self,
+        dst: *mut f32,
+        k0: usize,
+        kc: usize,
+        j0: usize,
+        nc: usize,
+        nr: usize,
+        narrow: bool,
+    ) {
         for jp in 0..nc.div_ceil(nr) {
             let j = j0 + jp * nr;
             let w = nr.min(j0 + nc - j);
             let d = dst.add(jp * kc * nr);
+            let nr = panel_ld(self.kern, narrow, w);
             for kk in 0..kc {
                 let src = self
                     .b
@@ -580,6 +619,8 @@ unsafe fn micro(
     ep: Option<&TileEp>,
 ) {
     match kern {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 if b.1 == 16 => x86::micro_avx512_n16(kc, a, b, c, dims, cs, first, ep),
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx512 => x86::micro_avx512(kc, a, b, c, dims, cs, first, ep),
         #[cfg(target_arch = "x86_64")]
@@ -731,6 +772,75 @@ mod x86 {
                 _mm512_storeu_ps(t.as_mut_ptr().add(r * 32 + 16), c1[r]);
             }
             store_tile(&t, 32, c, (rows, cols), (c_rs, c_cs), first, ep);
+        }
+    }
+
+    /// AVX-512F narrow `14 x 16` micro-kernel for column blocks of at most
+    /// 16 (B panel 16 wide): per k, one B vector and 14 broadcast A
+    /// elements feed 14 FMAs, none of them masked off. Each element's
+    /// accumulation and epilogue are those of [`micro_avx512`], so the two
+    /// kernels agree bitwise.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn micro_avx512_n16(
+        kc: usize,
+        a: *const f32,
+        (b, ldb): (*const f32, usize),
+        c: *mut f32,
+        (rows, cols): (usize, usize),
+        (c_rs, c_cs): (isize, isize),
+        first: bool,
+        ep: Option<&TileEp>,
+    ) {
+        const MR: usize = 14;
+        debug_assert!(ldb == 16 && cols <= 16);
+        let mut c0 = [_mm512_setzero_ps(); MR];
+        let (mut a, mut b) = (a, b);
+        for _ in 0..kc {
+            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
+            let b0 = _mm512_loadu_ps(b);
+            for (r, acc) in c0.iter_mut().enumerate() {
+                let ar = _mm512_set1_ps(*a.add(r));
+                *acc = _mm512_fmadd_ps(ar, b0, *acc);
+            }
+            a = a.add(MR);
+            b = b.add(ldb);
+        }
+        let res_unit = ep.is_none_or(|e| e.res.is_null() || e.res_cs == 1);
+        if c_cs == 1 && res_unit {
+            let m0: __mmask16 = if cols >= 16 {
+                0xffff
+            } else {
+                (1u32 << cols) as u16 - 1
+            };
+            for (r, &acc) in c0.iter().enumerate().take(rows) {
+                let p = c.offset(r as isize * c_rs);
+                let mut v0 = acc;
+                if !first {
+                    v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, p), v0);
+                }
+                if let Some(e) = ep {
+                    // As in `micro_avx512`.
+                    if !e.bias.is_null() {
+                        v0 = _mm512_add_ps(v0, _mm512_set1_ps(*e.bias.add(r)));
+                    }
+                    if !e.res.is_null() {
+                        let q = e.res.offset(r as isize * e.res_rs);
+                        v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, q));
+                    }
+                    if e.clamp {
+                        let (lo, hi) = (_mm512_set1_ps(e.lo), _mm512_set1_ps(e.hi));
+                        v0 = _mm512_min_ps(hi, _mm512_max_ps(lo, v0));
+                    }
+                }
+                _mm512_mask_storeu_ps(p, m0, v0);
+            }
+        } else {
+            let mut t = [0f32; MR * 16];
+            for (r, &acc) in c0.iter().enumerate() {
+                _mm512_storeu_ps(t.as_mut_ptr().add(r * 16), acc);
+            }
+            store_tile(&t, 16, c, (rows, cols), (c_rs, c_cs), first, ep);
         }
     }
 
@@ -1046,6 +1156,9 @@ mod tests {
         let shapes = [
             (14usize, 32usize, 7usize),
             (15, 33, 300),
+            (14, 16, 300),
+            (29, 48, 257),
+            (5, 8, 3),
             (5, 13, 1),
             (37, 70, 257),
             (96, 1, 40),
@@ -1142,6 +1255,119 @@ mod tests {
                                 );
                             }
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// N = 1..=48 around the 16 and 32 column-block boundaries: the
+    /// narrow AVX-512 kernel (column blocks <= 16) matches the f64
+    /// reference, and equals the masked wide kernel bitwise, with and
+    /// without a fused epilogue, strided B/C, accumulation, at 1 and 2
+    /// threads. Other kernels ignore the switch and are checked against
+    /// the reference too.
+    #[test]
+    fn narrow_kernel_matches_reference_and_masked_wide_bitwise() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let run = |narrow: bool, f: &dyn Fn() -> (Vec<f32>, Vec<f64>)| {
+            set_narrow(narrow);
+            let r = f();
+            set_narrow(true);
+            r
+        };
+        for kern in kernels() {
+            for n in 1..=48usize {
+                for &(m, k) in &[(14usize, 3usize), (29, 257), (5, 64)] {
+                    for (tb, tc, acc) in [
+                        (false, false, false),
+                        (true, false, true),
+                        (false, true, false),
+                    ] {
+                        for threads in [1, 2] {
+                            let case = || run_case(kern, (m, n, k), tb, tc, acc, threads, &pool);
+                            let (nar, want) = run(true, &case);
+                            let (wide, _) = run(false, &case);
+                            let what = format!(
+                                "{kern:?} m={m} n={n} k={k} tb={tb} tc={tc} acc={acc} t={threads}"
+                            );
+                            for (x, w) in nar.iter().zip(&want) {
+                                let tol = 1e-4 * (k as f64).sqrt() * (1.0 + w.abs());
+                                assert!((*x as f64 - w).abs() <= tol, "{what}: {x} vs {w}");
+                            }
+                            assert!(
+                                nar.iter()
+                                    .zip(&wide)
+                                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                                "{what}: narrow != masked wide"
+                            );
+                        }
+                    }
+                }
+                // Fused epilogue (bias + row-major or transposed residual +
+                // clamp), narrow vs masked wide, at 1 and 2 threads.
+                let (m, k) = (29usize, 300usize);
+                let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
+                let b: Vec<f32> = (0..k * n).map(|i| val(i, 5)).collect();
+                let pa = pack_a_with(kern, m, k, &a, k, 1, 1.0);
+                let bias: Vec<f32> = (0..m)
+                    .map(|i| if i % 7 == 3 { f32::NAN } else { val(i, 11) })
+                    .collect();
+                let res: Vec<f32> = (0..m * n).map(|i| val(i, 13)).collect();
+                for (ub, ur, tr, (lo, hi)) in [
+                    (true, false, false, (0.0, f32::INFINITY)),
+                    (false, true, false, (f32::NEG_INFINITY, f32::INFINITY)),
+                    (true, true, false, (0.0, 6.0)),
+                    (true, true, true, (-0.5, 0.25)),
+                ] {
+                    let (rrs, rcs) = if tr { (1, m as isize) } else { (n as isize, 1) };
+                    let ep = Epilogue {
+                        bias: if ub { bias.as_ptr() } else { std::ptr::null() },
+                        res: if ur { res.as_ptr() } else { std::ptr::null() },
+                        res_rs: rrs,
+                        res_cs: rcs,
+                        lo,
+                        hi,
+                    };
+                    let epa = &ep as *const Epilogue as usize;
+                    let mut outs = Vec::new();
+                    for narrow in [true, false] {
+                        for threads in [1, 2] {
+                            let mut c = vec![f32::NAN; m * n];
+                            set_narrow(narrow);
+                            let rc = pool.install(|| {
+                                with_threads(threads, || unsafe {
+                                    dnnc_sgemm_packed(
+                                        pa.as_ptr() as *const f32,
+                                        m,
+                                        n,
+                                        k,
+                                        b.as_ptr(),
+                                        n as isize,
+                                        1,
+                                        c.as_mut_ptr(),
+                                        n as isize,
+                                        1,
+                                        epa,
+                                    )
+                                })
+                            });
+                            set_narrow(true);
+                            assert_eq!(rc, 0);
+                            outs.push(c);
+                        }
+                    }
+                    for o in &outs[1..] {
+                        assert!(
+                            o.iter()
+                                .zip(&outs[0])
+                                .all(|(x, y)| x.to_bits() == y.to_bits()
+                                    || (x.is_nan() && y.is_nan())),
+                            "{kern:?} n={n} bias={ub} res={ur} tr={tr} [{lo}, {hi}]"
+                        );
                     }
                 }
             }
