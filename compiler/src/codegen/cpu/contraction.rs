@@ -298,6 +298,28 @@ pub(crate) fn prepared(
     Ok(vec![i64_buf(&desc), f32_buf(&spec)])
 }
 
+/// The weight this contraction kernel reads only in the form `prepared`
+/// builds at compile time (packed panels, Winograd-transformed filters,
+/// filter spectra), so the executable need not keep the original too.
+pub(crate) fn superseded_weight(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Option<ValueId> {
+    if k.kind != super::group::KernelKind::Contraction {
+        return None;
+    }
+    let anchor = g.node(k.nodes[0]);
+    match anchor.op {
+        Op::Gemm(_) | Op::MatMul => gemm_pack(g, k).map(|gp| gp.weight),
+        Op::Conv2d(_) => {
+            let geom = ConvGeom::of_node(g, k.nodes[0]).ok()?;
+            let algo = choose_algo(&geom, g, k, opts);
+            let w = anchor.inputs[1];
+            let prepared =
+                conv_packed(g, k, algo) || algo.wino_m().is_some() || algo == ConvAlgo::Fft;
+            (prepared && is_weight(g, w)).then_some(w)
+        }
+        _ => None,
+    }
+}
+
 /// Whether `v` is an f32 weight (initializer or parameter) known at
 /// compile time, so a GEMM can take it packed.
 fn is_weight(g: &Graph, v: ValueId) -> bool {

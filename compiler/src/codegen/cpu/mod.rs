@@ -188,6 +188,23 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         check_supported(g, k)?;
     }
 
+    // Weights that every kernel reading them takes only in a prepared form
+    // (packed, transformed) get no copy of their original data: it would
+    // only add to the executable's memory.
+    let mut superseded: HashMap<ValueId, bool> = HashMap::new();
+    for k in &kernels {
+        let sup = contraction::superseded_weight(g, k, opts);
+        for &n in &k.nodes {
+            for &v in &g.node(n).inputs {
+                let e = superseded.entry(v).or_insert(true);
+                *e &= sup == Some(v);
+            }
+        }
+    }
+    for &v in g.outputs() {
+        superseded.insert(v, false);
+    }
+
     // Buffers: sources, then kernel results in order.
     let mut buffers: Vec<Buffer> = Vec::new();
     let mut vbuf: HashMap<ValueId, BufId> = HashMap::new();
@@ -222,10 +239,15 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                     });
                 }
                 vbuf.insert(v, buffers.len());
+                let data = if superseded.get(&v).copied().unwrap_or(false) {
+                    AlignedBuf::zeroed(0)
+                } else {
+                    AlignedBuf::from_tensor(&t)
+                };
                 buffers.push(Buffer {
                     name: val.name.clone(),
-                    bytes: val.ty.size_bytes(),
-                    kind: BufferKind::Weight(AlignedBuf::from_tensor(&t)),
+                    bytes: data.len(),
+                    kind: BufferKind::Weight(data),
                 });
             }
             // Static shapes make Shape a compile-time constant.
