@@ -186,6 +186,10 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
             "dnnc_sgemm_packed",
             super::pgemm::dnnc_sgemm_packed as *const u8,
         ),
+        (
+            "dnnc_sgemm_packed_batch",
+            super::pgemm::dnnc_sgemm_packed_batch as *const u8,
+        ),
     ]
 }
 

@@ -384,6 +384,140 @@ pub unsafe extern "C" fn dnnc_sgemm_packed(
     0
 }
 
+/// `count` independent [`dnnc_sgemm_packed`] calls (no epilogue,
+/// overwriting C), entry `s` at `ap + s*a_stride`, `b + s*b_stride`,
+/// `c + s*c_stride` (in f32 elements; `ap` and `a_stride` address the
+/// packed buffers, headers included). Winograd's α² frequency GEMMs are
+/// each too small to split on their own, but as a batch they split across
+/// threads by whole GEMMs (when `W/p` pays, the same rule as
+/// [`gemm_tasks`]), each computed by one thread exactly as it would be
+/// alone, so results are bitwise identical at any thread count. Returns
+/// the first non-zero return code.
+///
+/// # Safety
+/// As [`dnnc_sgemm_packed`] for every entry; the C blocks must not
+/// overlap each other or any A/B.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dnnc_sgemm_packed_batch(
+    ap: *const f32,
+    a_stride: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    b: *const f32,
+    b_stride: usize,
+    b_rs: isize,
+    b_cs: isize,
+    c: *mut f32,
+    c_stride: usize,
+    c_rs: isize,
+    c_cs: isize,
+    count: usize,
+) -> i32 {
+    let batch = Batch {
+        ap,
+        a_stride,
+        m,
+        n,
+        k,
+        b,
+        b_stride,
+        b_rs,
+        b_cs,
+        c,
+        c_stride,
+        c_rs,
+        c_cs,
+    };
+    let one = |s: usize| batch.one(s);
+    // The rule of `gemm_tasks` on the batch's total work (MACs), a task
+    // being a run of whole GEMMs.
+    let w = (m as u64)
+        .saturating_mul(n as u64)
+        .saturating_mul(k as u64)
+        .saturating_mul(count as u64);
+    let by_work = (w / (8 * super::native::TASK_OVERHEAD_MACS)).max(1) as usize;
+    let tasks = threads().min(by_work).min(count);
+    if tasks <= 1 {
+        for s in 0..count {
+            let rc = one(s);
+            if rc != 0 {
+                return rc;
+            }
+        }
+        return 0;
+    }
+    let chunk = count.div_ceil(tasks);
+    let rcs: Vec<std::sync::atomic::AtomicI32> = (0..tasks)
+        .map(|_| std::sync::atomic::AtomicI32::new(0))
+        .collect();
+    let slice = |i: usize| {
+        // One thread per GEMM inside a task: the split is over the batch.
+        super::native::with_threads(1, || {
+            for s in i * chunk..((i + 1) * chunk).min(count) {
+                // Entries address disjoint C blocks (the caller's contract).
+                let rc = one(s);
+                if rc != 0 {
+                    rcs[i].store(rc, Ordering::Relaxed);
+                    return;
+                }
+            }
+        })
+    };
+    rayon::scope(|sc| {
+        for i in 1..tasks {
+            let slice = &slice;
+            sc.spawn(move |_| slice(i));
+        }
+        slice(0);
+    });
+    rcs.iter()
+        .map(|r| r.load(Ordering::Relaxed))
+        .find(|&r| r != 0)
+        .unwrap_or(0)
+}
+
+/// The operands of one [`dnnc_sgemm_packed_batch`] call, shared by its
+/// tasks.
+struct Batch {
+    ap: *const f32,
+    a_stride: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    b: *const f32,
+    b_stride: usize,
+    b_rs: isize,
+    b_cs: isize,
+    c: *mut f32,
+    c_stride: usize,
+    c_rs: isize,
+    c_cs: isize,
+}
+
+// SAFETY: tasks only read A and B and write disjoint C blocks, all of which
+// outlive the call.
+unsafe impl Sync for Batch {}
+
+impl Batch {
+    /// Entry `s` of the batch.
+    unsafe fn one(&self, s: usize) -> i32 {
+        dnnc_sgemm_packed(
+            self.ap.add(s * self.a_stride),
+            self.m,
+            self.n,
+            self.k,
+            self.b.add(s * self.b_stride),
+            self.b_rs,
+            self.b_cs,
+            self.c.add(s * self.c_stride),
+            self.c_rs,
+            self.c_cs,
+            0,
+        )
+    }
+}
+
 /// `ep` seen from the tile whose first element is `(i, j)` of C.
 #[inline]
 unsafe fn tile_ep(ep: &Epilogue, i: usize, j: usize) -> TileEp {
@@ -1118,6 +1252,110 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A batch of GEMMs (Winograd's per-frequency products) split across
+    /// threads by whole GEMMs equals the same GEMMs called one by one,
+    /// bitwise, and a header mismatch in any entry is reported.
+    #[test]
+    fn batched_gemms_split_by_whole_gemms_bitwise() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (m, n, k, count) = (130usize, 49usize, 96usize, 16usize);
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7) % 13) as f32 * 0.1 - 0.6)
+            .collect();
+        let mut packed: Vec<f32> = Vec::new();
+        let mut stride = 0;
+        for s in 0..count {
+            let scaled: Vec<f32> = a.iter().map(|x| x * (1.0 + s as f32 * 0.01)).collect();
+            let p = pack_a(m, k, &scaled, k, 1, 1.0);
+            let v: Vec<f32> = p
+                .as_bytes()
+                .chunks_exact(4)
+                .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+                .collect();
+            stride = v.len();
+            packed.extend(v);
+        }
+        let b: Vec<f32> = (0..count * k * n)
+            .map(|i| ((i * 5) % 11) as f32 * 0.07 - 0.3)
+            .collect();
+        let single: Vec<f32> = {
+            let mut c = vec![0f32; count * m * n];
+            for s in 0..count {
+                let rc = unsafe {
+                    dnnc_sgemm_packed(
+                        packed.as_ptr().add(s * stride),
+                        m,
+                        n,
+                        k,
+                        b.as_ptr().add(s * k * n),
+                        n as isize,
+                        1,
+                        c.as_mut_ptr().add(s * m * n),
+                        n as isize,
+                        1,
+                        0,
+                    )
+                };
+                assert_eq!(rc, 0);
+            }
+            c
+        };
+        for threads in [1, 2] {
+            let mut c = vec![f32::NAN; count * m * n];
+            let rc = pool.install(|| {
+                super::super::native::with_threads(threads, || unsafe {
+                    dnnc_sgemm_packed_batch(
+                        packed.as_ptr(),
+                        stride,
+                        m,
+                        n,
+                        k,
+                        b.as_ptr(),
+                        k * n,
+                        n as isize,
+                        1,
+                        c.as_mut_ptr(),
+                        m * n,
+                        n as isize,
+                        1,
+                        count,
+                    )
+                })
+            });
+            assert_eq!(rc, 0);
+            assert!(
+                c.iter()
+                    .zip(&single)
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{threads} threads"
+            );
+        }
+        // A wrong stride lands on a non-header: an error, not garbage.
+        let mut c = vec![0f32; count * m * n];
+        let rc = unsafe {
+            dnnc_sgemm_packed_batch(
+                packed.as_ptr(),
+                stride + 16,
+                m,
+                n,
+                k,
+                b.as_ptr(),
+                k * n,
+                n as isize,
+                1,
+                c.as_mut_ptr(),
+                m * n,
+                n as isize,
+                1,
+                count,
+            )
+        };
+        assert_ne!(rc, 0);
     }
 
     /// `v` through the interpreter's Relu (`lo == 0`, `hi == inf`) or Clip

@@ -20,6 +20,9 @@ pub(crate) struct Emit<'a> {
     pub sgemm: FuncRef,
     /// The packed-weight GEMM helper (`dnnc_sgemm_packed`), imported.
     pub psgemm: FuncRef,
+    /// The batched packed-weight GEMM (`dnnc_sgemm_packed_batch`), which
+    /// splits a batch of small GEMMs across threads, imported.
+    pub bsgemm: FuncRef,
     /// Block every error path jumps to, with the error code as parameter.
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).

@@ -28,8 +28,7 @@
 //! then the usual epilogue on the group's output.
 
 use super::contraction::{
-    at, copy_run, i64_buf, pack_blocks, packed_stride, sgemm_packed, tile_epilogue, zero_run,
-    ConvGeom,
+    at, copy_run, i64_buf, pack_blocks, packed_stride, tile_epilogue, zero_run, ConvGeom,
 };
 use super::elementwise::{self, bcast_strides, Operand, SubDomain};
 use super::emit::{mem, Emit};
@@ -353,26 +352,32 @@ pub(crate) fn lower(
                 });
             });
             // 3. One GEMM per frequency point: M_s = U_s V_s.
+            //    As one batch, so the runtime may run whole GEMMs of it on
+            //    different threads.
             let ustride = packed_stride(mg, cg) as i64;
             let ug = e.b.ins().imul_imm_s(gi, al as i64 * al as i64 * ustride);
-            for s in 0..al * al {
-                let uo = e.b.ins().iadd_imm_s(ug, s as i64 * ustride);
-                let ua = at(e, u, uo);
-                let vo = e.ci((s * cg * p4) as i64);
-                let va = at(e, vb, vo);
-                let mo = e.ci((s * mg * p4) as i64);
-                let ma = at(e, mb, mo);
-                sgemm_packed(
-                    e,
-                    (mg, p4, cg),
-                    ua,
-                    va,
-                    (p4 as i64, 1),
-                    ma,
-                    (p4 as i64, 1),
-                    false,
-                );
-            }
+            let ua = at(e, u, ug);
+            let args = [
+                ua,
+                e.ci(ustride),
+                e.ci(mg as i64),
+                e.ci(p4 as i64),
+                e.ci(cg as i64),
+                vb,
+                e.ci((cg * p4) as i64),
+                e.ci(p4 as i64),
+                e.ci(1),
+                mb,
+                e.ci((mg * p4) as i64),
+                e.ci(p4 as i64),
+                e.ci(1),
+                e.ci((al * al) as i64),
+            ];
+            let f = e.bsgemm;
+            let call = e.b.ins().call(f, &args);
+            let rc = e.b.inst_results(call)[0];
+            let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+            e.fail_if(bad, 1);
             // 4. Output transform per channel into the staging plane, then
             //    the epilogue on that plane.
             e.for_n(mg, |e, mo| {

@@ -345,6 +345,16 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let psgemm_id = module
         .declare_function("dnnc_sgemm_packed", Linkage::Import, &psg)
         .map_err(|e| backend(e.to_string()))?;
+    let mut bsg = module.make_signature();
+    for t in [
+        ptr, I64, I64, I64, I64, ptr, I64, I64, I64, ptr, I64, I64, I64, I64,
+    ] {
+        bsg.params.push(AbiParam::new(t));
+    }
+    bsg.returns.push(AbiParam::new(I32));
+    let bsgemm_id = module
+        .declare_function("dnnc_sgemm_packed_batch", Linkage::Import, &bsg)
+        .map_err(|e| backend(e.to_string()))?;
 
     // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
@@ -418,6 +428,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         {
             let sgemm = module.declare_func_in_func(sgemm_id, &mut ctx.func);
             let psgemm = module.declare_func_in_func(psgemm_id, &mut ctx.func);
+            let bsgemm = module.declare_func_in_func(bsgemm_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -435,6 +446,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 bufs,
                 sgemm,
                 psgemm,
+                bsgemm,
                 fail,
                 cfg: module.target_config(),
                 task,
