@@ -871,33 +871,8 @@ mod x86 {
             };
             for r in 0..rows {
                 let p = c.offset(r as isize * c_rs);
-                let (mut v0, mut v1) = (c0[r], c1[r]);
-                if !first {
-                    v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, p), v0);
-                    v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, p.add(16)), v1);
-                }
-                if let Some(e) = ep {
-                    // Same operations and order as `TileEp::apply`; the
-                    // clamp is max(lo, v) then min(hi, v): with v NaN
-                    // both return v (the second operand).
-                    if !e.bias.is_null() {
-                        let bv = _mm512_set1_ps(*e.bias.add(r));
-                        v0 = _mm512_add_ps(v0, bv);
-                        v1 = _mm512_add_ps(v1, bv);
-                    }
-                    if !e.res.is_null() {
-                        let q = e.res.offset(r as isize * e.res_rs);
-                        v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, q));
-                        v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, q.add(16)));
-                    }
-                    if e.clamp {
-                        let (lo, hi) = (_mm512_set1_ps(e.lo), _mm512_set1_ps(e.hi));
-                        v0 = _mm512_min_ps(hi, _mm512_max_ps(lo, v0));
-                        v1 = _mm512_min_ps(hi, _mm512_max_ps(lo, v1));
-                    }
-                }
-                _mm512_mask_storeu_ps(p, m0, v0);
-                _mm512_mask_storeu_ps(p.add(16), m1, v1);
+                store16(c0[r], p, m0, r, 0, first, ep);
+                store16(c1[r], p.add(16), m1, r, 16, first, ep);
             }
         } else {
             let mut t = [0f32; MR * 32];
@@ -907,6 +882,42 @@ mod x86 {
             }
             store_tile(&t, 32, c, (rows, cols), (c_rs, c_cs), first, ep);
         }
+    }
+
+    /// Stores the 16 lanes `m` of accumulator `v` (tile row `r`, columns
+    /// `col..col + 16` of the tile) at `p`: adds the old C unless `first`,
+    /// then the epilogue in the operations and order of `TileEp::apply`
+    /// (bias, residual, clamp as max(lo, v) then min(hi, v): with v NaN
+    /// both return v, the second operand). Shared by both AVX-512 kernels,
+    /// so they agree bitwise.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn store16(
+        mut v: __m512,
+        p: *mut f32,
+        m: __mmask16,
+        r: usize,
+        col: usize,
+        first: bool,
+        ep: Option<&TileEp>,
+    ) {
+        if !first {
+            v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), v);
+        }
+        if let Some(e) = ep {
+            if !e.bias.is_null() {
+                v = _mm512_add_ps(v, _mm512_set1_ps(*e.bias.add(r)));
+            }
+            if !e.res.is_null() {
+                let q = e.res.offset(r as isize * e.res_rs).add(col);
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, q));
+            }
+            if e.clamp {
+                let (lo, hi) = (_mm512_set1_ps(e.lo), _mm512_set1_ps(e.hi));
+                v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+            }
+        }
+        _mm512_mask_storeu_ps(p, m, v);
     }
 
     /// AVX-512F narrow `14 x 16` micro-kernel for column blocks of at most
@@ -948,26 +959,7 @@ mod x86 {
                 (1u32 << cols) as u16 - 1
             };
             for (r, &acc) in c0.iter().enumerate().take(rows) {
-                let p = c.offset(r as isize * c_rs);
-                let mut v0 = acc;
-                if !first {
-                    v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, p), v0);
-                }
-                if let Some(e) = ep {
-                    // As in `micro_avx512`.
-                    if !e.bias.is_null() {
-                        v0 = _mm512_add_ps(v0, _mm512_set1_ps(*e.bias.add(r)));
-                    }
-                    if !e.res.is_null() {
-                        let q = e.res.offset(r as isize * e.res_rs);
-                        v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, q));
-                    }
-                    if e.clamp {
-                        let (lo, hi) = (_mm512_set1_ps(e.lo), _mm512_set1_ps(e.hi));
-                        v0 = _mm512_min_ps(hi, _mm512_max_ps(lo, v0));
-                    }
-                }
-                _mm512_mask_storeu_ps(p, m0, v0);
+                store16(acc, c.offset(r as isize * c_rs), m0, r, 0, first, ep);
             }
         } else {
             let mut t = [0f32; MR * 16];
