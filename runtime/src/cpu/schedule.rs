@@ -305,10 +305,10 @@ pub(crate) fn execution_order(steps: usize, waves: &[Wave], threads: usize) -> V
 mod tests {
     use super::*;
 
-    #[test]
-    fn small_work_stays_sequential_large_independent_work_runs_concurrently() {
-        let o = TASK_OVERHEAD_MACS;
-        let step = |w: u64, s: u64| Step {
+    /// A no-op step with work `w`, split extent `split` and splittable
+    /// GEMM work `s`, for the cost-rule tests.
+    fn test_step(w: u64, split: usize, s: u64) -> Step {
+        Step {
             name: String::new(),
             op: String::new(),
             func: crate::cpu::tests::nop,
@@ -320,8 +320,14 @@ mod tests {
             writes: Vec::new(),
             work: w,
             split_work: s,
-            split: 1,
-        };
+            split,
+        }
+    }
+
+    #[test]
+    fn small_work_stays_sequential_large_independent_work_runs_concurrently() {
+        let o = TASK_OVERHEAD_MACS;
+        let step = |w: u64, s: u64| test_step(w, 1, s);
         // Tiny steps: the hand-off overhead dominates.
         let (a, b) = (step(1000, 0), step(1000, 0));
         let (seq, conc, _) = estimate(&[&a, &b], 2);
@@ -339,28 +345,14 @@ mod tests {
 
     #[test]
     fn kernels_split_only_when_each_task_carries_enough_work() {
-        let step = |w: u64, split: usize, s: u64| Step {
-            name: String::new(),
-            op: String::new(),
-            func: crate::cpu::tests::nop,
-            args: Vec::new(),
-            errors: Vec::new(),
-            nodes: Vec::new(),
-            algo: None,
-            inplace: Vec::new(),
-            writes: Vec::new(),
-            work: w,
-            split_work: s,
-            split,
-        };
         let m = KERNEL_TASK_MIN_WORK;
-        assert_eq!(kernel_tasks(&step(100 * m, 64, 0), 1), 1);
-        assert_eq!(kernel_tasks(&step(100 * m, 64, 0), 2), 2);
-        assert_eq!(kernel_tasks(&step(100 * m, 3, 0), 8), 3);
-        assert_eq!(kernel_tasks(&step(3 * m, 64, 0), 8), 3);
-        assert_eq!(kernel_tasks(&step(m / 2, 64, 0), 2), 1);
-        assert_eq!(kernel_tasks(&step(100 * m, 1, 0), 2), 1);
+        assert_eq!(kernel_tasks(&test_step(100 * m, 64, 0), 1), 1);
+        assert_eq!(kernel_tasks(&test_step(100 * m, 64, 0), 2), 2);
+        assert_eq!(kernel_tasks(&test_step(100 * m, 3, 0), 8), 3);
+        assert_eq!(kernel_tasks(&test_step(3 * m, 64, 0), 8), 3);
+        assert_eq!(kernel_tasks(&test_step(m / 2, 64, 0), 2), 1);
+        assert_eq!(kernel_tasks(&test_step(100 * m, 1, 0), 2), 1);
         // GEMM kernels split their GEMMs instead.
-        assert_eq!(kernel_tasks(&step(100 * m, 64, m), 2), 1);
+        assert_eq!(kernel_tasks(&test_step(100 * m, 64, m), 2), 1);
     }
 }
