@@ -63,6 +63,7 @@ pub mod native;
 pub mod pgemm;
 mod plan;
 pub mod schedule;
+pub mod spin;
 
 pub use alloc::{AlignedBuf, Allocator, ArenaPlan, PerValueAllocator, TempInfo, ALIGN};
 pub use plan::GreedyPlanner;
@@ -200,10 +201,12 @@ pub struct Executable {
 }
 
 /// The executable's worker threads: a persistent rayon pool, so runs do not
-/// spawn threads.
+/// spawn threads, plus a [`spin::SpinPool`] whose workers stay hot during
+/// a run, so a split's hand-off does not pay a ~100-200 µs wake-up.
 #[derive(Debug, Default)]
 pub struct Parallel {
     pool: Option<rayon::ThreadPool>,
+    spin: Option<spin::SpinPool>,
 }
 
 impl Parallel {
@@ -400,6 +403,11 @@ impl Executable {
         if threads == 0 {
             return Err("the thread count must be at least 1".into());
         }
+        self.parallel.spin = if threads == 1 {
+            None
+        } else {
+            Some(spin::SpinPool::new(threads - 1)?)
+        };
         self.parallel.pool = if threads == 1 {
             None
         } else {
@@ -722,7 +730,11 @@ impl Executable {
         let result = match &self.parallel.pool {
             Some(pool) => {
                 let threads = self.parallel.threads();
-                pool.install(|| native::with_threads(threads, || ctx.exec()))
+                let exec = || native::with_threads(threads, || ctx.exec());
+                pool.install(|| match &self.parallel.spin {
+                    Some(spin) => spin.run(exec),
+                    None => exec(),
+                })
             }
             None => ctx.exec(),
         };
@@ -825,13 +837,7 @@ impl RunCtx<'_> {
                     first.fetch_min(((t as u64) << 32) | rc as u32 as u64, Ordering::Relaxed);
                 }
             };
-            rayon::scope(|sc| {
-                for t in 1..tasks {
-                    let task = &task;
-                    sc.spawn(move |_| task(t));
-                }
-                task(0);
-            });
+            spin::par_for(tasks, &task);
             match first.load(Ordering::Relaxed) {
                 u64::MAX => 0,
                 v => v as u32 as i32,
@@ -857,14 +863,8 @@ impl RunCtx<'_> {
                 continue;
             }
             let q = w.threads_per_step;
-            rayon::scope(|sc| {
-                for &j in &w.steps[1..] {
-                    sc.spawn(move |_| {
-                        let rc = native::with_threads(q, || self.call(j));
-                        self.rcs[j].store(rc, Ordering::Relaxed);
-                    });
-                }
-                let j = w.steps[0];
+            spin::par_for(w.steps.len(), &|i| {
+                let j = w.steps[i];
                 let rc = native::with_threads(q, || self.call(j));
                 self.rcs[j].store(rc, Ordering::Relaxed);
             });
