@@ -403,11 +403,7 @@ impl Executable {
         if threads == 0 {
             return Err("the thread count must be at least 1".into());
         }
-        self.parallel.spin = if threads == 1 {
-            None
-        } else {
-            Some(spin::SpinPool::new(threads - 1)?)
-        };
+        self.parallel.spin = None;
         self.parallel.pool = if threads == 1 {
             None
         } else {
@@ -420,6 +416,23 @@ impl Executable {
             )
         };
         self.prepare();
+        Ok(())
+    }
+
+    /// Keeps `threads - 1` extra workers polling for split work during
+    /// each run ([`spin::SpinPool`]) instead of waking sleeping rayon
+    /// workers. Off by default: on the shared, oversubscribed 2-vCPU
+    /// development machine it made 2-thread ResNet-18 slower (25 -> 43 ms
+    /// median), as a split then waits for a descheduled worker instead of
+    /// the caller running both halves. Results do not change. Call after
+    /// [`Executable::set_threads`] (which turns it off again).
+    pub fn set_spinning(&mut self, on: bool) -> Result<(), String> {
+        let threads = self.parallel.threads();
+        self.parallel.spin = if on && threads > 1 {
+            Some(spin::SpinPool::new(threads - 1)?)
+        } else {
+            None
+        };
         Ok(())
     }
 

@@ -58,6 +58,8 @@ struct Shared {
     /// Taken by the run that owns the pool.
     owned: AtomicBool,
     shutdown: AtomicBool,
+    /// Workers parked (or about to park) on `wake`; a job wakes them.
+    sleeping: AtomicUsize,
     lock: Mutex<()>,
     wake: Condvar,
 }
@@ -82,7 +84,27 @@ thread_local! {
     static OWNED: Cell<*const Shared> = const { Cell::new(std::ptr::null()) };
 }
 
+/// One polling step: yields the core rather than burning it, so on a
+/// shared machine a spinning thread does not take time slices from the
+/// thread doing the work (pure `spin_loop` polling made 2-thread runs 2-3x
+/// slower here when other processes were busy); a yield still returns in
+/// ~1 µs when the core is otherwise idle.
+fn relax() {
+    for _ in 0..32 {
+        std::hint::spin_loop();
+    }
+    std::thread::yield_now();
+}
+
+/// How long a worker keeps polling after its last job before it parks,
+/// even while a run owns the pool: consecutive splits (a GEMM-heavy stretch
+/// of a network) find it hot, while a long unsplit kernel does not have a
+/// second thread burning a core beside it (on this shared, oversubscribed
+/// 2-vCPU machine spinning for a whole run made 2-thread runs slower).
+const SPIN_WINDOW: std::time::Duration = std::time::Duration::from_micros(300);
+
 fn worker(s: Arc<Shared>) {
+    let mut since = std::time::Instant::now();
     loop {
         if !s.job.load(Ordering::Relaxed).is_null() {
             s.inside.fetch_add(1, Ordering::SeqCst);
@@ -93,16 +115,22 @@ fn worker(s: Arc<Shared>) {
                 unsafe { (*p).work() };
             }
             s.inside.fetch_sub(1, Ordering::SeqCst);
-        } else if s.active.load(Ordering::Relaxed) {
-            std::hint::spin_loop();
+            since = std::time::Instant::now();
+        } else if s.active.load(Ordering::Relaxed) && since.elapsed() < SPIN_WINDOW {
+            relax();
         } else {
             let g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             if s.shutdown.load(Ordering::SeqCst) {
                 return;
             }
-            if !s.active.load(Ordering::SeqCst) {
+            s.sleeping.fetch_add(1, Ordering::SeqCst);
+            if s.job.load(Ordering::SeqCst).is_null() && !s.shutdown.load(Ordering::SeqCst) {
                 drop(s.wake.wait(g).unwrap_or_else(|e| e.into_inner()));
+            } else {
+                drop(g);
             }
+            s.sleeping.fetch_sub(1, Ordering::SeqCst);
+            since = std::time::Instant::now();
         }
     }
 }
@@ -117,6 +145,7 @@ impl SpinPool {
             active: AtomicBool::new(false),
             owned: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
+            sleeping: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
         });
@@ -223,13 +252,17 @@ pub fn par_for(n: usize, f: &(dyn Fn(usize) + Sync)) {
     // left (`inside == 0`), before `job` goes out of scope below.
     let p = &job as *const Job<'_> as *mut Job<'static>;
     s.job.store(p, Ordering::SeqCst);
+    if s.sleeping.load(Ordering::SeqCst) > 0 {
+        let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+        s.wake.notify_all();
+    }
     job.work();
     while job.done.load(Ordering::Acquire) < n {
-        std::hint::spin_loop();
+        relax();
     }
     s.job.store(std::ptr::null_mut(), Ordering::SeqCst);
     while s.inside.load(Ordering::SeqCst) != 0 {
-        std::hint::spin_loop();
+        relax();
     }
     let panic = job.panic.lock().ok().and_then(|mut p| p.take());
     if let Some(p) = panic {
