@@ -63,6 +63,7 @@ pub mod native;
 pub mod pgemm;
 mod plan;
 pub mod schedule;
+pub mod spin;
 
 pub use alloc::{AlignedBuf, Allocator, ArenaPlan, PerValueAllocator, TempInfo, ALIGN};
 pub use plan::GreedyPlanner;
@@ -200,10 +201,12 @@ pub struct Executable {
 }
 
 /// The executable's worker threads: a persistent rayon pool, so runs do not
-/// spawn threads.
+/// spawn threads, plus a [`spin::SpinPool`] whose workers stay hot during
+/// a run, so a split's hand-off does not pay a ~100-200 µs wake-up.
 #[derive(Debug, Default)]
 pub struct Parallel {
     pool: Option<rayon::ThreadPool>,
+    spin: Option<spin::SpinPool>,
 }
 
 impl Parallel {
@@ -400,6 +403,7 @@ impl Executable {
         if threads == 0 {
             return Err("the thread count must be at least 1".into());
         }
+        self.parallel.spin = None;
         self.parallel.pool = if threads == 1 {
             None
         } else {
@@ -412,6 +416,23 @@ impl Executable {
             )
         };
         self.prepare();
+        Ok(())
+    }
+
+    /// Keeps `threads - 1` extra workers polling for split work during
+    /// each run ([`spin::SpinPool`]) instead of waking sleeping rayon
+    /// workers. Off by default: on the shared, oversubscribed 2-vCPU
+    /// development machine it made 2-thread ResNet-18 slower (25 -> 43 ms
+    /// median), as a split then waits for a descheduled worker instead of
+    /// the caller running both halves. Results do not change. Call after
+    /// [`Executable::set_threads`] (which turns it off again).
+    pub fn set_spinning(&mut self, on: bool) -> Result<(), String> {
+        let threads = self.parallel.threads();
+        self.parallel.spin = if on && threads > 1 {
+            Some(spin::SpinPool::new(threads - 1)?)
+        } else {
+            None
+        };
         Ok(())
     }
 
@@ -722,7 +743,11 @@ impl Executable {
         let result = match &self.parallel.pool {
             Some(pool) => {
                 let threads = self.parallel.threads();
-                pool.install(|| native::with_threads(threads, || ctx.exec()))
+                let exec = || native::with_threads(threads, || ctx.exec());
+                pool.install(|| match &self.parallel.spin {
+                    Some(spin) => spin.run(exec),
+                    None => exec(),
+                })
             }
             None => ctx.exec(),
         };
@@ -825,13 +850,7 @@ impl RunCtx<'_> {
                     first.fetch_min(((t as u64) << 32) | rc as u32 as u64, Ordering::Relaxed);
                 }
             };
-            rayon::scope(|sc| {
-                for t in 1..tasks {
-                    let task = &task;
-                    sc.spawn(move |_| task(t));
-                }
-                task(0);
-            });
+            spin::par_for(tasks, &task);
             match first.load(Ordering::Relaxed) {
                 u64::MAX => 0,
                 v => v as u32 as i32,
@@ -857,14 +876,8 @@ impl RunCtx<'_> {
                 continue;
             }
             let q = w.threads_per_step;
-            rayon::scope(|sc| {
-                for &j in &w.steps[1..] {
-                    sc.spawn(move |_| {
-                        let rc = native::with_threads(q, || self.call(j));
-                        self.rcs[j].store(rc, Ordering::Relaxed);
-                    });
-                }
-                let j = w.steps[0];
+            spin::par_for(w.steps.len(), &|i| {
+                let j = w.steps[i];
                 let rc = native::with_threads(q, || self.call(j));
                 self.rcs[j].store(rc, Ordering::Relaxed);
             });

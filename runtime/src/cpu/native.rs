@@ -111,13 +111,7 @@ pub unsafe extern "C" fn dnnc_sgemm(
         }
     };
     let slices = len.div_ceil(chunk);
-    rayon::scope(|s| {
-        for i in 1..slices {
-            let slice = &slice;
-            s.spawn(move |_| slice(i));
-        }
-        slice(0);
-    });
+    super::spin::par_for(slices, &slice);
 }
 
 /// GEMM operand pointers, shared read-only (A, B) or by disjoint slices

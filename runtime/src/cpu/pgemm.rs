@@ -374,13 +374,7 @@ pub unsafe extern "C" fn dnnc_sgemm_packed(
             }
         }
     };
-    rayon::scope(|s| {
-        for i in 1..slices {
-            let slice = &slice;
-            s.spawn(move |_| slice(i));
-        }
-        slice(0);
-    });
+    super::spin::par_for(slices, &slice);
     0
 }
 
