@@ -32,6 +32,9 @@ pub struct BenchConfig {
     pub cpu_opts: crate::codegen::cpu::CpuOptions,
     /// How waves of independent kernels run (cpu backend, threads > 1).
     pub concurrency: Concurrency,
+    /// Idle workers poll for split work (cpu backend, threads > 1; see
+    /// `Executable::set_spinning`).
+    pub spinning: bool,
 }
 
 /// Latency statistics of timed runs.
@@ -89,6 +92,7 @@ pub fn bench(
     let exe = if cfg.cpu {
         let mut e = crate::cli::compile_for_cpu(g, &cfg.cpu_opts, cfg.threads)?;
         e.set_concurrency(cfg.concurrency);
+        e.set_spinning(cfg.spinning).map_err(DnncError::Usage)?;
         Some(e)
     } else {
         None

@@ -99,6 +99,11 @@ pub enum Command {
         /// How waves of independent kernels run with --threads above 1.
         #[arg(long, value_enum, default_value_t = ConcurrencyArg::Auto)]
         concurrency: ConcurrencyArg,
+        /// With --threads above 1, let idle workers sleep between split
+        /// kernels instead of polling for ~300 µs (slower on a quiet
+        /// machine, kinder to an oversubscribed one).
+        #[arg(long)]
+        no_spin: bool,
         /// Convolution algorithm choices.
         #[command(flatten)]
         conv: ConvArgs,
@@ -132,6 +137,11 @@ pub enum Command {
         /// How waves of independent kernels run with --threads above 1.
         #[arg(long, value_enum, default_value_t = ConcurrencyArg::Auto)]
         concurrency: ConcurrencyArg,
+        /// With --threads above 1, let idle workers sleep between split
+        /// kernels instead of polling for ~300 µs (slower on a quiet
+        /// machine, kinder to an oversubscribed one).
+        #[arg(long)]
+        no_spin: bool,
         /// Convolution algorithm choices.
         #[command(flatten)]
         conv: ConvArgs,
@@ -257,6 +267,7 @@ fn execute_command(
             threads,
             profile,
             concurrency,
+            no_spin,
             conv,
         } => {
             if backend == Backend::Interp && (threads != 1 || profile) {
@@ -277,6 +288,7 @@ fn execute_command(
                     let opts = cpu_options(&g, &conv, notes)?;
                     let mut exe = compile_for_cpu(&g, &opts, threads)?;
                     exe.set_concurrency(concurrency.into());
+                    exe.set_spinning(!no_spin).map_err(DnncError::Usage)?;
                     if profile {
                         // The first runs pay page faults and cold caches;
                         // profile warm ones, each kernel's median time.
@@ -317,6 +329,7 @@ fn execute_command(
             iters,
             backend,
             concurrency,
+            no_spin,
             conv,
         } => {
             if backend == Backend::Interp && threads != 1 {
@@ -334,6 +347,7 @@ fn execute_command(
                 iters,
                 cpu: backend == Backend::Cpu,
                 concurrency: concurrency.into(),
+                spinning: !no_spin,
                 cpu_opts: if backend == Backend::Cpu {
                     cpu_options(&g, &conv, notes)?
                 } else {

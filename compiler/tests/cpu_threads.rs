@@ -168,11 +168,13 @@ fn inception_branches_run_concurrently_and_bitwise_identical() {
         }
         let two = exe.run(&x).unwrap();
         assert_eq!(bits(&one), bits(&two), "{policy:?}");
-        // The same with hot spinning workers.
-        exe.set_spinning(true).unwrap();
-        let spun = exe.run(&x).unwrap();
+        // The same with sleeping workers woken by rayon instead of hot
+        // spinning ones (the default).
+        assert!(exe.spinning());
         exe.set_spinning(false).unwrap();
-        assert_eq!(bits(&one), bits(&spun), "{policy:?} spinning");
+        let woken = exe.run(&x).unwrap();
+        exe.set_spinning(true).unwrap();
+        assert_eq!(bits(&one), bits(&woken), "{policy:?} without spinning");
         let m = exe.memory();
         assert!(m.planned >= m.lower_bound, "{m:?}");
     }
@@ -200,8 +202,8 @@ fn one_executable_runs_from_several_threads_at_once() {
     let want: Vec<Vec<u32>> = xs.iter().map(|x| bits(&exe.run(x).unwrap())).collect();
     exe.set_threads(2).unwrap();
     exe.set_concurrency(Concurrency::Always);
-    // One run at a time owns the spinning workers; the others fall back.
-    exe.set_spinning(true).unwrap();
+    // One run at a time owns the spinning workers (on by default); the
+    // others fall back to rayon.
     let exe = &exe;
     std::thread::scope(|s| {
         for (x, w) in xs.iter().zip(&want) {

@@ -458,13 +458,7 @@ pub unsafe extern "C" fn dnnc_sgemm_packed_batch(
             }
         })
     };
-    rayon::scope(|sc| {
-        for i in 1..tasks {
-            let slice = &slice;
-            sc.spawn(move |_| slice(i));
-        }
-        slice(0);
-    });
+    super::spin::par_for(tasks, &slice);
     rcs.iter()
         .map(|r| r.load(Ordering::Relaxed))
         .find(|&r| r != 0)
