@@ -8,7 +8,7 @@
 //! # Kernel ABI
 //!
 //! Every kernel is
-//! `unsafe extern "C" fn(args: *const *mut u8, task: usize, tasks: usize) -> i32`.
+//! `unsafe extern "C" fn(args: *const *mut u8, task: usize, tasks: usize, phase: usize) -> i32`.
 //! `args` points to one pointer per buffer the kernel touches, in the order
 //! of [`Step::args`]; each buffer is the dense row-major data of one value
 //! (f32 as 4 bytes, i64 as 8, bool as 1), or a workspace. The return value
@@ -32,6 +32,21 @@
 //! A kernel that calls `dnnc_sgemm` keeps `split == 1` (its GEMMs split
 //! themselves) unless it accepts that inside a task they run on one thread
 //! (the runtime runs every task under `native::with_threads(1, ..)`).
+//! A workspace listed in [`Step::task_ws`] is sized by the runtime for
+//! the step's planned task count: task `t` of `T` owns bytes
+//! `[t * S, (t + 1) * S)` of it, `S` the buffer's declared size.
+//!
+//! # Phases
+//!
+//! A kernel may consist of `P > 1` *phases* with a barrier between them
+//! ([`Step::phase_splits`]), for work whose stages split over different
+//! axes (Winograd: input channels, then frequency GEMMs, then output
+//! channels). The runtime calls phase `p` (the `phase` argument) as
+//! `T_p = min(T, E_p)` tasks, `E_p` that phase's extent and `T` the step's
+//! task count, and starts phase `p + 1` only after every task of phase
+//! `p` returned 0. A phase of extent 1 runs as one call with the step's
+//! thread budget, so a GEMM in it splits itself. Single-phase kernels are
+//! only ever called with `phase == 0`.
 //!
 //! Buffers are 64-byte aligned. An executable is immutable after
 //! compilation, so one instance may run on many threads at once: every run
@@ -78,7 +93,8 @@ use std::sync::Arc;
 
 /// A generated kernel: reads and writes the buffers whose pointers `args`
 /// lists, returns 0 or a 1-based error index (see the module docs).
-pub type KernelFn = unsafe extern "C" fn(args: *const *mut u8, task: usize, tasks: usize) -> i32;
+pub type KernelFn =
+    unsafe extern "C" fn(args: *const *mut u8, task: usize, tasks: usize, phase: usize) -> i32;
 
 /// Per-step profile entries: kernel name, op(s), wall time.
 pub type StepTimes = Vec<(String, String, std::time::Duration)>;
@@ -156,8 +172,15 @@ pub struct Step {
     /// Split extent `E`: how many independent units the kernel's outermost
     /// loop has when called as one of several tasks (module docs, "Kernel
     /// ABI"); 1 = the kernel cannot split. The runtime picks the task
-    /// count with [`schedule::kernel_tasks`].
+    /// count with [`schedule::kernel_tasks`]. For a phased kernel this is
+    /// phase 0's extent.
     pub split: usize,
+    /// Split extents of phases `1..P` of a phased kernel (module docs,
+    /// "Phases"); empty for a single-phase kernel.
+    pub phase_splits: Vec<usize>,
+    /// Argument indices of workspaces the runtime sizes per task (module
+    /// docs, "Kernel ABI"): the declared size times the planned tasks.
+    pub task_ws: Vec<usize>,
 }
 
 /// A graph output: which buffer holds it and its type.
@@ -483,7 +506,17 @@ impl Executable {
         let threads = self.parallel.threads();
         let waves = schedule::waves(&self.steps, &self.buffers, threads, self.concurrency);
         let exec = schedule::execution_order(self.steps.len(), &waves, threads);
-        let temps = self.temp_infos(&exec);
+        let mut tasks: Vec<usize> = self
+            .steps
+            .iter()
+            .map(|s| schedule::kernel_tasks_with(s, threads, self.kernel_split))
+            .collect();
+        for w in exec.iter().filter(|w| w.concurrent) {
+            for &j in &w.steps {
+                tasks[j] = 1;
+            }
+        }
+        let temps = self.temp_infos(&exec, &tasks);
         let plan = self.allocator.plan(&temps);
         let iv = plan::intervals(&temps);
         let memory = MemoryReport {
@@ -528,16 +561,6 @@ impl Executable {
             args.extend(s.args.iter().map(|&b| loc[b]));
         }
         arg_start.push(args.len());
-        let mut tasks: Vec<usize> = self
-            .steps
-            .iter()
-            .map(|s| schedule::kernel_tasks_with(s, threads, self.kernel_split))
-            .collect();
-        for w in exec.iter().filter(|w| w.concurrent) {
-            for &j in &w.steps {
-                tasks[j] = 1;
-            }
-        }
         self.prepared = Prepared {
             waves,
             exec,
@@ -560,8 +583,9 @@ impl Executable {
     /// slot, a concurrent wave one slot for all its steps, so every buffer
     /// such a wave touches is live for the whole wave and no two of its
     /// steps can share memory. In-place reuse is offered only for steps
-    /// that run alone.
-    fn temp_infos(&self, exec: &[Wave]) -> Vec<TempInfo> {
+    /// that run alone. A per-task workspace ([`Step::task_ws`]) takes its
+    /// declared size times the step's planned `tasks`.
+    fn temp_infos(&self, exec: &[Wave], tasks: &[usize]) -> Vec<TempInfo> {
         let root = schedule::roots(&self.buffers);
         let mut slot = vec![0usize; self.steps.len()];
         let mut alone = vec![true; self.steps.len()];
@@ -593,6 +617,14 @@ impl Executable {
         for o in &self.outputs {
             last[root[o.buf]] = end;
         }
+        let mut copies = vec![1usize; self.buffers.len()];
+        for (s, &t) in self.steps.iter().zip(tasks) {
+            for &a in &s.task_ws {
+                if let Some(&b) = s.args.get(a) {
+                    copies[b] = copies[b].max(t);
+                }
+            }
+        }
         let mut temps: Vec<TempInfo> = self
             .buffers
             .iter()
@@ -600,7 +632,7 @@ impl Executable {
             .filter(|(_, b)| matches!(b.kind, BufferKind::Temp))
             .map(|(i, b)| TempInfo {
                 buf: i,
-                bytes: b.bytes,
+                bytes: b.bytes * copies[i],
                 first_step: first[i].min(last[i]),
                 last_step: last[i],
                 reuse: None,
@@ -837,43 +869,52 @@ struct RunCtx<'a> {
 unsafe impl Sync for RunCtx<'_> {}
 
 impl RunCtx<'_> {
-    /// Calls step `j` (as its planned number of tasks), recording its
-    /// time when profiling.
+    /// Calls step `j` (each phase as its planned number of tasks),
+    /// recording its time when profiling.
     fn call(&self, j: usize) -> i32 {
         let p = &self.exe.prepared;
+        let step = &self.exe.steps[j];
         let args = ArgPtr(self.args[p.arg_start[j]..].as_ptr());
-        let func = self.exe.steps[j].func;
         let tasks = p.tasks[j];
         let t0 = self.nanos.map(|_| std::time::Instant::now());
-        let rc = if tasks <= 1 {
-            // SAFETY: the code generator sized every buffer for the value
-            // it holds and generated `func` for exactly these arguments.
-            unsafe { func(args.0, 0, 1) }
-        } else {
-            // The first failing task (lowest index) is the step's error,
-            // as one thread would have met it first: keep the minimum of
-            // `task << 32 | rc` over failing tasks.
-            let first = AtomicU64::new(u64::MAX);
-            let task = |t: usize| {
-                let args = &args;
-                // SAFETY: as above; the tasks of one step write disjoint
-                // units of its outputs (the kernel ABI), and GEMMs inside a
-                // task run on its thread only.
-                let rc = native::with_threads(1, || unsafe { func(args.0, t, tasks) });
-                if rc != 0 {
-                    first.fetch_min(((t as u64) << 32) | rc as u32 as u64, Ordering::Relaxed);
-                }
-            };
-            spin::par_for(tasks, &task);
-            match first.load(Ordering::Relaxed) {
-                u64::MAX => 0,
-                v => v as u32 as i32,
+        let mut rc = Self::call_tasks(step.func, &args, tasks, 0);
+        for (i, &extent) in step.phase_splits.iter().enumerate() {
+            if rc != 0 {
+                break;
             }
-        };
+            rc = Self::call_tasks(step.func, &args, tasks.min(extent.max(1)), i + 1);
+        }
         if let (Some(n), Some(t0)) = (self.nanos, t0) {
             n[j].store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
         rc
+    }
+
+    /// Runs phase `phase` of a kernel as `tasks` concurrent tasks.
+    fn call_tasks(func: KernelFn, args: &ArgPtr, tasks: usize, phase: usize) -> i32 {
+        if tasks <= 1 {
+            // SAFETY: the code generator sized every buffer for the value
+            // it holds and generated `func` for exactly these arguments.
+            return unsafe { func(args.0, 0, 1, phase) };
+        }
+        // The first failing task (lowest index) is the step's error, as
+        // one thread would have met it first: keep the minimum of
+        // `task << 32 | rc` over failing tasks.
+        let first = AtomicU64::new(u64::MAX);
+        let task = |t: usize| {
+            // SAFETY: as above; the tasks of one phase write disjoint units
+            // of its outputs (the kernel ABI), and GEMMs inside a task run
+            // on its thread only.
+            let rc = native::with_threads(1, || unsafe { func(args.0, t, tasks, phase) });
+            if rc != 0 {
+                first.fetch_min(((t as u64) << 32) | rc as u32 as u64, Ordering::Relaxed);
+            }
+        };
+        spin::par_for(tasks, &task);
+        match first.load(Ordering::Relaxed) {
+            u64::MAX => 0,
+            v => v as u32 as i32,
+        }
     }
 
     /// Runs every wave in order; the first failing step (in step order
@@ -969,11 +1010,11 @@ pub(crate) mod tests {
     const N: usize = 4096;
 
     /// Does nothing (for schedule tests).
-    pub(crate) unsafe extern "C" fn nop(_: *const *mut u8, _: usize, _: usize) -> i32 {
+    pub(crate) unsafe extern "C" fn nop(_: *const *mut u8, _: usize, _: usize, _: usize) -> i32 {
         0
     }
 
-    unsafe extern "C" fn add_one(a: *const *mut u8, _: usize, _: usize) -> i32 {
+    unsafe extern "C" fn add_one(a: *const *mut u8, _: usize, _: usize, _: usize) -> i32 {
         let (x, y) = (*a as *const f32, *a.add(1) as *mut f32);
         for i in 0..N {
             *y.add(i) = *x.add(i) + 1.0;
@@ -981,7 +1022,7 @@ pub(crate) mod tests {
         0
     }
 
-    unsafe extern "C" fn double(a: *const *mut u8, _: usize, _: usize) -> i32 {
+    unsafe extern "C" fn double(a: *const *mut u8, _: usize, _: usize, _: usize) -> i32 {
         let (x, y) = (*a as *const f32, *a.add(1) as *mut f32);
         for i in 0..N {
             *y.add(i) = *x.add(i) * 2.0;
@@ -989,7 +1030,7 @@ pub(crate) mod tests {
         0
     }
 
-    unsafe extern "C" fn sum2(a: *const *mut u8, _: usize, _: usize) -> i32 {
+    unsafe extern "C" fn sum2(a: *const *mut u8, _: usize, _: usize, _: usize) -> i32 {
         let (x, y, z) = (
             *a as *const f32,
             *a.add(1) as *const f32,
@@ -1001,7 +1042,7 @@ pub(crate) mod tests {
         0
     }
 
-    unsafe extern "C" fn fails(_: *const *mut u8, _: usize, _: usize) -> i32 {
+    unsafe extern "C" fn fails(_: *const *mut u8, _: usize, _: usize, _: usize) -> i32 {
         1
     }
 
@@ -1040,6 +1081,8 @@ pub(crate) mod tests {
             work: 100 * native::TASK_OVERHEAD_MACS,
             split_work: 0,
             split: 1,
+            phase_splits: Vec::new(),
+            task_ws: Vec::new(),
         };
         let steps = vec![
             step("a", add_one, vec![0, 1]),

@@ -197,14 +197,15 @@ pub fn kernel_tasks(s: &Step, threads: usize) -> usize {
 
 /// [`kernel_tasks`] under `policy`.
 pub fn kernel_tasks_with(s: &Step, threads: usize, policy: KernelSplit) -> usize {
-    if threads <= 1 || s.split <= 1 || s.split_work > 0 || policy == KernelSplit::Never {
+    let extent = s.phase_splits.iter().fold(s.split, |a, &b| a.max(b));
+    if threads <= 1 || extent <= 1 || s.split_work > 0 || policy == KernelSplit::Never {
         return 1;
     }
     let by_work = match policy {
         KernelSplit::Always => u64::MAX,
         _ => (s.work / KERNEL_TASK_MIN_WORK).max(1),
     };
-    (threads as u64).min(s.split as u64).min(by_work) as usize
+    (threads as u64).min(extent as u64).min(by_work) as usize
 }
 
 /// W-D time of step `st` on `q` threads (module docs).
@@ -321,6 +322,8 @@ mod tests {
             work: w,
             split_work: s,
             split,
+            phase_splits: Vec::new(),
+            task_ws: Vec::new(),
         }
     }
 

@@ -35,6 +35,14 @@ pub(crate) struct Emit<'a> {
     /// and this task's unit range (`None`: the kernel does not split and
     /// ignores `task`/`tasks`).
     pub split: Option<(usize, (Value, Value))>,
+    /// This call's phase (the kernel ABI's `phase`, i64).
+    pub phase: Value,
+    /// Extents of the phases declared with [`Emit::phase`], in order
+    /// (empty: a single-phase kernel).
+    pub phases: Vec<usize>,
+    /// Argument indices of workspaces addressed per task
+    /// ([`Emit::task_slice`]), which the runtime sizes per task.
+    pub task_ws: Vec<usize>,
 }
 
 /// Memory flags for buffer accesses: in bounds by construction.
@@ -81,6 +89,51 @@ impl<'a> Emit<'a> {
         let hi = self.b.ins().udiv(hi, self.tasks);
         self.split = Some((extent, (lo, hi)));
         Ok((lo, hi))
+    }
+
+    /// Emits phase `k` (the next one) of a phased kernel: `body` runs when
+    /// the call's `phase` argument is `k`, over this task's share
+    /// `[lo, hi)` of the phase's `extent` units (the kernel ABI's
+    /// "Phases": the runtime runs phases in order with a barrier between
+    /// them). Call it in straight-line code of the function body, once
+    /// per phase; a phased kernel does not use [`Emit::task_range`].
+    pub fn phase(
+        &mut self,
+        extent: usize,
+        body: impl FnOnce(&mut Self, Value, Value) -> Result<(), String>,
+    ) -> Result<(), String> {
+        if self.split.is_some() {
+            return Err("a kernel split with task_range cannot have phases".into());
+        }
+        let k = self.phases.len() as i64;
+        self.phases.push(extent.max(1));
+        let run = self.b.create_block();
+        let next = self.b.create_block();
+        let is = self.b.ins().icmp_imm_s(IntCC::Equal, self.phase, k);
+        self.b.ins().brif(is, run, &[], next, &[]);
+        self.b.switch_to_block(run);
+        let e = self.ci(extent.max(1) as i64);
+        let lo = self.b.ins().imul(e, self.task);
+        let lo = self.b.ins().udiv(lo, self.tasks);
+        let t1 = self.b.ins().iadd_imm_s(self.task, 1);
+        let hi = self.b.ins().imul(e, t1);
+        let hi = self.b.ins().udiv(hi, self.tasks);
+        body(self, lo, hi)?;
+        self.b.ins().jump(next, &[]);
+        self.b.switch_to_block(next);
+        Ok(())
+    }
+
+    /// This task's slice of workspace argument `arg` (pointer `base`),
+    /// `bytes` per task: `base + task * bytes`. Declares the workspace as
+    /// per task, so the runtime sizes it `bytes` times the step's planned
+    /// task count (`bytes` must be the workspace's declared size).
+    pub fn task_slice(&mut self, arg: usize, base: Value, bytes: usize) -> Value {
+        if !self.task_ws.contains(&arg) {
+            self.task_ws.push(arg);
+        }
+        let off = self.b.ins().imul_imm_s(self.task, bytes as i64);
+        self.b.ins().iadd(base, off)
     }
 
     /// An i64 constant.

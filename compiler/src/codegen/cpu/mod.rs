@@ -361,6 +361,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     ksig.params.push(AbiParam::new(ptr));
     ksig.params.push(AbiParam::new(I64));
     ksig.params.push(AbiParam::new(I64));
+    ksig.params.push(AbiParam::new(I64));
     ksig.returns.push(AbiParam::new(I32));
 
     let mut ctx = module.make_context();
@@ -435,6 +436,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             b.switch_to_block(entry);
             let argp = b.block_params(entry)[0];
             let (task, tasks) = (b.block_params(entry)[1], b.block_params(entry)[2]);
+            let phase = b.block_params(entry)[3];
             let mut bufs = Vec::with_capacity(args.len());
             for i in 0..args.len() {
                 bufs.push(b.ins().load(ptr, emit::mem(), argp, (i * 8) as i32));
@@ -452,6 +454,9 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 task,
                 tasks,
                 split: None,
+                phase,
+                phases: Vec::new(),
+                task_ws: Vec::new(),
             };
             let lowered = match k.kind {
                 _ if extended::supports(&g.node(anchor).op) => extended::lower(&mut e, &kctx),
@@ -469,7 +474,11 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             e.b.ins().return_(&[code]);
             e.b.seal_all_blocks();
             let cfg = e.cfg;
-            let split = e.split.map_or(1, |(n, _)| n);
+            let (split, phase_splits) = match e.phases.split_first() {
+                Some((&first, rest)) => (first, rest.to_vec()),
+                None => (e.split.map_or(1, |(n, _)| n), Vec::new()),
+            };
+            let task_ws = std::mem::take(&mut e.task_ws);
             e.b.finalize(cfg);
             let ops: Vec<&str> = k.nodes.iter().map(|&n| g.node(n).op.name()).collect();
             let inplace = inplace_pairs(g, k, &kctx.arg_of);
@@ -496,6 +505,8 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                     work,
                     split_work,
                     split,
+                    phase_splits,
+                    task_ws,
                 },
             ));
         }
@@ -592,7 +603,7 @@ fn inplace_pairs(g: &Graph, k: &Kernel, arg_of: &HashMap<ValueId, usize>) -> Vec
 }
 
 /// Placeholder until the real pointer is known after finalisation.
-unsafe extern "C" fn dummy_kernel(_: *const *mut u8, _: usize, _: usize) -> i32 {
+unsafe extern "C" fn dummy_kernel(_: *const *mut u8, _: usize, _: usize, _: usize) -> i32 {
     1
 }
 
