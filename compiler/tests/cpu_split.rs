@@ -78,6 +78,33 @@ fn depthwise_conv_with_epilogue_splits_over_planes() {
 }
 
 #[test]
+fn im2col_conv_with_fused_epilogue_splits_over_images_groups_and_chunks() {
+    // 2 images x 2 groups, one chunk each: 4 units; bias, residual Add and
+    // Relu fused into the packed GEMM.
+    let g = parse(
+        "  input %x: f32[2,6,21,19]
+  param %w: f32[8,3,3,3] = he(seed=3)
+  param %b: f32[8] = he(seed=4)
+  param %r: f32[2,8,11,10] = he(seed=5)
+  %c = Conv2d(%x, %w, %b) {strides=[2,2], pads=[1,1,1,1], group=2}
+  %s = Add(%c, %r)
+  %y = Relu(%s)
+  output %y",
+    );
+    split_equal(&g, &x(&[2, 6, 21, 19], 1), "Conv2d");
+    // A 7x7 stride-2 stem: 33 output rows in two chunks of 17 and 16.
+    let g = parse(
+        "  input %x: f32[1,3,66,66]
+  param %w: f32[16,3,7,7] = he(seed=6)
+  param %b: f32[16] = he(seed=7)
+  %c = Conv2d(%x, %w, %b) {strides=[2,2], pads=[3,3,3,3]}
+  %y = Relu(%c)
+  output %y",
+    );
+    split_equal(&g, &x(&[1, 3, 66, 66], 2), "Conv2d");
+}
+
+#[test]
 fn strided_depthwise_conv_splits() {
     let g = parse(
         "  input %x: f32[1,11,23,21]

@@ -929,7 +929,10 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
         ConvAlgo::Fft => return super::fastconv::lower_fft(e, c, &geom, y, spec.as_ref()),
         algo => {
             let col = match algo {
-                ConvAlgo::Im2col => Some(e.bufs[*c.ws.first().ok_or("missing im2col workspace")?]),
+                ConvAlgo::Im2col => {
+                    let ws = *c.ws.first().ok_or("missing im2col workspace")?;
+                    Some((ws, e.bufs[ws]))
+                }
                 _ => None,
             };
             let packed = if conv_packed(c.g, c.k, algo) {
@@ -988,11 +991,20 @@ pub(crate) fn tile_epilogue(
 const IM2COL_CHUNK_BYTES: usize = 512 * 1024;
 
 /// Output rows per im2col chunk: about [`IM2COL_CHUNK_BYTES`] of columns,
-/// at least 256 and at most 1024 columns where whole rows allow.
+/// at least 256 and at most 1024 columns where whole rows allow, evened
+/// out so the chunks are about the same size (they are the units a split
+/// kernel shares out, see [`conv_gemm`]); a count of chunks under eight is
+/// made even where the rows allow, so two tasks get equal shares.
 pub(crate) fn chunk_rows(geo: &ConvGeom) -> usize {
     let kk = (geo.c / geo.g * geo.kh * geo.kw).max(1);
+    let oh = geo.oh.max(1);
     let cols = (IM2COL_CHUNK_BYTES / (kk * 4)).clamp(256, 1024);
-    (cols / geo.ow.max(1)).max(1).min(geo.oh.max(1))
+    let rows = (cols / geo.ow.max(1)).max(1).min(oh);
+    let mut chunks = oh.div_ceil(rows);
+    if chunks > 1 && chunks < 8 && chunks % 2 == 1 && chunks < oh {
+        chunks += 1;
+    }
+    oh.div_ceil(chunks)
 }
 
 /// A GEMM's A operand: a filter addressed by strides, or packed.
@@ -1041,6 +1053,14 @@ fn gemm_a(
 /// epilogue fused into the packed GEMM (each GEMM, a chunk of columns of
 /// one group's rows, applies it to exactly the elements it writes), with
 /// `spec` then `None`.
+///
+/// Split across tasks: when the epilogue is fused (or absent) and there
+/// are at least two (image, group, chunk) units, the kernel splits over
+/// those units ([`Emit::task_range`]), each task packing into its own
+/// slice of the column workspace ([`Emit::task_slice`]) and running its
+/// GEMMs on its thread; every unit is computed by the same code, so any
+/// split is bitwise the one-task result. Otherwise (one chunk, or an
+/// unfused epilogue run per group) the GEMMs split themselves.
 #[allow(clippy::too_many_arguments)]
 fn conv_gemm(
     e: &mut Emit<'_>,
@@ -1048,7 +1068,7 @@ fn conv_gemm(
     x: Value,
     w: Value,
     y: Value,
-    (col, packed): (Option<Value>, Option<Value>),
+    (col, packed): (Option<(usize, Value)>, Option<Value>),
     spec: Option<&elementwise::EwSpec<'_>>,
     ep: Option<ConvEp>,
 ) -> Result<(), String> {
@@ -1058,76 +1078,118 @@ fn conv_gemm(
     let hw = (geo.h * geo.w) as i64;
     let pstride = packed_stride(mg, kk) as i64;
     let rows = chunk_rows(geo);
+    // Per (image, group): its input, filter, output rows and fused
+    // epilogue operands.
+    let group = |e: &mut Emit<'_>, n: Value, gi: Value| {
+        // x + (n*C + gi*cg) * H*W
+        let t = e.b.ins().imul_imm_s(n, geo.c as i64);
+        let t2 = e.b.ins().imul_imm_s(gi, cg as i64);
+        let cbase = e.b.ins().iadd(t, t2);
+        let xoff = e.b.ins().imul_imm_s(cbase, hw);
+        let xg = at(e, x, xoff);
+        let a = match packed {
+            Some(pb) => {
+                let off = e.b.ins().imul_imm_s(gi, pstride);
+                AOp::Packed(at(e, pb, off))
+            }
+            None => {
+                let woff = e.b.ins().imul_imm_s(gi, (mg * kk) as i64);
+                AOp::Plain(at(e, w, woff), (kk as i64, 1))
+            }
+        };
+        let t = e.b.ins().imul_imm_s(n, geo.m as i64);
+        let m0 = e.b.ins().imul_imm_s(gi, mg as i64);
+        let mrow = e.b.ins().iadd(t, m0);
+        let yoff = e.b.ins().imul_imm_s(mrow, p as i64);
+        let yg = at(e, y, yoff);
+        // This group's bias rows and residual plane.
+        let epg = ep.map(|f| {
+            let bias = f.bias.map(|b| at(e, b, m0));
+            let res = f.res.map(|r| at(e, r, yoff));
+            (bias, res, (f.lo, f.hi))
+        });
+        (xg, a, yg, m0, epg)
+    };
+    type EpG = Option<(Option<Value>, Option<Value>, (f32, f32))>;
+    let desc = |e: &mut Emit<'_>, epg: EpG, col0: Option<Value>| {
+        epg.map(|(bias, res, lh)| {
+            let res = res.map(|r| match col0 {
+                Some(o) => at(e, r, o),
+                None => r,
+            });
+            ep_desc(e, bias, res.map(|r| (r, (p as i64, 1))), lh)
+        })
+    };
+    // Pack a chunk of output rows, GEMM it into its output columns. (The
+    // epilogue per chunk measured slower than once per group: ResNet-18
+    // stem 2.31 vs 2.24 ms.)
+    let chunk =
+        |e: &mut Emit<'_>, g: (Value, AOp, Value, EpG), col: Value, r0: Value, rows: usize| {
+            let (xg, a, yg, epg) = g;
+            im2col_rows(e, geo, xg, col, cg, r0, rows);
+            let yo = e.b.ins().imul_imm_s(r0, geo.ow as i64);
+            let yc = at(e, yg, yo);
+            let nc = rows * geo.ow;
+            let d = desc(e, epg, Some(yo));
+            let c_str = (p as i64, 1);
+            gemm_a(e, (mg, nc, kk), a, col, (nc as i64, 1), yc, c_str, d);
+        };
+    let chunks = geo.oh.div_ceil(rows);
+    let full = geo.oh / rows;
+    let units = geo.n * geo.g * chunks;
+    if let (Some((ws, col)), None, true) = (col, spec, units >= 2) {
+        let (lo, hi) = e.task_range(units)?;
+        let col = e.task_slice(ws, col, kk * rows * geo.ow * 4);
+        e.for_range(lo, hi, 1, |e, u| {
+            let ng = e.b.ins().udiv_imm_u(u, chunks as i64);
+            let c = e.b.ins().urem_imm_u(u, chunks as i64);
+            let n = e.b.ins().udiv_imm_u(ng, geo.g as i64);
+            let gi = e.b.ins().urem_imm_u(ng, geo.g as i64);
+            let (xg, a, yg, _, epg) = group(e, n, gi);
+            let r0 = e.b.ins().imul_imm_s(c, rows as i64);
+            if full == chunks {
+                chunk(e, (xg, a, yg, epg), col, r0, rows);
+            } else {
+                // The last chunk is shorter.
+                let whole = e.b.create_block();
+                let last = e.b.create_block();
+                let done = e.b.create_block();
+                let is_last = e.b.ins().icmp_imm_s(IntCC::Equal, c, full as i64);
+                e.b.ins().brif(is_last, last, &[], whole, &[]);
+                e.b.switch_to_block(whole);
+                chunk(e, (xg, a, yg, epg), col, r0, rows);
+                e.b.ins().jump(done, &[]);
+                e.b.switch_to_block(last);
+                chunk(e, (xg, a, yg, epg), col, r0, geo.oh - full * rows);
+                e.b.ins().jump(done, &[]);
+                e.b.switch_to_block(done);
+            }
+        });
+        return Ok(());
+    }
     let mut err = None;
     e.for_n(geo.n, |e, n| {
         e.for_n(geo.g, |e, gi| {
-            // x + (n*C + gi*cg) * H*W
-            let t = e.b.ins().imul_imm_s(n, geo.c as i64);
-            let t2 = e.b.ins().imul_imm_s(gi, cg as i64);
-            let cbase = e.b.ins().iadd(t, t2);
-            let xoff = e.b.ins().imul_imm_s(cbase, hw);
-            let xg = at(e, x, xoff);
-            let a = match packed {
-                Some(pb) => {
-                    let off = e.b.ins().imul_imm_s(gi, pstride);
-                    AOp::Packed(at(e, pb, off))
-                }
-                None => {
-                    let woff = e.b.ins().imul_imm_s(gi, (mg * kk) as i64);
-                    AOp::Plain(at(e, w, woff), (kk as i64, 1))
-                }
-            };
-            let t = e.b.ins().imul_imm_s(n, geo.m as i64);
-            let m0 = e.b.ins().imul_imm_s(gi, mg as i64);
-            let mrow = e.b.ins().iadd(t, m0);
-            let yoff = e.b.ins().imul_imm_s(mrow, p as i64);
-            let yg = at(e, y, yoff);
-            // This group's bias rows and residual plane.
-            let epg = ep.map(|f| {
-                let bias = f.bias.map(|b| at(e, b, m0));
-                let res = f.res.map(|r| at(e, r, yoff));
-                (bias, res, (f.lo, f.hi))
-            });
-            let desc = |e: &mut Emit<'_>, col0: Option<Value>| {
-                epg.map(|(bias, res, lh)| {
-                    let res = res.map(|r| match col0 {
-                        Some(o) => at(e, r, o),
-                        None => r,
-                    });
-                    ep_desc(e, bias, res.map(|r| (r, (p as i64, 1))), lh)
-                })
-            };
+            let (xg, a, yg, m0, epg) = group(e, n, gi);
             match col {
                 // Pointwise: one GEMM over the whole plane (chunking it with
                 // the epilogue per chunk measured slower: MobileNet-V2
                 // 16->96 at 112x112, 0.81 vs 0.66 ms).
                 None => {
-                    let d = desc(e, None);
+                    let d = desc(e, epg, None);
                     gemm_a(e, (mg, p, kk), a, xg, (p as i64, 1), yg, (p as i64, 1), d)
                 }
-                Some(col) => {
-                    // Pack a chunk of output rows, GEMM it into its output
-                    // columns, next chunk. (The epilogue per chunk measured
-                    // slower than once per group: ResNet-18 stem 2.31 vs
-                    // 2.24 ms.)
-                    let chunk = |e: &mut Emit<'_>, r0: Value, rows: usize| {
-                        im2col_rows(e, geo, xg, col, cg, r0, rows);
-                        let yo = e.b.ins().imul_imm_s(r0, geo.ow as i64);
-                        let yc = at(e, yg, yo);
-                        let nc = rows * geo.ow;
-                        let d = desc(e, Some(yo));
-                        let c_str = (p as i64, 1);
-                        gemm_a(e, (mg, nc, kk), a, col, (nc as i64, 1), yc, c_str, d);
-                    };
-                    let full = geo.oh / rows * rows;
+                Some((_, col)) => {
                     if full > 0 {
                         let s0 = e.ci(0);
-                        let s1 = e.ci(full as i64);
-                        e.for_range(s0, s1, rows as i64, |e, r0| chunk(e, r0, rows));
+                        let s1 = e.ci((full * rows) as i64);
+                        e.for_range(s0, s1, rows as i64, |e, r0| {
+                            chunk(e, (xg, a, yg, epg), col, r0, rows)
+                        });
                     }
-                    if full < geo.oh {
-                        let r0 = e.ci(full as i64);
-                        chunk(e, r0, geo.oh - full);
+                    if full < chunks {
+                        let r0 = e.ci((full * rows) as i64);
+                        chunk(e, (xg, a, yg, epg), col, r0, geo.oh - full * rows);
                     }
                 }
             }

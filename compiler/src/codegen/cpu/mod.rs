@@ -484,6 +484,13 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let inplace = inplace_pairs(g, k, &kctx.arg_of);
             let algo = contraction::algo_of(g, k, opts).map(|a| format!("{a:?}").to_lowercase());
             let (work, split_work) = cost::kernel_work(g, k, opts);
+            // A kernel that shares its units out as tasks runs its GEMMs
+            // on one thread per task; they do not split again.
+            let split_work = if split > 1 || !phase_splits.is_empty() {
+                0
+            } else {
+                split_work
+            };
             let mut writes: Vec<usize> = k
                 .outputs
                 .iter()
