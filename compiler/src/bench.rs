@@ -297,7 +297,7 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         let _ = writeln!(
             out,
             "  tasks T/E: the kernel ran as T tasks of its E independent units; T = min(threads, E, W / {}) for a kernel running alone, 1 in concurrent waves and for GEMM kernels (their GEMMs split inside dnnc_sgemm)",
-            dnnc_runtime::cpu::schedule::KERNEL_TASK_MIN_WORK
+            4 * exe.task_overhead()
         );
         out.push_str(&render_waves(exe));
     }

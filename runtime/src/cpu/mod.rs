@@ -441,9 +441,7 @@ impl Executable {
                     .map_err(|e| format!("cannot start {threads} threads: {e}"))?,
             )
         };
-        self.set_spinning(self.spinning)?;
-        self.prepare();
-        Ok(())
+        self.set_spinning(self.spinning)
     }
 
     /// Whether runs keep `threads - 1` extra workers polling for split
@@ -464,6 +462,8 @@ impl Executable {
         } else {
             None
         };
+        // Splits pay from less work with hot workers: re-plan.
+        self.prepare();
         Ok(())
     }
 
@@ -471,6 +471,12 @@ impl Executable {
     /// ([`Executable::set_spinning`]).
     pub fn spinning(&self) -> bool {
         self.spinning
+    }
+
+    /// The hand-off cost of a split kernel's extra task the plan assumes
+    /// ([`schedule::task_overhead`]): small with spinning workers.
+    pub fn task_overhead(&self) -> u64 {
+        schedule::task_overhead(self.parallel.spin.is_some())
     }
 
     /// Overrides the W-D decision on concurrent waves (tests and
@@ -504,12 +510,19 @@ impl Executable {
     /// Computes the schedule, the arena plan and the argument locations.
     fn prepare(&mut self) {
         let threads = self.parallel.threads();
-        let waves = schedule::waves(&self.steps, &self.buffers, threads, self.concurrency);
+        let overhead = self.task_overhead();
+        let waves = schedule::waves(
+            &self.steps,
+            &self.buffers,
+            threads,
+            self.concurrency,
+            overhead,
+        );
         let exec = schedule::execution_order(self.steps.len(), &waves, threads);
         let mut tasks: Vec<usize> = self
             .steps
             .iter()
-            .map(|s| schedule::kernel_tasks_with(s, threads, self.kernel_split))
+            .map(|s| schedule::kernel_tasks_with(s, threads, self.kernel_split, overhead))
             .collect();
         for w in exec.iter().filter(|w| w.concurrent) {
             for &j in &w.steps {

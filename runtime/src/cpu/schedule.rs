@@ -46,7 +46,10 @@
 //! machine class (2 virtual CPUs; a MaxPool of 7.2M units, ~2.6 ms, ran
 //! 1.9x faster on 2 tasks, a depthwise conv of 2.7M units, ~0.4 ms, not
 //! faster at all, because the calling thread had finished both shares
-//! before the other worker woke), so ~100 µs = 250k units. Such a step on `q` threads takes `W / T + KERNEL_TASK_OVERHEAD
+//! before the other worker woke), so ~100 µs = 250k units. With spinning
+//! workers (the default, `Executable::set_spinning`) a hand-off is a
+//! cache-line transfer, budgeted at [`KERNEL_TASK_OVERHEAD_SPIN`] (~10 µs),
+//! and the rule uses that instead ([`task_overhead`]). Such a step on `q` threads takes `W / T + KERNEL_TASK_OVERHEAD
 //! (T - 1)` in the wave estimates below. Kernels with GEMM work (`S > 0`)
 //! never split this way (their GEMMs do). Work counts one op per
 //! multiply-accumulate or element as in the W-D model (`dnnc-passes::wd`);
@@ -174,6 +177,22 @@ pub const KERNEL_TASK_OVERHEAD: u64 = 250_000;
 /// so the overhead stays under a quarter of each task's work.
 pub const KERNEL_TASK_MIN_WORK: u64 = 4 * KERNEL_TASK_OVERHEAD;
 
+/// Hand-off cost of one extra task when the workers spin between tasks
+/// (`Executable::set_spinning`, the default): claiming a task is a cache
+/// line transfer plus the spread in finishing times, budgeted at ~10 µs,
+/// ten times less than waking a sleeping worker.
+pub const KERNEL_TASK_OVERHEAD_SPIN: u64 = 25_000;
+
+/// The hand-off cost of one extra task, [`KERNEL_TASK_OVERHEAD_SPIN`]
+/// with spinning workers, else [`KERNEL_TASK_OVERHEAD`].
+pub fn task_overhead(spinning: bool) -> u64 {
+    if spinning {
+        KERNEL_TASK_OVERHEAD_SPIN
+    } else {
+        KERNEL_TASK_OVERHEAD
+    }
+}
+
 /// Whether kernels that can split across tasks do (with more than one
 /// thread; steps of concurrent waves never split).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -189,30 +208,32 @@ pub enum KernelSplit {
 }
 
 /// How many tasks step `s` runs as on `threads` threads when it runs
-/// alone: `min(threads, split, W / KERNEL_TASK_MIN_WORK)`, at least 1;
-/// always 1 for kernels that cannot split or contain splittable GEMMs.
+/// alone, with sleeping workers: `min(threads, E, W / KERNEL_TASK_MIN_WORK)`
+/// (`E` the largest extent of its phases), at least 1; always 1 for
+/// kernels that cannot split or contain splittable GEMMs.
 pub fn kernel_tasks(s: &Step, threads: usize) -> usize {
-    kernel_tasks_with(s, threads, KernelSplit::Auto)
+    kernel_tasks_with(s, threads, KernelSplit::Auto, KERNEL_TASK_OVERHEAD)
 }
 
-/// [`kernel_tasks`] under `policy`.
-pub fn kernel_tasks_with(s: &Step, threads: usize, policy: KernelSplit) -> usize {
+/// [`kernel_tasks`] under `policy` with hand-off cost `overhead`
+/// ([`task_overhead`]): each task carries at least `4 * overhead` work.
+pub fn kernel_tasks_with(s: &Step, threads: usize, policy: KernelSplit, overhead: u64) -> usize {
     let extent = s.phase_splits.iter().fold(s.split, |a, &b| a.max(b));
     if threads <= 1 || extent <= 1 || s.split_work > 0 || policy == KernelSplit::Never {
         return 1;
     }
     let by_work = match policy {
         KernelSplit::Always => u64::MAX,
-        _ => (s.work / KERNEL_TASK_MIN_WORK).max(1),
+        _ => (s.work / (4 * overhead).max(1)).max(1),
     };
     (threads as u64).min(extent as u64).min(by_work) as usize
 }
 
 /// W-D time of step `st` on `q` threads (module docs).
-fn step_time_of(st: &Step, q: usize) -> u64 {
-    let tasks = kernel_tasks(st, q).min(q) as u64;
+fn step_time_of(st: &Step, q: usize, overhead: u64) -> u64 {
+    let tasks = kernel_tasks_with(st, q, KernelSplit::Auto, overhead).min(q) as u64;
     if tasks > 1 {
-        return st.work / tasks + KERNEL_TASK_OVERHEAD * (tasks - 1);
+        return st.work / tasks + overhead * (tasks - 1);
     }
     step_time(st.work, st.split_work, q)
 }
@@ -230,15 +251,15 @@ fn step_time(w: u64, s: u64, q: usize) -> u64 {
 }
 
 /// `(T_seq, T_conc, threads per step)` of running `steps` on `p` threads.
-fn estimate(steps: &[&Step], p: usize) -> (u64, u64, usize) {
+fn estimate(steps: &[&Step], p: usize, overhead: u64) -> (u64, u64, usize) {
     let k = steps.len().max(1);
     let seq = steps
         .iter()
-        .map(|s| step_time_of(s, p))
+        .map(|s| step_time_of(s, p, overhead))
         .fold(0u64, u64::saturating_add);
     let q = (p / k).max(1);
     let workers = (p / q).max(1);
-    let mut times: Vec<u64> = steps.iter().map(|s| step_time_of(s, q)).collect();
+    let mut times: Vec<u64> = steps.iter().map(|s| step_time_of(s, q, overhead)).collect();
     times.sort_unstable_by(|a, b| b.cmp(a));
     let mut load = vec![0u64; workers];
     for t in times {
@@ -253,7 +274,15 @@ fn estimate(steps: &[&Step], p: usize) -> (u64, u64, usize) {
 
 /// The waves of `steps` with the decision for `threads` threads under
 /// `policy`, in execution order.
-pub fn waves(steps: &[Step], buffers: &[Buffer], threads: usize, policy: Concurrency) -> Vec<Wave> {
+/// `overhead` is the hand-off cost of a split kernel's extra task
+/// ([`task_overhead`]).
+pub fn waves(
+    steps: &[Step],
+    buffers: &[Buffer],
+    threads: usize,
+    policy: Concurrency,
+    overhead: u64,
+) -> Vec<Wave> {
     let level = levels(steps, buffers);
     let count = level.iter().map(|&l| l + 1).max().unwrap_or(0);
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); count];
@@ -265,7 +294,7 @@ pub fn waves(steps: &[Step], buffers: &[Buffer], threads: usize, policy: Concurr
         .filter(|m| !m.is_empty())
         .map(|m| {
             let ss: Vec<&Step> = m.iter().map(|&j| &steps[j]).collect();
-            let (seq, conc, q) = estimate(&ss, threads);
+            let (seq, conc, q) = estimate(&ss, threads, overhead);
             let concurrent = threads > 1
                 && m.len() > 1
                 && match policy {
@@ -333,16 +362,16 @@ mod tests {
         let step = |w: u64, s: u64| test_step(w, 1, s);
         // Tiny steps: the hand-off overhead dominates.
         let (a, b) = (step(1000, 0), step(1000, 0));
-        let (seq, conc, _) = estimate(&[&a, &b], 2);
+        let (seq, conc, _) = estimate(&[&a, &b], 2, KERNEL_TASK_OVERHEAD);
         assert!(conc >= seq);
         // Unsplittable large steps: concurrency halves the time.
         let (a, b) = (step(100 * o, 0), step(100 * o, 0));
-        let (seq, conc, q) = estimate(&[&a, &b], 2);
+        let (seq, conc, q) = estimate(&[&a, &b], 2, KERNEL_TASK_OVERHEAD);
         assert!(conc < seq && q == 1, "{seq} {conc}");
         // A large splittable GEMM next to a small step: splitting the GEMM
         // beats running the two side by side.
         let (a, b) = (step(200 * o, 200 * o), step(o, 0));
-        let (seq, conc, _) = estimate(&[&a, &b], 2);
+        let (seq, conc, _) = estimate(&[&a, &b], 2, KERNEL_TASK_OVERHEAD);
         assert!(conc >= seq, "{seq} {conc}");
     }
 
@@ -357,5 +386,20 @@ mod tests {
         assert_eq!(kernel_tasks(&test_step(100 * m, 1, 0), 2), 1);
         // GEMM kernels split their GEMMs instead.
         assert_eq!(kernel_tasks(&test_step(100 * m, 64, m), 2), 1);
+    }
+
+    #[test]
+    fn spinning_workers_split_smaller_kernels_and_phases_use_their_largest_extent() {
+        let (spin, sleep) = (task_overhead(true), task_overhead(false));
+        assert!(spin < sleep);
+        let s = test_step(8 * spin, 64, 0);
+        let auto = KernelSplit::Auto;
+        assert_eq!(kernel_tasks_with(&s, 2, auto, spin), 2);
+        assert_eq!(kernel_tasks_with(&s, 2, auto, sleep), 1);
+        // Phase 0 has one unit, a later phase 64: the step splits.
+        let mut p = test_step(100 * KERNEL_TASK_MIN_WORK, 1, 0);
+        assert_eq!(kernel_tasks(&p, 2), 1);
+        p.phase_splits = vec![1, 64];
+        assert_eq!(kernel_tasks(&p, 2), 2);
     }
 }
