@@ -113,38 +113,53 @@ fn writes(s: &Step, a: usize, buffers: &[Buffer]) -> bool {
     }
 }
 
-/// The wave index of every step (see the module docs).
+/// The bytes `[lo, hi)` of its root buffer each buffer occupies.
+fn spans(buffers: &[Buffer]) -> Vec<(BufId, usize, usize)> {
+    let mut sp: Vec<(BufId, usize, usize)> = Vec::with_capacity(buffers.len());
+    for (i, b) in buffers.iter().enumerate() {
+        let s = match b.kind {
+            // Aliases refer only to earlier buffers, already resolved.
+            BufferKind::Alias { of, offset } => match sp.get(of) {
+                Some(&(r, lo, _)) => (r, lo + offset, lo + offset + b.bytes),
+                None => (of, offset, offset + b.bytes),
+            },
+            _ => (i, 0, b.bytes),
+        };
+        sp.push(s);
+    }
+    sp
+}
+
+/// The wave index of every step (see the module docs). Accesses conflict
+/// when they touch overlapping bytes of one root buffer, so steps writing
+/// disjoint slices of a buffer (the parts of a Concat built in place) do
+/// not depend on each other.
 pub(crate) fn levels(steps: &[Step], buffers: &[Buffer]) -> Vec<usize> {
-    let root = roots(buffers);
+    let span = spans(buffers);
     let n = steps.len();
-    let mut last_writer: Vec<Option<usize>> = vec![None; buffers.len()];
-    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); buffers.len()];
+    // Per root buffer: the accesses so far as (step, lo, hi, writes).
+    let mut seen: Vec<Vec<(usize, usize, usize, bool)>> = vec![Vec::new(); buffers.len()];
     let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (j, s) in steps.iter().enumerate() {
         let mut deps = Vec::new();
+        let mut mine = Vec::new();
         for (a, &b) in s.args.iter().enumerate() {
-            let r = root[b];
+            let (r, lo, hi) = span[b];
             if matches!(buffers[r].kind, BufferKind::Weight(_)) {
                 continue;
             }
-            deps.extend(last_writer[r]);
-            if writes(s, a, buffers) {
-                deps.extend(readers[r].iter().copied().filter(|&i| i != j));
-            }
+            let w = writes(s, a, buffers);
+            deps.extend(
+                seen[r]
+                    .iter()
+                    .filter(|&&(i, l, h, wi)| i != j && (w || wi) && l < hi && lo < h)
+                    .map(|&(i, ..)| i),
+            );
+            mine.push((r, (j, lo, hi, w)));
         }
-        for (a, &b) in s.args.iter().enumerate() {
-            let r = root[b];
-            if matches!(buffers[r].kind, BufferKind::Weight(_)) {
-                continue;
-            }
-            if writes(s, a, buffers) {
-                last_writer[r] = Some(j);
-                readers[r].clear();
-            } else if !readers[r].contains(&j) {
-                readers[r].push(j);
-            }
+        for (r, acc) in mine {
+            seen[r].push(acc);
         }
-        deps.retain(|&i| i != j);
         deps.sort_unstable();
         deps.dedup();
         preds[j] = deps;

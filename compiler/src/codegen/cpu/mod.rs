@@ -205,10 +205,12 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         superseded.insert(v, false);
     }
 
-    // Buffers: sources, then kernel results in order.
+    // Buffers: sources, then concatenations built in place, then kernel
+    // results in order.
     let mut buffers: Vec<Buffer> = Vec::new();
     let mut vbuf: HashMap<ValueId, BufId> = HashMap::new();
     let mut inputs = Vec::new();
+    let in_place = in_place_concats(g, &kernels);
     for n in g.topo_order() {
         let node = g.node(n);
         let Some(&v) = node.outputs.first() else {
@@ -271,9 +273,25 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             _ => {}
         }
     }
-    for k in &kernels {
+    // A concatenation built in place: one buffer, created before its
+    // parts' producers so their results can alias slices of it.
+    let mut part_of: HashMap<ValueId, (BufId, usize)> = HashMap::new();
+    for c in &in_place {
+        let b = buffers.len();
+        vbuf.insert(c.result, b);
+        buffers.push(Buffer {
+            name: g.value(c.result).name.clone(),
+            bytes: g.value(c.result).ty.size_bytes(),
+            kind: BufferKind::Temp,
+        });
+        for &(v, offset) in &c.parts {
+            part_of.insert(v, (b, offset));
+        }
+    }
+    for (ki, k) in kernels.iter().enumerate() {
         let anchor = k.anchor.unwrap_or(k.nodes[0]);
-        if matches!(g.node(anchor).op, Op::Shape { .. }) {
+        if matches!(g.node(anchor).op, Op::Shape { .. }) || in_place.iter().any(|c| c.kernel == ki)
+        {
             continue;
         }
         if k.kind == KernelKind::View {
@@ -297,7 +315,10 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             buffers.push(Buffer {
                 name: g.value(v).name.clone(),
                 bytes: g.value(v).ty.size_bytes(),
-                kind: BufferKind::Temp,
+                kind: match part_of.get(&v) {
+                    Some(&(of, offset)) => BufferKind::Alias { of, offset },
+                    None => BufferKind::Temp,
+                },
             });
         }
     }
@@ -370,7 +391,10 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let mut code_sizes: HashMap<cranelift_module::FuncId, usize> = HashMap::new();
     for (ki, k) in kernels.iter().enumerate() {
         let anchor = k.anchor.unwrap_or(k.nodes[0]);
-        if k.kind == KernelKind::View || matches!(g.node(anchor).op, Op::Shape { .. }) {
+        if k.kind == KernelKind::View
+            || matches!(g.node(anchor).op, Op::Shape { .. })
+            || in_place.iter().any(|c| c.kernel == ki)
+        {
             continue;
         }
         // Arguments: inputs, outputs, workspaces.
@@ -607,6 +631,85 @@ fn inplace_pairs(g: &Graph, k: &Kernel, arg_of: &HashMap<ValueId, usize>) -> Vec
         }
     }
     pairs
+}
+
+/// A Concat whose parts are written straight into their slices of its
+/// result, so it costs no kernel and no copy.
+struct InPlaceConcat {
+    /// Index of the Concat's kernel (generated as nothing).
+    kernel: usize,
+    /// The concatenation.
+    result: ValueId,
+    /// Each part and its byte offset in the result.
+    parts: Vec<(ValueId, usize)>,
+}
+
+/// The Concat kernels that can be built in place: along an axis with only
+/// size-1 axes before it (each part is then one contiguous block of the
+/// result, at an offset that keeps the 64-byte buffer alignment), every
+/// part a distinct value that a generated (not view) kernel writes as a
+/// fresh result, is no graph output and is not part of another in-place
+/// Concat. Steps writing disjoint slices of one buffer do not depend on
+/// each other (the runtime's schedule compares byte ranges), so branches
+/// feeding a Concat may still run concurrently.
+fn in_place_concats(g: &Graph, kernels: &[Kernel]) -> Vec<InPlaceConcat> {
+    let mut written_by: HashMap<ValueId, usize> = HashMap::new();
+    for (ki, k) in kernels.iter().enumerate() {
+        let anchor = k.anchor.unwrap_or(k.nodes[0]);
+        if k.kind == KernelKind::View || matches!(g.node(anchor).op, Op::Shape { .. }) {
+            continue;
+        }
+        for &v in &k.outputs {
+            written_by.insert(v, ki);
+        }
+    }
+    let outputs: std::collections::HashSet<ValueId> = g.outputs().iter().copied().collect();
+    let mut claimed: std::collections::HashSet<ValueId> = std::collections::HashSet::new();
+    let mut found = Vec::new();
+    for (ki, k) in kernels.iter().enumerate() {
+        let [n] = k.nodes[..] else {
+            continue;
+        };
+        let node = g.node(n);
+        let (Op::Concat { axis }, [result]) = (&node.op, &node.outputs[..]) else {
+            continue;
+        };
+        let shape = &g.value(*result).ty.shape;
+        let rank = shape.len() as i64;
+        let axis = if *axis < 0 { axis + rank } else { *axis };
+        if !(0..rank).contains(&axis) || shape[..axis as usize].iter().any(|&d| d != 1) {
+            continue;
+        }
+        let mut parts = Vec::new();
+        let mut offset = 0usize;
+        let mut ok = node.inputs.len() >= 2;
+        for &v in &node.inputs {
+            let fresh = written_by.get(&v).is_some_and(|&w| w != ki);
+            if !fresh
+                || outputs.contains(&v)
+                || claimed.contains(&v)
+                || parts.iter().any(|&(p, _)| p == v)
+                || offset % dnnc_runtime::cpu::ALIGN != 0
+            {
+                ok = false;
+                break;
+            }
+            parts.push((v, offset));
+            offset += g.value(v).ty.size_bytes();
+        }
+        if !ok || offset != g.value(*result).ty.size_bytes() {
+            continue;
+        }
+        claimed.extend(parts.iter().map(|&(v, _)| v));
+        // Generated as nothing, so it cannot be a part of a later one.
+        written_by.remove(result);
+        found.push(InPlaceConcat {
+            kernel: ki,
+            result: *result,
+            parts,
+        });
+    }
+    found
 }
 
 /// Placeholder until the real pointer is known after finalisation.
