@@ -49,6 +49,32 @@ fn elementwise_kernel_runs_in_place_and_matches() {
 }
 
 #[test]
+fn a_model_where_nothing_splits_runs_on_the_callers_thread() {
+    let small = parse(
+        "  input %x: f32[1,3,12,12]
+  param %w: f32[4,3,3,3] = he(seed=1)
+  %c = Conv2d(%x, %w)
+  %y = Relu(%c)
+  output %y",
+    );
+    let big = parse(
+        "  input %x: f32[1,64,56,56]
+  param %w: f32[64,64,3,3] = he(seed=1)
+  %c = Conv2d(%x, %w) {pads=[1,1,1,1]}
+  %y = Relu(%c)
+  output %y",
+    );
+    for (g, shape, caller) in [(small, [1, 3, 12, 12], true), (big, [1, 64, 56, 56], false)] {
+        let x = vec![("x".to_string(), rand_f32(&shape, 3, -1.0, 1.0))];
+        let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+        let one = exe.run(&x).unwrap();
+        exe.set_threads(2).unwrap();
+        assert_eq!(exe.runs_on_caller(), caller, "{shape:?}");
+        assert_eq!(bits(&one), bits(&exe.run(&x).unwrap()));
+    }
+}
+
+#[test]
 fn two_threads_are_bitwise_identical_to_one() {
     // Large enough that the GEMMs are split (64 x 3136 x 576 MACs).
     let g = parse(

@@ -270,6 +270,9 @@ enum Loc {
 /// [`Executable::set_threads`].
 #[derive(Debug, Default)]
 struct Prepared {
+    /// Nothing in the plan splits across threads, so runs stay on the
+    /// caller's thread.
+    serial: bool,
     /// Waves with the W-D decision, for reports.
     waves: Vec<Wave>,
     /// What runs, in order (see `schedule::execution_order`).
@@ -473,6 +476,14 @@ impl Executable {
         self.spinning
     }
 
+    /// Whether runs stay on the caller's thread because nothing in the
+    /// plan splits (no concurrent wave, no split kernel, no kernel large
+    /// enough for its GEMMs to split): then the pool's hand-off would only
+    /// add latency (LeNet-5 on 2 threads).
+    pub fn runs_on_caller(&self) -> bool {
+        self.parallel.pool.is_none() || self.prepared.serial
+    }
+
     /// The hand-off cost of a split kernel's extra task the plan assumes
     /// ([`schedule::task_overhead`]): small with spinning workers.
     pub fn task_overhead(&self) -> u64 {
@@ -574,7 +585,17 @@ impl Executable {
             args.extend(s.args.iter().map(|&b| loc[b]));
         }
         arg_start.push(args.len());
+        // Nothing splits: no concurrent wave, no kernel split into tasks,
+        // and no kernel with the work a native GEMM needs to split itself
+        // (two slices of `8 * TASK_OVERHEAD_MACS`, `native::gemm_tasks`).
+        let serial = !exec.iter().any(|w| w.concurrent)
+            && tasks.iter().all(|&t| t <= 1)
+            && self
+                .steps
+                .iter()
+                .all(|s| s.work < 16 * native::TASK_OVERHEAD_MACS);
         self.prepared = Prepared {
+            serial,
             waves,
             exec,
             memory,
@@ -800,6 +821,9 @@ impl Executable {
             nanos: profile.then_some(&state.nanos[..]),
         };
         let result = match &self.parallel.pool {
+            // A plan in which nothing splits runs on the caller's thread:
+            // handing it to the pool would only add the hand-off.
+            Some(_) if self.prepared.serial => ctx.exec(),
             Some(pool) => {
                 let threads = self.parallel.threads();
                 let exec = || native::with_threads(threads, || ctx.exec());
