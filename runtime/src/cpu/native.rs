@@ -132,16 +132,30 @@ const SLICE_ALIGN: usize = 32;
 /// must carry at least this many times more work than that overhead.
 pub const TASK_OVERHEAD_MACS: u64 = 400_000;
 
+/// How many compute-bound MACs one MAC of a matrix-vector product costs
+/// (memory-bound: ~17 GB/s streaming vs ~60 GMAC/s; see [`gemm_tasks`]).
+pub const GEMV_MAC_WEIGHT: u64 = 16;
+
 /// How many slices a GEMM of `m x n x k` gets on `threads` threads: its
 /// Work-Depth work `W = m*n*k` (MACs; depth is `log k`, negligible) is
 /// split into `p` tasks only while `W / p` stays at least
 /// `8 * TASK_OVERHEAD_MACS`, so the overhead stays under ~1/8 of the
-/// saving, and never finer than one register tile per slice.
+/// saving, and never finer than one register tile per slice. A
+/// matrix-vector product (`n == 1` or `m == 1`) is bound by streaming its
+/// matrix (each element used once, ~17 GB/s on one core here, i.e. ~4
+/// GMAC/s against ~60 for a compute-bound GEMM), so its MACs count
+/// [`GEMV_MAC_WEIGHT`] times: an FC layer at batch 1 (1000 x 1280) then
+/// splits, and each thread streams its own rows.
 pub fn gemm_tasks(m: usize, n: usize, k: usize, threads: usize) -> usize {
     if threads <= 1 {
         return 1;
     }
     let w = (m as u64).saturating_mul(n as u64).saturating_mul(k as u64);
+    let w = if n == 1 || m == 1 {
+        w.saturating_mul(GEMV_MAC_WEIGHT)
+    } else {
+        w
+    };
     let by_work = (w / (8 * TASK_OVERHEAD_MACS)).max(1) as usize;
     let by_shape = m.max(n).div_ceil(SLICE_ALIGN);
     threads.min(by_work).min(by_shape).max(1)
@@ -190,6 +204,18 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn matrix_vector_products_split_by_the_bytes_they_stream() {
+        // An FC layer at batch 1: 1.3M MACs, too few to split as compute,
+        // but 5 MB of weights to stream.
+        assert_eq!(gemm_tasks(1000, 1, 1280, 2), 2);
+        assert_eq!(gemm_tasks(1, 1000, 1280, 2), 2);
+        // The same MACs as a compute-bound GEMM stay whole.
+        assert_eq!(gemm_tasks(100, 10, 1280, 2), 1);
+        // A small GEMV stays whole.
+        assert_eq!(gemm_tasks(100, 1, 64, 2), 1);
+    }
 
     #[test]
     fn split_gemm_is_bitwise_identical() {
