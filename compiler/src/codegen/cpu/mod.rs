@@ -689,7 +689,7 @@ fn in_place_concats(g: &Graph, kernels: &[Kernel]) -> Vec<InPlaceConcat> {
                 || outputs.contains(&v)
                 || claimed.contains(&v)
                 || parts.iter().any(|&(p, _)| p == v)
-                || offset % dnnc_runtime::cpu::ALIGN != 0
+                || !offset.is_multiple_of(dnnc_runtime::cpu::ALIGN)
             {
                 ok = false;
                 break;
