@@ -34,8 +34,10 @@ use super::elementwise::{self, bcast_strides, Operand, SubDomain};
 use super::emit::{mem, Emit};
 use super::KCtx;
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::types::{F32, F32X4, I32, I64};
-use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, Value};
+use cranelift_codegen::ir::types::{F32, F32X4, I32, I64, I8X16};
+use cranelift_codegen::ir::{
+    AbiParam, ConstantData, Endianness, InstBuilder, MemFlagsData, Signature, Value,
+};
 use dnnc_ir::DType;
 use dnnc_runtime::cpu::{fftconv, AlignedBuf};
 
@@ -133,13 +135,65 @@ fn tiling(geo: &ConvGeom, m: usize) -> Tiling {
     }
 }
 
+/// Layout of the phased kernel (one image, one group): tile rows are
+/// processed in groups of four consecutive tiles, `tw4` tiles a row (`tw`
+/// rounded up to 4); the lanes past a row's end compute throw-away tiles
+/// whose results land in slack (the next row's first tiles, rewritten
+/// later by the same unit, or the `ps - p` spare columns).
+struct Phased {
+    /// Tiles per row rounded up to 4.
+    tw4: usize,
+    /// Width of the padded input plane (whole groups plus halo and the
+    /// columns the vector loads of the last group touch).
+    xw: usize,
+    /// Width of the staging output plane.
+    zw: usize,
+    /// Row stride of V and M (tiles plus the last row's overhang).
+    ps: usize,
+}
+
+/// Stride of the α² frequency blocks of V or M (`rows` rows of `ps`):
+/// whole cache lines, an odd number of them, so the α² streams a
+/// transform step touches fall into different L1 sets instead of
+/// aliasing at multiples of 4 KiB.
+fn block_stride(rows: usize, ps: usize) -> usize {
+    let lines = (rows * ps).div_ceil(16);
+    (lines | 1) * 16
+}
+
+fn phased(t: &Tiling, m: usize) -> Phased {
+    let tw4 = t.tw.div_ceil(4) * 4;
+    Phased {
+        tw4,
+        xw: tw4 * m + 4,
+        zw: tw4 * m,
+        ps: (t.p + tw4 - t.tw).div_ceil(4) * 4,
+    }
+}
+
+/// Whether the kernel is lowered as three phases (one image and group:
+/// batch-1 models); larger batches keep one loop over (image, group).
+fn is_phased(geo: &ConvGeom) -> bool {
+    geo.n * geo.g == 1
+}
+
 /// Workspace bytes: padded input, transformed input V, products M, one
-/// staging output plane.
+/// staging output plane. Phased: the padded and staging planes are one
+/// plane per task ([`Emit::task_slice`]).
 pub(crate) fn workspaces(geo: &ConvGeom, m: usize) -> Vec<usize> {
     let w = winograd(m);
     let t = tiling(geo, m);
     let (cg, mg) = geo.per_group();
     let a2 = w.alpha * w.alpha;
+    if is_phased(geo) {
+        let ph = phased(&t, m);
+        return vec![
+            t.hp * ph.xw * 4,
+            a2 * block_stride(cg, ph.ps) * 4,
+            a2 * block_stride(mg, ph.ps) * 4,
+            t.hs * ph.zw * 4,
+        ];
+    }
     vec![
         cg * t.hp * t.wp * 4,
         a2 * cg * t.p4 * 4,
@@ -216,6 +270,11 @@ fn lin(e: &mut Emit<'_>, coef: &[f64], xs: &[Value]) -> Value {
     acc.unwrap_or_else(|| e.vf(0.0))
 }
 
+/// Little-endian flags for the bitcasts around byte shuffles.
+fn le() -> MemFlagsData {
+    MemFlagsData::new().with_endianness(Endianness::Little)
+}
+
 /// Four f32s, one per lane, each at byte offset `off` from its lane's base.
 fn gather4(e: &mut Emit<'_>, bases: &[Value; 4], off: i32) -> Value {
     let s0 = e.b.ins().load(F32, mem(), bases[0], off);
@@ -235,6 +294,160 @@ fn lane_bases(e: &mut Emit<'_>, tiles: Value, pg: Value, base: Value, extra: Val
         let off = e.b.ins().iadd(off, extra);
         e.addr(base, off, 4)
     })
+}
+
+/// F(4x4)'s `Bᵀ d` with shared subexpressions (17 operations instead of
+/// 28); other algorithms through [`lin`] row by row.
+fn bt_apply(e: &mut Emit<'_>, wn: &Winograd, d: &[Value]) -> Vec<Value> {
+    if wn.m != 4 {
+        return wn.bt.iter().map(|row| lin(e, row, d)).collect();
+    }
+    let (k2, k4) = (e.vf(2.0), e.vf(4.0));
+    let f = |e: &mut Emit<'_>, x: Value, k: Value| e.b.ins().fmul(x, k);
+    // Rows of Bᵀ: 4(d0-d2)+(d4-d2), (d4-4d2)±(d3-4d1), (d4-d2)±2(d3-d1),
+    // 4(d1-d3)+(d5-d3).
+    let c = e.b.ins().fsub(d[4], d[2]);
+    let t = e.b.ins().fsub(d[0], d[2]);
+    let t = f(e, t, k4);
+    let r0 = e.b.ins().fadd(t, c);
+    let t = f(e, d[2], k4);
+    let a = e.b.ins().fsub(d[4], t);
+    let t = f(e, d[1], k4);
+    let bb = e.b.ins().fsub(d[3], t);
+    let r1 = e.b.ins().fadd(a, bb);
+    let r2 = e.b.ins().fsub(a, bb);
+    let t = e.b.ins().fsub(d[3], d[1]);
+    let t = f(e, t, k2);
+    let r3 = e.b.ins().fadd(c, t);
+    let r4 = e.b.ins().fsub(c, t);
+    let t = e.b.ins().fsub(d[1], d[3]);
+    let t = f(e, t, k4);
+    let u = e.b.ins().fsub(d[5], d[3]);
+    let r5 = e.b.ins().fadd(t, u);
+    vec![r0, r1, r2, r3, r4, r5]
+}
+
+/// F(4x4)'s `Aᵀ m` with shared subexpressions; other algorithms through
+/// [`lin`] row by row.
+fn at_apply(e: &mut Emit<'_>, wn: &Winograd, x: &[Value]) -> Vec<Value> {
+    if wn.m != 4 {
+        return wn.at.iter().map(|row| lin(e, row, x)).collect();
+    }
+    let (k2, k4, k8) = (e.vf(2.0), e.vf(4.0), e.vf(8.0));
+    // Rows of Aᵀ: x0+(x1+x2)+(x3+x4), (x1-x2)+2(x3-x4), (x1+x2)+4(x3+x4),
+    // (x1-x2)+8(x3-x4)+x5.
+    let s12 = e.b.ins().fadd(x[1], x[2]);
+    let d12 = e.b.ins().fsub(x[1], x[2]);
+    let s34 = e.b.ins().fadd(x[3], x[4]);
+    let d34 = e.b.ins().fsub(x[3], x[4]);
+    let t = e.b.ins().fadd(x[0], s12);
+    let y0 = e.b.ins().fadd(t, s34);
+    let t = e.b.ins().fmul(d34, k2);
+    let y1 = e.b.ins().fadd(d12, t);
+    let t = e.b.ins().fmul(s34, k4);
+    let y2 = e.b.ins().fadd(s12, t);
+    let t = e.b.ins().fmul(d34, k8);
+    let t = e.b.ins().fadd(d12, t);
+    let y3 = e.b.ins().fadd(t, x[5]);
+    vec![y0, y1, y2, y3]
+}
+
+/// Lanes `l[0..4]` of the 8-lane concatenation `a ++ b` (f32x4s).
+fn shuf(e: &mut Emit<'_>, a: Value, b: Value, l: [u8; 4]) -> Value {
+    let ai = e.b.ins().bitcast(I8X16, le(), a);
+    let bi = e.b.ins().bitcast(I8X16, le(), b);
+    let mask: Vec<u8> = l
+        .iter()
+        .flat_map(|&l| (0..4u8).map(move |k| l * 4 + k))
+        .collect();
+    let imm = e.b.func.dfg.immediates.push(ConstantData::from(mask));
+    let r = e.b.ins().shuffle(ai, bi, imm);
+    e.b.ins().bitcast(F32X4, le(), r)
+}
+
+/// 4x4 transpose (unpack low/high, then 64-bit low/high: 8 shuffles).
+fn transpose4(e: &mut Emit<'_>, r: [Value; 4]) -> [Value; 4] {
+    let t0 = shuf(e, r[0], r[1], [0, 4, 1, 5]);
+    let t1 = shuf(e, r[2], r[3], [0, 4, 1, 5]);
+    let t2 = shuf(e, r[0], r[1], [2, 6, 3, 7]);
+    let t3 = shuf(e, r[2], r[3], [2, 6, 3, 7]);
+    [
+        shuf(e, t0, t1, [0, 1, 4, 5]),
+        shuf(e, t0, t1, [2, 3, 6, 7]),
+        shuf(e, t2, t3, [0, 1, 4, 5]),
+        shuf(e, t2, t3, [2, 3, 6, 7]),
+    ]
+}
+
+/// Element offsets, relative to a group's first column, of the row
+/// vectors the input transform of four consecutive tiles loads.
+fn group_loads(m: usize) -> &'static [i64] {
+    if m == 4 {
+        &[0, 4, 8, 12, 16]
+    } else {
+        &[0, 4, 2, 6]
+    }
+}
+
+/// Input transform of four consecutive tiles of one row of the padded
+/// plane, `a` the byte address of their top-left pixel: `α` rows of
+/// contiguous vectors, the column pass `Bᵀ d` on them as loaded, then the
+/// lanes regrouped (tile per lane) by shuffles, then the row pass.
+/// Returns `V[i][j]`, tile per lane.
+fn input_group(e: &mut Emit<'_>, wn: &Winograd, a: Value, xw: usize) -> Vec<Vec<Value>> {
+    let al = wn.alpha;
+    let pos = group_loads(wn.m);
+    // cols[v][i]: column pass on the vectors loaded at pos[v].
+    let cols: Vec<Vec<Value>> = pos
+        .iter()
+        .map(|&o| {
+            let d: Vec<Value> = (0..al)
+                .map(|k| {
+                    let off = ((k as i64 * xw as i64 + o) * 4) as i32;
+                    e.b.ins().load(F32X4, mem(), a, off)
+                })
+                .collect();
+            bt_apply(e, wn, &d)
+        })
+        .collect();
+    (0..al)
+        .map(|i| {
+            let js: Vec<Value> = if wn.m == 4 {
+                let c = transpose4(e, [cols[0][i], cols[1][i], cols[2][i], cols[3][i]]);
+                let u0 = shuf(e, cols[1][i], cols[2][i], [0, 4, 1, 5]);
+                let u1 = shuf(e, cols[3][i], cols[4][i], [0, 4, 1, 5]);
+                let j4 = shuf(e, u0, u1, [0, 1, 4, 5]);
+                let j5 = shuf(e, u0, u1, [2, 3, 6, 7]);
+                vec![c[0], c[1], c[2], c[3], j4, j5]
+            } else {
+                let (a0, a1, b0, b1) = (cols[0][i], cols[1][i], cols[2][i], cols[3][i]);
+                vec![
+                    shuf(e, a0, a1, [0, 2, 4, 6]),
+                    shuf(e, a0, a1, [1, 3, 5, 7]),
+                    shuf(e, b0, b1, [0, 2, 4, 6]),
+                    shuf(e, b0, b1, [1, 3, 5, 7]),
+                ]
+            };
+            bt_apply(e, wn, &js)
+        })
+        .collect()
+}
+
+/// Stores output row `y[j]` (tile per lane, `j < m`) of four consecutive
+/// tiles at byte address `a`: regrouped pixel-contiguous by shuffles, then
+/// vector stores.
+fn store_out_row(e: &mut Emit<'_>, y: &[Value], a: Value) {
+    if y.len() == 4 {
+        let r = transpose4(e, [y[0], y[1], y[2], y[3]]);
+        for (l, v) in r.into_iter().enumerate() {
+            e.b.ins().store(mem(), v, a, (l * 16) as i32);
+        }
+    } else {
+        let lo = shuf(e, y[0], y[1], [0, 4, 1, 5]);
+        let hi = shuf(e, y[0], y[1], [2, 6, 3, 7]);
+        e.b.ins().store(mem(), lo, a, 0);
+        e.b.ins().store(mem(), hi, a, 16);
+    }
 }
 
 /// Lowers a 3x3 stride-1 convolution with Winograd F(m x m, 3 x 3).
@@ -264,13 +477,18 @@ pub(crate) fn lower(
     let (u, tiles) = (e.bufs[pr0], e.bufs[c.prep[1]]);
     let x = e.bufs[c.arg(node.inputs[0])?];
 
-    // Epilogue over the staging plane: strides (0, 0, wp, 1).
+    // Epilogue over the staging plane: strides (0, 0, row, 1).
+    let zrow = if is_phased(geo) {
+        phased(&t, m).zw
+    } else {
+        t.wp
+    };
     let a = node.outputs[0];
     let domain = c.g.value(a).ty.shape.clone();
     let zop = Operand {
         arg: c.ws[3],
         dtype: DType::F32,
-        strides: vec![0, 0, t.wp as i64, 1],
+        strides: vec![0, 0, zrow as i64, 1],
     };
     let bias = match node.inputs.get(2) {
         Some(&b) => Some((
@@ -293,6 +511,9 @@ pub(crate) fn lower(
         &c.k.outputs,
     )?;
 
+    if is_phased(geo) {
+        return lower_phased(e, c, geo, wn, &t, x, &spec);
+    }
     let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
     let (hp, wp, p4) = (t.hp, t.wp, t.p4);
     let plane = (hp * wp) as i64;
@@ -425,6 +646,166 @@ pub(crate) fn lower(
         });
     });
     err.map_or(Ok(()), Err)
+}
+
+/// The phased lowering of [`lower`] for one image and group (module
+/// docs): phase 0 per input channel (padded copy and input transform),
+/// phase 1 the batched GEMMs (extent 1: the GEMM batch splits itself),
+/// phase 2 per output channel (output transform and epilogue). Each unit
+/// is computed by the same code whatever the task count.
+fn lower_phased(
+    e: &mut Emit<'_>,
+    c: &KCtx<'_>,
+    geo: &ConvGeom,
+    wn: &Winograd,
+    t: &Tiling,
+    x: Value,
+    spec: &elementwise::EwSpec<'_>,
+) -> Result<(), String> {
+    let (m, al) = (wn.m, wn.alpha);
+    let (cg, mg) = geo.per_group();
+    let ph = phased(t, m);
+    let (xw, zw, ps) = (ph.xw, ph.zw, ph.ps);
+    let (th, groups) = (t.hs / m, ph.tw4 / 4);
+    let (vs, ms) = (block_stride(cg, ps), block_stride(mg, ps));
+    let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
+    let hp = t.hp;
+    let ws = workspaces(geo, m);
+    let (xa, va, ma, za) = (c.ws[0], c.ws[1], c.ws[2], c.ws[3]);
+    let (vb, mb) = (e.bufs[va], e.bufs[ma]);
+    let u = e.bufs[c.prep[0]];
+
+    // Phase 0: per input channel, the zero-padded plane (this task's
+    // slice) and V[s][ci][tile] for every tile, four tiles of a row a step.
+    e.phase(cg, |e, lo, hi| {
+        let xb = e.bufs[xa];
+        let xp = e.task_slice(xa, xb, ws[0]);
+        e.for_range(lo, hi, 1, |e, ci| {
+            let src = e.b.ins().imul_imm_s(ci, (geo.h * geo.w) as i64);
+            let z = e.ci(0);
+            zero_run(e, xp, z, pt * xw);
+            e.for_n(geo.h, |e, ih| {
+                let d = e.b.ins().iadd_imm_s(ih, pt as i64);
+                let d = e.b.ins().imul_imm_s(d, xw as i64);
+                zero_run(e, xp, d, pl);
+                let so = e.b.ins().imul_imm_s(ih, geo.w as i64);
+                let so = e.b.ins().iadd(src, so);
+                let d0 = e.b.ins().iadd_imm_s(d, pl as i64);
+                copy_run(e, xp, d0, x, so, geo.w, 1, geo.w);
+                let d1 = e.b.ins().iadd_imm_s(d, (pl + geo.w) as i64);
+                zero_run(e, xp, d1, xw - pl - geo.w);
+            });
+            let tail = e.ci(((pt + geo.h) * xw) as i64);
+            zero_run(e, xp, tail, (hp - pt - geo.h) * xw);
+            let vc = e.b.ins().imul_imm_s(ci, ps as i64);
+            e.for_n(th, |e, r| {
+                // Byte offsets of the row's first tile in the plane and V.
+                let xr = e.b.ins().imul_imm_s(r, (m * xw * 4) as i64);
+                let xr = e.b.ins().iadd(xp, xr);
+                let vr = e.b.ins().imul_imm_s(r, t.tw as i64);
+                let vr = e.b.ins().iadd(vr, vc);
+                let vr = e.addr(vb, vr, 4);
+                e.for_n(groups, |e, q| {
+                    let xo = e.b.ins().imul_imm_s(q, (4 * m * 4) as i64);
+                    let ga = e.b.ins().iadd(xr, xo);
+                    let vo = e.b.ins().imul_imm_s(q, 16);
+                    let gv = e.b.ins().iadd(vr, vo);
+                    let v = input_group(e, wn, ga, xw);
+                    for (i, row) in v.iter().enumerate() {
+                        for (j, &y) in row.iter().enumerate() {
+                            let off = ((i * al + j) * vs * 4) as i64;
+                            let a = e.b.ins().iadd_imm_s(gv, off);
+                            e.b.ins().store(mem(), y, a, 0);
+                        }
+                    }
+                });
+            });
+        });
+        Ok(())
+    })?;
+
+    // Phase 1: one GEMM per frequency point, M_s = U_s V_s, as one batch
+    // (the runtime splits it by whole GEMMs).
+    e.phase(1, |e, _, _| {
+        let ustride = packed_stride(mg, cg) as i64;
+        let args = [
+            u,
+            e.ci(ustride),
+            e.ci(mg as i64),
+            e.ci(t.p as i64),
+            e.ci(cg as i64),
+            vb,
+            e.ci(vs as i64),
+            e.ci(ps as i64),
+            e.ci(1),
+            mb,
+            e.ci(ms as i64),
+            e.ci(ps as i64),
+            e.ci(1),
+            e.ci((al * al) as i64),
+        ];
+        let f = e.bsgemm;
+        let call = e.b.ins().call(f, &args);
+        let rc = e.b.inst_results(call)[0];
+        let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+        e.fail_if(bad, 1);
+        Ok(())
+    })?;
+
+    // Phase 2: per output channel, Y = Aᵀ M A into this task's staging
+    // plane, then the epilogue on it.
+    e.phase(mg, |e, lo, hi| {
+        let zb = e.bufs[za];
+        let zp = e.task_slice(za, zb, ws[3]);
+        // The epilogue reads the staging plane through its argument.
+        e.bufs[za] = zp;
+        let mut err = None;
+        e.for_range(lo, hi, 1, |e, mo| {
+            let mc = e.b.ins().imul_imm_s(mo, ps as i64);
+            e.for_n(th, |e, r| {
+                let zr = e.b.ins().imul_imm_s(r, (m * zw * 4) as i64);
+                let zr = e.b.ins().iadd(zp, zr);
+                let mr = e.b.ins().imul_imm_s(r, t.tw as i64);
+                let mr = e.b.ins().iadd(mr, mc);
+                let mr = e.addr(mb, mr, 4);
+                e.for_n(groups, |e, q| {
+                    let zo = e.b.ins().imul_imm_s(q, (4 * m * 4) as i64);
+                    let gz = e.b.ins().iadd(zr, zo);
+                    let mo4 = e.b.ins().imul_imm_s(q, 16);
+                    let ma = e.b.ins().iadd(mr, mo4);
+                    // tr[i][jj] = sum_k Aᵀ[i][k] M[k][jj].
+                    let mut tr: Vec<Vec<Value>> = vec![Vec::with_capacity(al); m];
+                    for jj in 0..al {
+                        let mk: Vec<Value> = (0..al)
+                            .map(|k| {
+                                let off = ((k * al + jj) * ms * 4) as i64;
+                                let a = e.b.ins().iadd_imm_s(ma, off);
+                                e.b.ins().load(F32X4, mem(), a, 0)
+                            })
+                            .collect();
+                        for (i, y) in at_apply(e, wn, &mk).into_iter().enumerate() {
+                            tr[i].push(y);
+                        }
+                    }
+                    for (i, row) in tr.iter().enumerate() {
+                        let y = at_apply(e, wn, row);
+                        let a = e.b.ins().iadd_imm_s(gz, (i * zw * 4) as i64);
+                        store_out_row(e, &y, a);
+                    }
+                });
+            });
+            let n0 = e.ci(0);
+            let sub = SubDomain {
+                starts: vec![Some(n0), Some(mo), None, None],
+                lens: vec![1, 1, geo.oh, geo.ow],
+            };
+            if let Err(m) = elementwise::emit(e, spec, &sub) {
+                err.get_or_insert(m);
+            }
+        });
+        e.bufs[za] = zb;
+        err.map_or(Ok(()), Err)
+    })
 }
 
 /// Lowers a stride-1 convolution as FFTs: per (image, group) one call of
