@@ -5,19 +5,50 @@
 //! time, `U = G g Gᵀ`, and kept as a weight of `[group][α²]` blocks `U_s
 //! (Co x Ci)` packed for `dnnc_sgemm_packed`, so each of the α² frequency
 //! points is one GEMM `U_s · V_s (Ci x tiles)` that packs only `V_s`.
-//! Per (image, group) the generated
-//! code
+//! Per (image, group) the generated code
 //! 1. copies the input into a zero-padded plane per channel (any padding;
 //!    the plane is large enough for whole tiles, so edge tiles need no
 //!    special case),
-//! 2. transforms input tiles, `V = Bᵀ d B`, four tiles per f32x4 (tile
-//!    offsets come from a compile-time table; the tile count is rounded up
-//!    to 4 with copies of tile 0 whose results are discarded),
-//! 3. runs the α² GEMMs,
+//! 2. transforms input tiles, `V = Bᵀ d B`, four tiles per f32x4,
+//! 3. runs the α² GEMMs as one batch (`dnnc_sgemm_packed_batch`),
 //! 4. per output channel transforms the products back, `Y = Aᵀ M A`, into
 //!    a staging plane and runs the fused epilogue (bias, activations,
 //!    residual adds) on that plane right away, while it is in L1; the
 //!    epilogue's crop to `H' x W'` handles partial edge tiles.
+//!
+//! **Phases** (one image and one group, i.e. batch-1 models): the kernel
+//! is three phases of the runtime's phased-kernel ABI
+//! (`dnnc_runtime::cpu`, "Phases"), so steps 1-2 and 4 split across
+//! threads and the GEMMs split inside the batched call:
+//! - phase 0, one unit per input channel: the padded copy into this
+//!   task's own plane (`Emit::task_slice`), then the input transform of
+//!   every tile of that channel;
+//! - phase 1, extent 1: the batched GEMMs with the step's whole thread
+//!   budget (the batch splits by whole GEMMs);
+//! - phase 2, one unit per output channel: output transform into this
+//!   task's staging plane, then the epilogue.
+//!
+//! Each unit is computed by the same code whatever the task count, so any
+//! thread count gives bitwise the single-thread result. Tiles are walked
+//! by tile row in groups of four consecutive tiles, so a transform loads
+//! contiguous row vectors and regroups them tile-per-lane with shuffles
+//! (a 4x4 transpose for F(4x4), even/odd lanes for F(2x2)), and the output
+//! transform regroups its results the other way and stores whole vectors.
+//! A row's last group may run past the row's end: its extra lanes compute
+//! throw-away tiles (zeros of the padded plane's right margin, which is
+//! wide enough for whole groups) and store them where nothing reads them
+//! later — the next row's first tiles of V, rewritten afterwards by the
+//! same unit, spare columns of V and M (`ps` per row), or staging columns
+//! past `W'`. The α² frequency blocks of V and M are an odd number of
+//! cache lines apart (`block_stride`), so the α² streams a transform
+//! touches do not alias in L1. F(4x4)'s `Bᵀ` and `Aᵀ` use shared
+//! subexpressions (`bt_apply`, `at_apply`).
+//!
+//! Larger batches (or groups) keep a single loop over (image, group)
+//! running steps 1-4 in turn: input tiles are gathered lane by lane
+//! through a compile-time tile table (the tile count rounded up to 4 with
+//! copies of tile 0 whose results are discarded), and the kernel does not
+//! split (its GEMM batch still does).
 //!
 //! The transforms are straight-line code derived from the matrices in
 //! [`WINOGRAD`] (zero coefficients skipped, ±1 as add/sub): no per-tile
@@ -196,8 +227,8 @@ pub(crate) fn workspaces(geo: &ConvGeom, m: usize) -> Vec<usize> {
     }
     vec![
         cg * t.hp * t.wp * 4,
-        a2 * cg * t.p4 * 4,
-        a2 * mg * t.p4 * 4,
+        a2 * block_stride(cg, t.p4) * 4,
+        a2 * block_stride(mg, t.p4) * 4,
         t.hs * t.wp * 4,
     ]
 }
@@ -517,6 +548,7 @@ pub(crate) fn lower(
     let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
     let (hp, wp, p4) = (t.hp, t.wp, t.p4);
     let plane = (hp * wp) as i64;
+    let (vs, ms) = (block_stride(cg, p4), block_stride(mg, p4));
     let mut err = None;
     e.for_n(geo.n, |e, n| {
         e.for_n(geo.g, |e, gi| {
@@ -566,7 +598,7 @@ pub(crate) fn lower(
                     for (i, row) in tr.iter().enumerate() {
                         for jj in 0..al {
                             let v = lin(e, wn.bt[jj], row);
-                            let idx = e.b.ins().iadd_imm_s(vi, ((i * al + jj) * cg * p4) as i64);
+                            let idx = e.b.ins().iadd_imm_s(vi, ((i * al + jj) * vs) as i64);
                             e.store_v(v, vb, idx);
                         }
                     }
@@ -585,11 +617,11 @@ pub(crate) fn lower(
                 e.ci(p4 as i64),
                 e.ci(cg as i64),
                 vb,
-                e.ci((cg * p4) as i64),
+                e.ci(vs as i64),
                 e.ci(p4 as i64),
                 e.ci(1),
                 mb,
-                e.ci((mg * p4) as i64),
+                e.ci(ms as i64),
                 e.ci(p4 as i64),
                 e.ci(1),
                 e.ci((al * al) as i64),
@@ -614,8 +646,7 @@ pub(crate) fn lower(
                     for jj in 0..al {
                         let mk: Vec<Value> = (0..al)
                             .map(|k| {
-                                let idx =
-                                    e.b.ins().iadd_imm_s(base, ((k * al + jj) * mg * p4) as i64);
+                                let idx = e.b.ins().iadd_imm_s(base, ((k * al + jj) * ms) as i64);
                                 e.load_v(mb, idx)
                             })
                             .collect();
