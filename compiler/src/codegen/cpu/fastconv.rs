@@ -327,39 +327,34 @@ fn lane_bases(e: &mut Emit<'_>, tiles: Value, pg: Value, base: Value, extra: Val
     })
 }
 
-/// F(4x4)'s `Bᵀ d` with shared subexpressions (17 operations instead of
-/// 28); other algorithms through [`lin`] row by row.
+/// F(4x4)'s `Bᵀ d` with shared subexpressions and fused multiply-adds
+/// (12 operations instead of 28); other algorithms through [`lin`] row by
+/// row.
 fn bt_apply(e: &mut Emit<'_>, wn: &Winograd, d: &[Value]) -> Vec<Value> {
     if wn.m != 4 {
         return wn.bt.iter().map(|row| lin(e, row, d)).collect();
     }
-    let (k2, k4) = (e.vf(2.0), e.vf(4.0));
-    let f = |e: &mut Emit<'_>, x: Value, k: Value| e.b.ins().fmul(x, k);
+    let (k2, k4, n2, n4) = (e.vf(2.0), e.vf(4.0), e.vf(-2.0), e.vf(-4.0));
     // Rows of Bᵀ: 4(d0-d2)+(d4-d2), (d4-4d2)±(d3-4d1), (d4-d2)±2(d3-d1),
-    // 4(d1-d3)+(d5-d3).
+    // -4(d3-d1)+(d5-d3).
     let c = e.b.ins().fsub(d[4], d[2]);
     let t = e.b.ins().fsub(d[0], d[2]);
-    let t = f(e, t, k4);
-    let r0 = e.b.ins().fadd(t, c);
-    let t = f(e, d[2], k4);
-    let a = e.b.ins().fsub(d[4], t);
-    let t = f(e, d[1], k4);
-    let bb = e.b.ins().fsub(d[3], t);
+    let r0 = e.b.ins().fma(t, k4, c);
+    let a = e.b.ins().fma(d[2], n4, d[4]);
+    let bb = e.b.ins().fma(d[1], n4, d[3]);
     let r1 = e.b.ins().fadd(a, bb);
     let r2 = e.b.ins().fsub(a, bb);
     let t = e.b.ins().fsub(d[3], d[1]);
-    let t = f(e, t, k2);
-    let r3 = e.b.ins().fadd(c, t);
-    let r4 = e.b.ins().fsub(c, t);
-    let t = e.b.ins().fsub(d[1], d[3]);
-    let t = f(e, t, k4);
+    let r3 = e.b.ins().fma(t, k2, c);
+    let r4 = e.b.ins().fma(t, n2, c);
     let u = e.b.ins().fsub(d[5], d[3]);
-    let r5 = e.b.ins().fadd(t, u);
+    let r5 = e.b.ins().fma(t, n4, u);
     vec![r0, r1, r2, r3, r4, r5]
 }
 
-/// F(4x4)'s `Aᵀ m` with shared subexpressions; other algorithms through
-/// [`lin`] row by row.
+/// F(4x4)'s `Aᵀ m` with shared subexpressions and fused multiply-adds
+/// (10 operations instead of 15); other algorithms through [`lin`] row by
+/// row.
 fn at_apply(e: &mut Emit<'_>, wn: &Winograd, x: &[Value]) -> Vec<Value> {
     if wn.m != 4 {
         return wn.at.iter().map(|row| lin(e, row, x)).collect();
@@ -373,12 +368,9 @@ fn at_apply(e: &mut Emit<'_>, wn: &Winograd, x: &[Value]) -> Vec<Value> {
     let d34 = e.b.ins().fsub(x[3], x[4]);
     let t = e.b.ins().fadd(x[0], s12);
     let y0 = e.b.ins().fadd(t, s34);
-    let t = e.b.ins().fmul(d34, k2);
-    let y1 = e.b.ins().fadd(d12, t);
-    let t = e.b.ins().fmul(s34, k4);
-    let y2 = e.b.ins().fadd(s12, t);
-    let t = e.b.ins().fmul(d34, k8);
-    let t = e.b.ins().fadd(d12, t);
+    let y1 = e.b.ins().fma(d34, k2, d12);
+    let y2 = e.b.ins().fma(s34, k4, s12);
+    let t = e.b.ins().fma(d34, k8, d12);
     let y3 = e.b.ins().fadd(t, x[5]);
     vec![y0, y1, y2, y3]
 }
