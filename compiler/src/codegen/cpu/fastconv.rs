@@ -6,19 +6,19 @@
 //! (Co x Ci)` packed for `dnnc_sgemm_packed`, so each of the α² frequency
 //! points is one GEMM `U_s · V_s (Ci x tiles)` that packs only `V_s`.
 //! Per (image, group) the generated code
-//! 1. copies the input into a zero-padded plane per channel (any padding;
-//!    the plane is large enough for whole tiles, so edge tiles need no
-//!    special case),
-//! 2. transforms input tiles, `V = Bᵀ d B`, four tiles per f32x4,
-//! 3. runs the α² GEMMs as one batch (`dnnc_sgemm_packed_batch`),
-//! 4. per output channel transforms the products back, `Y = Aᵀ M A`, into
+//! 1. per input channel copies the input into a zero-padded plane (any
+//!    padding; the plane is large enough for whole tiles, so edge tiles
+//!    need no special case), then transforms its tiles, `V = Bᵀ d B`, four
+//!    tiles per f32x4,
+//! 2. runs the α² GEMMs as one batch (`dnnc_sgemm_packed_batch`),
+//! 3. per output channel transforms the products back, `Y = Aᵀ M A`, into
 //!    a staging plane and runs the fused epilogue (bias, activations,
 //!    residual adds) on that plane right away, while it is in L1; the
 //!    epilogue's crop to `H' x W'` handles partial edge tiles.
 //!
 //! **Phases** (one image and one group, i.e. batch-1 models): the kernel
 //! is three phases of the runtime's phased-kernel ABI
-//! (`dnnc_runtime::cpu`, "Phases"), so steps 1-2 and 4 split across
+//! (`dnnc_runtime::cpu`, "Phases"), so steps 1 and 3 split across
 //! threads and the GEMMs split inside the batched call:
 //! - phase 0, one unit per input channel: the padded copy into this
 //!   task's own plane (`Emit::task_slice`), then the input transform of
@@ -41,31 +41,30 @@
 //! same unit, spare columns of V and M (`ps` per row), or staging columns
 //! past `W'`. The α² frequency blocks of V and M are an odd number of
 //! cache lines apart (`block_stride`), so the α² streams a transform
-//! touches do not alias in L1. F(4x4)'s `Bᵀ` and `Aᵀ` use shared
-//! subexpressions (`bt_apply`, `at_apply`).
+//! touches do not alias in L1.
 //!
-//! Larger batches (or groups) keep a single loop over (image, group)
-//! running steps 1-4 in turn: input tiles are gathered lane by lane
-//! through a compile-time tile table (the tile count rounded up to 4 with
-//! copies of tile 0 whose results are discarded), and the kernel does not
-//! split (its GEMM batch still does).
+//! Larger batches (or groups) run the same three steps in turn inside
+//! one loop over (image, group), in a single call: the kernel does not
+//! split, its GEMM batch still does.
 //!
-//! The transforms are straight-line code derived from the matrices in
-//! [`WINOGRAD`] (zero coefficients skipped, ±1 as add/sub): no per-tile
-//! code is written by hand, so F(2x2) and F(4x4) share everything.
+//! The transforms are straight-line code: F(2x2)'s derived from the
+//! matrices in [`WINOGRAD`] (zero coefficients skipped, ±1 as add/sub),
+//! F(4x4)'s `Bᵀ` and `Aᵀ` written out with shared subexpressions and
+//! fused multiply-adds (`bt_apply`, `at_apply`; the table test below
+//! checks the matrices they implement, the conv tests the code).
 //!
 //! **FFT**: the native helper `dnnc_runtime::cpu::fftconv::dnnc_fft_conv`
 //! per (image, group) with the filter spectra precomputed at compile time,
 //! then the usual epilogue on the group's output.
 
 use super::contraction::{
-    at, copy_run, i64_buf, pack_blocks, packed_stride, tile_epilogue, zero_run, ConvGeom,
+    at, copy_run, pack_blocks, packed_stride, tile_epilogue, zero_run, ConvGeom,
 };
 use super::elementwise::{self, bcast_strides, Operand, SubDomain};
 use super::emit::{mem, Emit};
 use super::KCtx;
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::types::{F32, F32X4, I32, I64, I8X16};
+use cranelift_codegen::ir::types::{F32X4, I32, I64, I8X16};
 use cranelift_codegen::ir::{
     AbiParam, ConstantData, Endianness, InstBuilder, MemFlagsData, Signature, Value,
 };
@@ -141,46 +140,45 @@ fn winograd(m: usize) -> &'static Winograd {
     WINOGRAD.into_iter().find(|w| w.m == m).unwrap_or(&F4)
 }
 
-/// Tile grid of one convolution: `th x tw` output tiles of `m x m`, the
-/// padded input plane `hp x wp` (whole tiles plus the 2-pixel halo), `p`
-/// tiles, rounded up to `p4` for four tiles per vector.
+/// Tile grid and buffer layout of one convolution. Tiles are `th x tw`
+/// output tiles of `m x m`, `p` in all, processed by tile row in groups
+/// of four consecutive tiles, `tw4` a row (`tw` rounded up to 4); the
+/// lanes past a row's end compute throw-away tiles whose results land in
+/// slack (module docs).
 struct Tiling {
-    hp: usize,
-    wp: usize,
-    hs: usize,
-    p: usize,
-    p4: usize,
+    /// Tile rows.
+    th: usize,
+    /// Tiles per row.
     tw: usize,
+    /// Tiles in all.
+    p: usize,
+    /// Tiles per row rounded up to 4.
+    tw4: usize,
+    /// Rows of the padded input plane (whole tiles plus the 2-pixel halo).
+    hp: usize,
+    /// Width of the padded input plane: whole groups plus the halo and the
+    /// columns the vector loads of a row's last group touch.
+    xw: usize,
+    /// Width of the staging output plane.
+    zw: usize,
+    /// Row stride of V and M: the tiles plus the last row's overhang.
+    ps: usize,
 }
 
 fn tiling(geo: &ConvGeom, m: usize) -> Tiling {
     let (th, tw) = (geo.oh.div_ceil(m), geo.ow.div_ceil(m));
+    let tw4 = tw.div_ceil(4) * 4;
     let p = th * tw;
     Tiling {
-        hp: th * m + 2,
-        wp: tw * m + 2,
-        hs: th * m,
-        p,
-        p4: p.div_ceil(4) * 4,
+        th,
         tw,
+        p,
+        tw4,
+        hp: th * m + 2,
+        xw: tw4 * m + 4,
+        zw: tw4 * m,
+        ps: (p + tw4 - tw).div_ceil(4) * 4,
     }
-}
-
-/// Layout of the phased kernel (one image, one group): tile rows are
-/// processed in groups of four consecutive tiles, `tw4` tiles a row (`tw`
-/// rounded up to 4); the lanes past a row's end compute throw-away tiles
-/// whose results land in slack (the next row's first tiles, rewritten
-/// later by the same unit, or the `ps - p` spare columns).
-struct Phased {
-    /// Tiles per row rounded up to 4.
-    tw4: usize,
-    /// Width of the padded input plane (whole groups plus halo and the
-    /// columns the vector loads of the last group touch).
-    xw: usize,
-    /// Width of the staging output plane.
-    zw: usize,
-    /// Row stride of V and M (tiles plus the last row's overhang).
-    ps: usize,
 }
 
 /// Stride of the α² frequency blocks of V or M (`rows` rows of `ps`):
@@ -192,50 +190,31 @@ fn block_stride(rows: usize, ps: usize) -> usize {
     (lines | 1) * 16
 }
 
-fn phased(t: &Tiling, m: usize) -> Phased {
-    let tw4 = t.tw.div_ceil(4) * 4;
-    Phased {
-        tw4,
-        xw: tw4 * m + 4,
-        zw: tw4 * m,
-        ps: (t.p + tw4 - t.tw).div_ceil(4) * 4,
-    }
-}
-
 /// Whether the kernel is lowered as three phases (one image and group:
-/// batch-1 models); larger batches keep one loop over (image, group).
+/// batch-1 models); larger batches loop over (image, group) in one call.
 fn is_phased(geo: &ConvGeom) -> bool {
     geo.n * geo.g == 1
 }
 
-/// Workspace bytes: padded input, transformed input V, products M, one
-/// staging output plane. Phased: the padded and staging planes are one
-/// plane per task ([`Emit::task_slice`]).
+/// Workspace bytes: one padded input plane, transformed input V, products
+/// M, one staging output plane. A phased kernel gives each task its own
+/// padded and staging plane (`Emit::task_slice`; the runtime multiplies
+/// those sizes by the task count).
 pub(crate) fn workspaces(geo: &ConvGeom, m: usize) -> Vec<usize> {
     let w = winograd(m);
     let t = tiling(geo, m);
     let (cg, mg) = geo.per_group();
     let a2 = w.alpha * w.alpha;
-    if is_phased(geo) {
-        let ph = phased(&t, m);
-        return vec![
-            t.hp * ph.xw * 4,
-            a2 * block_stride(cg, ph.ps) * 4,
-            a2 * block_stride(mg, ph.ps) * 4,
-            t.hs * ph.zw * 4,
-        ];
-    }
     vec![
-        cg * t.hp * t.wp * 4,
-        a2 * block_stride(cg, t.p4) * 4,
-        a2 * block_stride(mg, t.p4) * 4,
-        t.hs * t.wp * 4,
+        t.hp * t.xw * 4,
+        a2 * block_stride(cg, t.ps) * 4,
+        a2 * block_stride(mg, t.ps) * 4,
+        t.th * m * t.zw * 4,
     ]
 }
 
 /// Compile-time weights: `U = G g Gᵀ` (computed in f64) as `[group][α²]`
-/// packed `Co x Ci` blocks ([`pack_blocks`]), and the tile table (element offset of every tile's top-left
-/// corner in the padded plane, which the staging plane shares).
+/// packed `Co x Ci` blocks ([`pack_blocks`]).
 pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
     let wn = winograd(m);
     let a = wn.alpha;
@@ -261,18 +240,8 @@ pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
             }
         }
     }
-    let t = tiling(geo, m);
-    let tiles: Vec<i64> = (0..t.p4)
-        .map(|p| {
-            let p = if p < t.p { p } else { 0 };
-            ((p / t.tw * m) * t.wp + p % t.tw * m) as i64
-        })
-        .collect();
     let offs: Vec<usize> = (0..geo.g * a * a).map(|b| b * mg * cg).collect();
-    vec![
-        pack_blocks((mg, cg), &u, &offs, (cg, 1), 1.0),
-        i64_buf(&tiles),
-    ]
+    vec![pack_blocks((mg, cg), &u, &offs, (cg, 1), 1.0)]
 }
 
 /// `sum_k coef[k] * xs[k]` on f32x4 values: zero coefficients skipped,
@@ -304,27 +273,6 @@ fn lin(e: &mut Emit<'_>, coef: &[f64], xs: &[Value]) -> Value {
 /// Little-endian flags for the bitcasts around byte shuffles.
 fn le() -> MemFlagsData {
     MemFlagsData::new().with_endianness(Endianness::Little)
-}
-
-/// Four f32s, one per lane, each at byte offset `off` from its lane's base.
-fn gather4(e: &mut Emit<'_>, bases: &[Value; 4], off: i32) -> Value {
-    let s0 = e.b.ins().load(F32, mem(), bases[0], off);
-    let mut v = e.b.ins().scalar_to_vector(F32X4, s0);
-    for (l, &b) in bases.iter().enumerate().skip(1) {
-        let s = e.b.ins().load(F32, mem(), b, off);
-        v = e.b.ins().insertlane(v, s, l as u8);
-    }
-    v
-}
-
-/// Byte addresses `base + 4 * (tiles[pg + l] + extra)` of four lanes.
-fn lane_bases(e: &mut Emit<'_>, tiles: Value, pg: Value, base: Value, extra: Value) -> [Value; 4] {
-    [0, 1, 2, 3].map(|l| {
-        let i = e.b.ins().iadd_imm_s(pg, l);
-        let off = e.load_ty(I64, tiles, i);
-        let off = e.b.ins().iadd(off, extra);
-        e.addr(base, off, 4)
-    })
 }
 
 /// F(4x4)'s `Bᵀ d` with shared subexpressions and fused multiply-adds
@@ -473,7 +421,9 @@ fn store_out_row(e: &mut Emit<'_>, y: &[Value], a: Value) {
     }
 }
 
-/// Lowers a 3x3 stride-1 convolution with Winograd F(m x m, 3 x 3).
+/// Lowers a 3x3 stride-1 convolution with Winograd F(m x m, 3 x 3):
+/// three phases for one image and group, else one loop over (image,
+/// group) running the same three steps in turn (module docs).
 pub(crate) fn lower(
     e: &mut Emit<'_>,
     c: &KCtx<'_>,
@@ -481,37 +431,20 @@ pub(crate) fn lower(
     m: usize,
 ) -> Result<(), String> {
     let wn = winograd(m);
-    let al = wn.alpha;
     let t = tiling(geo, m);
-    let (cg, mg) = geo.per_group();
     let node = c.g.node(c.k.nodes[0]);
-    let (Some(&ws0), Some(&pr0)) = (c.ws.first(), c.prep.first()) else {
-        return Err("missing Winograd buffers".into());
-    };
-    if c.ws.len() < 4 || c.prep.len() < 2 {
+    if c.ws.len() < 4 || c.prep.is_empty() {
         return Err("missing Winograd buffers".into());
     }
-    let (xp, vb, mb, zb) = (
-        e.bufs[ws0],
-        e.bufs[c.ws[1]],
-        e.bufs[c.ws[2]],
-        e.bufs[c.ws[3]],
-    );
-    let (u, tiles) = (e.bufs[pr0], e.bufs[c.prep[1]]);
     let x = e.bufs[c.arg(node.inputs[0])?];
 
-    // Epilogue over the staging plane: strides (0, 0, row, 1).
-    let zrow = if is_phased(geo) {
-        phased(&t, m).zw
-    } else {
-        t.wp
-    };
+    // Epilogue over the staging plane: strides (0, 0, zw, 1).
     let a = node.outputs[0];
     let domain = c.g.value(a).ty.shape.clone();
     let zop = Operand {
         arg: c.ws[3],
         dtype: DType::F32,
-        strides: vec![0, 0, zrow as i64, 1],
+        strides: vec![0, 0, t.zw as i64, 1],
     };
     let bias = match node.inputs.get(2) {
         Some(&b) => Some((
@@ -533,178 +466,91 @@ pub(crate) fn lower(
         vec![(a, zop, bias)],
         &c.k.outputs,
     )?;
-
+    let w = Wino {
+        wn,
+        geo,
+        t: &t,
+        x,
+        ws: workspaces(geo, m),
+        args: [c.ws[0], c.ws[1], c.ws[2], c.ws[3]],
+        u: c.prep[0],
+        spec: &spec,
+    };
     if is_phased(geo) {
-        return lower_phased(e, c, geo, wn, &t, x, &spec);
+        let (cg, mg) = geo.per_group();
+        let zero = e.ci(0);
+        e.phase(cg, |e, lo, hi| {
+            let xb = e.bufs[w.args[0]];
+            let xp = e.task_slice(w.args[0], xb, w.ws[0]);
+            w.input(e, xp, zero, lo, hi);
+            Ok(())
+        })?;
+        e.phase(1, |e, _, _| {
+            w.gemm(e, zero);
+            Ok(())
+        })?;
+        return e.phase(mg, |e, lo, hi| {
+            let zb = e.bufs[w.args[3]];
+            let zp = e.task_slice(w.args[3], zb, w.ws[3]);
+            // The epilogue reads the staging plane through its argument.
+            e.bufs[w.args[3]] = zp;
+            let r = w.output(e, zero, zero, lo, hi);
+            e.bufs[w.args[3]] = zb;
+            r
+        });
     }
-    let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
-    let (hp, wp, p4) = (t.hp, t.wp, t.p4);
-    let plane = (hp * wp) as i64;
-    let (vs, ms) = (block_stride(cg, p4), block_stride(mg, p4));
     let mut err = None;
     e.for_n(geo.n, |e, n| {
         e.for_n(geo.g, |e, gi| {
-            // 1. Zero-padded copy of the group's input channels.
+            let (cg, mg) = geo.per_group();
+            let xp = e.bufs[w.args[0]];
+            let (lo, ci, co) = (e.ci(0), e.ci(cg as i64), e.ci(mg as i64));
             let t0 = e.b.ins().imul_imm_s(n, geo.c as i64);
             let t1 = e.b.ins().imul_imm_s(gi, cg as i64);
             let cbase = e.b.ins().iadd(t0, t1);
-            e.for_n(cg, |e, ci| {
-                let sc = e.b.ins().iadd(cbase, ci);
-                let src = e.b.ins().imul_imm_s(sc, (geo.h * geo.w) as i64);
-                let dst = e.b.ins().imul_imm_s(ci, plane);
-                zero_run(e, xp, dst, pt * wp);
-                e.for_n(geo.h, |e, ih| {
-                    let r = e.b.ins().iadd_imm_s(ih, pt as i64);
-                    let r = e.b.ins().imul_imm_s(r, wp as i64);
-                    let d = e.b.ins().iadd(dst, r);
-                    zero_run(e, xp, d, pl);
-                    let so = e.b.ins().imul_imm_s(ih, geo.w as i64);
-                    let so = e.b.ins().iadd(src, so);
-                    let d0 = e.b.ins().iadd_imm_s(d, pl as i64);
-                    copy_run(e, xp, d0, x, so, geo.w, 1, geo.w);
-                    let d1 = e.b.ins().iadd_imm_s(d, (pl + geo.w) as i64);
-                    zero_run(e, xp, d1, wp - pl - geo.w);
-                });
-                let tail = e.b.ins().iadd_imm_s(dst, ((pt + geo.h) * wp) as i64);
-                zero_run(e, xp, tail, (hp - pt - geo.h) * wp);
-            });
-            // 2. Input transform V[s][ci][p] = (Bᵀ d B)[s], four tiles a vector.
-            let s0 = e.ci(0);
-            let s1 = e.ci(p4 as i64);
-            e.for_range(s0, s1, 4, |e, pg| {
-                e.for_n(cg, |e, ci| {
-                    let cb = e.b.ins().imul_imm_s(ci, plane);
-                    let lanes = lane_bases(e, tiles, pg, xp, cb);
-                    // Columns first: tcol[j][i] = sum_k Bᵀ[i][k] d[k][j].
-                    let mut tr: Vec<Vec<Value>> = vec![Vec::with_capacity(al); al];
-                    for j in 0..al {
-                        let d: Vec<Value> = (0..al)
-                            .map(|k| gather4(e, &lanes, ((k * wp + j) * 4) as i32))
-                            .collect();
-                        for (i, row) in tr.iter_mut().enumerate() {
-                            row.push(lin(e, wn.bt[i], &d));
-                        }
-                    }
-                    let vi = e.b.ins().imul_imm_s(ci, p4 as i64);
-                    let vi = e.b.ins().iadd(vi, pg);
-                    for (i, row) in tr.iter().enumerate() {
-                        for jj in 0..al {
-                            let v = lin(e, wn.bt[jj], row);
-                            let idx = e.b.ins().iadd_imm_s(vi, ((i * al + jj) * vs) as i64);
-                            e.store_v(v, vb, idx);
-                        }
-                    }
-                });
-            });
-            // 3. One GEMM per frequency point: M_s = U_s V_s.
-            //    As one batch, so the runtime may run whole GEMMs of it on
-            //    different threads.
-            let ustride = packed_stride(mg, cg) as i64;
-            let ug = e.b.ins().imul_imm_s(gi, al as i64 * al as i64 * ustride);
-            let ua = at(e, u, ug);
-            let args = [
-                ua,
-                e.ci(ustride),
-                e.ci(mg as i64),
-                e.ci(p4 as i64),
-                e.ci(cg as i64),
-                vb,
-                e.ci(vs as i64),
-                e.ci(p4 as i64),
-                e.ci(1),
-                mb,
-                e.ci(ms as i64),
-                e.ci(p4 as i64),
-                e.ci(1),
-                e.ci((al * al) as i64),
-            ];
-            let f = e.bsgemm;
-            let call = e.b.ins().call(f, &args);
-            let rc = e.b.inst_results(call)[0];
-            let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
-            e.fail_if(bad, 1);
-            // 4. Output transform per channel into the staging plane, then
-            //    the epilogue on that plane.
-            e.for_n(mg, |e, mo| {
-                let s0 = e.ci(0);
-                let s1 = e.ci(p4 as i64);
-                e.for_range(s0, s1, 4, |e, pg| {
-                    let z = e.ci(0);
-                    let lanes = lane_bases(e, tiles, pg, zb, z);
-                    let base = e.b.ins().imul_imm_s(mo, p4 as i64);
-                    let base = e.b.ins().iadd(base, pg);
-                    // tr[i][jj] = sum_k Aᵀ[i][k] M[k][jj].
-                    let mut tr: Vec<Vec<Value>> = vec![Vec::with_capacity(al); m];
-                    for jj in 0..al {
-                        let mk: Vec<Value> = (0..al)
-                            .map(|k| {
-                                let idx = e.b.ins().iadd_imm_s(base, ((k * al + jj) * ms) as i64);
-                                e.load_v(mb, idx)
-                            })
-                            .collect();
-                        for (i, row) in tr.iter_mut().enumerate() {
-                            row.push(lin(e, wn.at[i], &mk));
-                        }
-                    }
-                    for (i, row) in tr.iter().enumerate() {
-                        for j in 0..m {
-                            let y = lin(e, wn.at[j], row);
-                            for (l, &b) in lanes.iter().enumerate() {
-                                let s = e.b.ins().extractlane(y, l as u8);
-                                e.b.ins().store(mem(), s, b, ((i * wp + j) * 4) as i32);
-                            }
-                        }
-                    }
-                });
-                let t = e.b.ins().imul_imm_s(gi, mg as i64);
-                let co = e.b.ins().iadd(t, mo);
-                let sub = SubDomain {
-                    starts: vec![Some(n), Some(co), None, None],
-                    lens: vec![1, 1, geo.oh, geo.ow],
-                };
-                if let Err(m) = elementwise::emit(e, &spec, &sub) {
-                    err.get_or_insert(m);
-                }
-            });
+            w.input(e, xp, cbase, lo, ci);
+            w.gemm(e, gi);
+            let co0 = e.b.ins().imul_imm_s(gi, mg as i64);
+            if let Err(m) = w.output(e, n, co0, lo, co) {
+                err.get_or_insert(m);
+            }
         });
     });
     err.map_or(Ok(()), Err)
 }
 
-/// The phased lowering of [`lower`] for one image and group (module
-/// docs): phase 0 per input channel (padded copy and input transform),
-/// phase 1 the batched GEMMs (extent 1: the GEMM batch splits itself),
-/// phase 2 per output channel (output transform and epilogue). Each unit
-/// is computed by the same code whatever the task count.
-fn lower_phased(
-    e: &mut Emit<'_>,
-    c: &KCtx<'_>,
-    geo: &ConvGeom,
-    wn: &Winograd,
-    t: &Tiling,
+/// What the three steps of one Winograd kernel share.
+struct Wino<'a> {
+    wn: &'static Winograd,
+    geo: &'a ConvGeom,
+    t: &'a Tiling,
+    /// The input tensor.
     x: Value,
-    spec: &elementwise::EwSpec<'_>,
-) -> Result<(), String> {
-    let (m, al) = (wn.m, wn.alpha);
-    let (cg, mg) = geo.per_group();
-    let ph = phased(t, m);
-    let (xw, zw, ps) = (ph.xw, ph.zw, ph.ps);
-    let (th, groups) = (t.hs / m, ph.tw4 / 4);
-    let (vs, ms) = (block_stride(cg, ps), block_stride(mg, ps));
-    let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
-    let hp = t.hp;
-    let ws = workspaces(geo, m);
-    let (xa, va, ma, za) = (c.ws[0], c.ws[1], c.ws[2], c.ws[3]);
-    let (vb, mb) = (e.bufs[va], e.bufs[ma]);
-    let u = e.bufs[c.prep[0]];
+    /// Workspace sizes ([`workspaces`]).
+    ws: Vec<usize>,
+    /// Argument indices of the padded plane, V, M and the staging plane.
+    args: [usize; 4],
+    /// Argument index of the transformed filters.
+    u: usize,
+    spec: &'a elementwise::EwSpec<'a>,
+}
 
-    // Phase 0: per input channel, the zero-padded plane (this task's
-    // slice) and V[s][ci][tile] for every tile, four tiles of a row a step.
-    e.phase(cg, |e, lo, hi| {
-        let xb = e.bufs[xa];
-        let xp = e.task_slice(xa, xb, ws[0]);
+impl Wino<'_> {
+    /// Input channels `[lo, hi)` of one group (channel `cbase + ci` of
+    /// `x` for `ci` in the range): the padded copy into plane `xp`, then
+    /// V[s][ci][tile] for every tile, four tiles of a row a step.
+    fn input(&self, e: &mut Emit<'_>, xp: Value, cbase: Value, lo: Value, hi: Value) {
+        let (wn, geo, t) = (self.wn, self.geo, self.t);
+        let (m, al) = (wn.m, wn.alpha);
+        let (cg, _) = geo.per_group();
+        let (xw, ps) = (t.xw, t.ps);
+        let vs = block_stride(cg, ps);
+        let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
+        let vb = e.bufs[self.args[1]];
+        let x = self.x;
         e.for_range(lo, hi, 1, |e, ci| {
-            let src = e.b.ins().imul_imm_s(ci, (geo.h * geo.w) as i64);
+            let sc = e.b.ins().iadd(cbase, ci);
+            let src = e.b.ins().imul_imm_s(sc, (geo.h * geo.w) as i64);
             let z = e.ci(0);
             zero_run(e, xp, z, pt * xw);
             e.for_n(geo.h, |e, ih| {
@@ -719,16 +565,16 @@ fn lower_phased(
                 zero_run(e, xp, d1, xw - pl - geo.w);
             });
             let tail = e.ci(((pt + geo.h) * xw) as i64);
-            zero_run(e, xp, tail, (hp - pt - geo.h) * xw);
+            zero_run(e, xp, tail, (t.hp - pt - geo.h) * xw);
             let vc = e.b.ins().imul_imm_s(ci, ps as i64);
-            e.for_n(th, |e, r| {
-                // Byte offsets of the row's first tile in the plane and V.
+            e.for_n(t.th, |e, r| {
+                // Byte addresses of the row's first tile in the plane and V.
                 let xr = e.b.ins().imul_imm_s(r, (m * xw * 4) as i64);
                 let xr = e.b.ins().iadd(xp, xr);
                 let vr = e.b.ins().imul_imm_s(r, t.tw as i64);
                 let vr = e.b.ins().iadd(vr, vc);
                 let vr = e.addr(vb, vr, 4);
-                e.for_n(groups, |e, q| {
+                e.for_n(t.tw4 / 4, |e, q| {
                     let xo = e.b.ins().imul_imm_s(q, (4 * m * 4) as i64);
                     let ga = e.b.ins().iadd(xr, xo);
                     let vo = e.b.ins().imul_imm_s(q, 16);
@@ -744,26 +590,30 @@ fn lower_phased(
                 });
             });
         });
-        Ok(())
-    })?;
+    }
 
-    // Phase 1: one GEMM per frequency point, M_s = U_s V_s, as one batch
-    // (the runtime splits it by whole GEMMs).
-    e.phase(1, |e, _, _| {
+    /// One GEMM per frequency point, `M_s = U_s V_s` with group `gi`'s
+    /// filters, as one batch (the runtime splits it by whole GEMMs).
+    fn gemm(&self, e: &mut Emit<'_>, gi: Value) {
+        let (al, t) = (self.wn.alpha, self.t);
+        let (cg, mg) = self.geo.per_group();
         let ustride = packed_stride(mg, cg) as i64;
+        let ug = e.b.ins().imul_imm_s(gi, al as i64 * al as i64 * ustride);
+        let ub = e.bufs[self.u];
+        let ua = at(e, ub, ug);
         let args = [
-            u,
+            ua,
             e.ci(ustride),
             e.ci(mg as i64),
             e.ci(t.p as i64),
             e.ci(cg as i64),
-            vb,
-            e.ci(vs as i64),
-            e.ci(ps as i64),
+            e.bufs[self.args[1]],
+            e.ci(block_stride(cg, t.ps) as i64),
+            e.ci(t.ps as i64),
             e.ci(1),
-            mb,
-            e.ci(ms as i64),
-            e.ci(ps as i64),
+            e.bufs[self.args[2]],
+            e.ci(block_stride(mg, t.ps) as i64),
+            e.ci(t.ps as i64),
             e.ci(1),
             e.ci((al * al) as i64),
         ];
@@ -772,26 +622,35 @@ fn lower_phased(
         let rc = e.b.inst_results(call)[0];
         let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
         e.fail_if(bad, 1);
-        Ok(())
-    })?;
+    }
 
-    // Phase 2: per output channel, Y = Aᵀ M A into this task's staging
-    // plane, then the epilogue on it.
-    e.phase(mg, |e, lo, hi| {
-        let zb = e.bufs[za];
-        let zp = e.task_slice(za, zb, ws[3]);
-        // The epilogue reads the staging plane through its argument.
-        e.bufs[za] = zp;
+    /// Output channels `co0 + [lo, hi)` of image `n`: `Y = Aᵀ M A` into
+    /// the staging plane (the argument `args[3]` points at), then the
+    /// epilogue on it, one channel at a time.
+    fn output(
+        &self,
+        e: &mut Emit<'_>,
+        n: Value,
+        co0: Value,
+        lo: Value,
+        hi: Value,
+    ) -> Result<(), String> {
+        let (wn, geo, t) = (self.wn, self.geo, self.t);
+        let (m, al) = (wn.m, wn.alpha);
+        let (_, mg) = geo.per_group();
+        let (zw, ps) = (t.zw, t.ps);
+        let ms = block_stride(mg, ps);
+        let (mb, zp) = (e.bufs[self.args[2]], e.bufs[self.args[3]]);
         let mut err = None;
         e.for_range(lo, hi, 1, |e, mo| {
             let mc = e.b.ins().imul_imm_s(mo, ps as i64);
-            e.for_n(th, |e, r| {
+            e.for_n(t.th, |e, r| {
                 let zr = e.b.ins().imul_imm_s(r, (m * zw * 4) as i64);
                 let zr = e.b.ins().iadd(zp, zr);
                 let mr = e.b.ins().imul_imm_s(r, t.tw as i64);
                 let mr = e.b.ins().iadd(mr, mc);
                 let mr = e.addr(mb, mr, 4);
-                e.for_n(groups, |e, q| {
+                e.for_n(t.tw4 / 4, |e, q| {
                     let zo = e.b.ins().imul_imm_s(q, (4 * m * 4) as i64);
                     let gz = e.b.ins().iadd(zr, zo);
                     let mo4 = e.b.ins().imul_imm_s(q, 16);
@@ -817,18 +676,17 @@ fn lower_phased(
                     }
                 });
             });
-            let n0 = e.ci(0);
+            let co = e.b.ins().iadd(co0, mo);
             let sub = SubDomain {
-                starts: vec![Some(n0), Some(mo), None, None],
+                starts: vec![Some(n), Some(co), None, None],
                 lens: vec![1, 1, geo.oh, geo.ow],
             };
-            if let Err(m) = elementwise::emit(e, spec, &sub) {
+            if let Err(m) = elementwise::emit(e, self.spec, &sub) {
                 err.get_or_insert(m);
             }
         });
-        e.bufs[za] = zb;
         err.map_or(Ok(()), Err)
-    })
+    }
 }
 
 /// Lowers a stride-1 convolution as FFTs: per (image, group) one call of
