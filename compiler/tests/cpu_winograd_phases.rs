@@ -3,6 +3,7 @@
 //! pads 0 and 1, tile rows that are and are not whole groups of four
 //! tiles, and a bias + residual + ReLU epilogue match the interpreter, and
 //! run as 2, 3 and 5 tasks they give bitwise the result of one task.
+//! Batches and grouped convs keep one unsplit loop and match too.
 
 mod cpu_common;
 
@@ -111,5 +112,42 @@ fn winograd_phases_split_bitwise_and_match_the_interpreter() {
             let g = conv(c, m, h, w, pad);
             phased_equal(&g, &inputs(c, m, h, w, pad), algo);
         }
+    }
+}
+
+#[test]
+fn batched_and_grouped_winograd_loops_and_matches_the_interpreter() {
+    // 2 images, 2 groups of 3 -> 4 channels, 4x4 tile rows of 3 tiles.
+    let src = "graph wino_batch {
+  input %x: f32[2,6,11,10]
+  input %r: f32[2,8,11,10]
+  param %w: f32[8,3,3,3] = he(seed=5)
+  param %b: f32[8] = uniform(low=-1, high=1, seed=6)
+  %c = Conv2d(%x, %w, %b) {strides=[1,1], pads=[1,1,1,1], dilations=[1,1], group=2}
+  %s = Add(%c, %r)
+  %y = Relu(%s)
+  output %y
+}
+";
+    let g = dnnc_ir::text::parse(src, "wino.dnn").unwrap();
+    let ins = vec![
+        ("x".to_string(), rand_f32(&[2, 6, 11, 10], 21, -2.0, 2.0)),
+        ("r".to_string(), rand_f32(&[2, 8, 11, 10], 22, -1.0, 1.0)),
+    ];
+    for algo in [ConvAlgo::Winograd2, ConvAlgo::Winograd4] {
+        let opts = CpuOptions {
+            conv_algo: Some(algo),
+            ..Default::default()
+        };
+        check_with(&g, &ins, 2e-4, 2e-4, &opts);
+        let exe = compile_cpu(&g, &opts).unwrap();
+        let st = exe
+            .steps()
+            .iter()
+            .find(|s| s.op.starts_with("Conv2d"))
+            .expect("a conv kernel");
+        let want = format!("{algo:?}").to_lowercase();
+        assert_eq!(st.algo.as_deref(), Some(want.as_str()));
+        assert!(st.phase_splits.is_empty() && st.split == 1);
     }
 }
