@@ -521,8 +521,11 @@ pub(crate) fn lower(
 
 /// What the three steps of one Winograd kernel share.
 struct Wino<'a> {
+    /// The algorithm's matrices.
     wn: &'static Winograd,
+    /// The convolution.
     geo: &'a ConvGeom,
+    /// Its tile grid and buffer layout.
     t: &'a Tiling,
     /// The input tensor.
     x: Value,
@@ -532,6 +535,7 @@ struct Wino<'a> {
     args: [usize; 4],
     /// Argument index of the transformed filters.
     u: usize,
+    /// The fused epilogue, reading the staging plane.
     spec: &'a elementwise::EwSpec<'a>,
 }
 
