@@ -230,7 +230,7 @@ pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec
 }
 
 /// Weight buffers a kernel needs prepared at compile time: Winograd's
-/// transformed filters and tile table, the FFT descriptor and filter
+/// transformed filters, the FFT descriptor and filter
 /// spectra. Passed after the workspaces, in this order.
 pub(crate) fn prepared(
     g: &Graph,

@@ -5,37 +5,69 @@
 //! time, `U = G g Gᵀ`, and kept as a weight of `[group][α²]` blocks `U_s
 //! (Co x Ci)` packed for `dnnc_sgemm_packed`, so each of the α² frequency
 //! points is one GEMM `U_s · V_s (Ci x tiles)` that packs only `V_s`.
-//! Per (image, group) the generated
-//! code
-//! 1. copies the input into a zero-padded plane per channel (any padding;
-//!    the plane is large enough for whole tiles, so edge tiles need no
-//!    special case),
-//! 2. transforms input tiles, `V = Bᵀ d B`, four tiles per f32x4 (tile
-//!    offsets come from a compile-time table; the tile count is rounded up
-//!    to 4 with copies of tile 0 whose results are discarded),
-//! 3. runs the α² GEMMs,
-//! 4. per output channel transforms the products back, `Y = Aᵀ M A`, into
+//! Per (image, group) the generated code
+//! 1. per input channel copies the input into a zero-padded plane (any
+//!    padding; the plane is large enough for whole tiles, so edge tiles
+//!    need no special case), then transforms its tiles, `V = Bᵀ d B`, four
+//!    tiles per f32x4,
+//! 2. runs the α² GEMMs as one batch (`dnnc_sgemm_packed_batch`),
+//! 3. per output channel transforms the products back, `Y = Aᵀ M A`, into
 //!    a staging plane and runs the fused epilogue (bias, activations,
 //!    residual adds) on that plane right away, while it is in L1; the
 //!    epilogue's crop to `H' x W'` handles partial edge tiles.
 //!
-//! The transforms are straight-line code derived from the matrices in
-//! [`WINOGRAD`] (zero coefficients skipped, ±1 as add/sub): no per-tile
-//! code is written by hand, so F(2x2) and F(4x4) share everything.
+//! **Phases** (one image and one group, i.e. batch-1 models): the kernel
+//! is three phases of the runtime's phased-kernel ABI
+//! (`dnnc_runtime::cpu`, "Phases"), so steps 1 and 3 split across
+//! threads and the GEMMs split inside the batched call:
+//! - phase 0, one unit per input channel: the padded copy into this
+//!   task's own plane (`Emit::task_slice`), then the input transform of
+//!   every tile of that channel;
+//! - phase 1, extent 1: the batched GEMMs with the step's whole thread
+//!   budget (the batch splits by whole GEMMs);
+//! - phase 2, one unit per output channel: output transform into this
+//!   task's staging plane, then the epilogue.
+//!
+//! Each unit is computed by the same code whatever the task count, so any
+//! thread count gives bitwise the single-thread result. Tiles are walked
+//! by tile row in groups of four consecutive tiles, so a transform loads
+//! contiguous row vectors and regroups them tile-per-lane with shuffles
+//! (a 4x4 transpose for F(4x4), even/odd lanes for F(2x2)), and the output
+//! transform regroups its results the other way and stores whole vectors.
+//! A row's last group may run past the row's end: its extra lanes compute
+//! throw-away tiles (zeros of the padded plane's right margin, which is
+//! wide enough for whole groups) and store them where nothing reads them
+//! later — the next row's first tiles of V, rewritten afterwards by the
+//! same unit, spare columns of V and M (`ps` per row), or staging columns
+//! past `W'`. The α² frequency blocks of V and M are an odd number of
+//! cache lines apart (`block_stride`), so the α² streams a transform
+//! touches do not alias in L1.
+//!
+//! Larger batches (or groups) run the same three steps in turn inside
+//! one loop over (image, group), in a single call: the kernel does not
+//! split, its GEMM batch still does.
+//!
+//! The transforms are straight-line code: F(2x2)'s derived from the
+//! matrices in [`WINOGRAD`] (zero coefficients skipped, ±1 as add/sub),
+//! F(4x4)'s `Bᵀ` and `Aᵀ` written out with shared subexpressions and
+//! fused multiply-adds (`bt_apply`, `at_apply`; the table test below
+//! checks the matrices they implement, the conv tests the code).
 //!
 //! **FFT**: the native helper `dnnc_runtime::cpu::fftconv::dnnc_fft_conv`
 //! per (image, group) with the filter spectra precomputed at compile time,
 //! then the usual epilogue on the group's output.
 
 use super::contraction::{
-    at, copy_run, i64_buf, pack_blocks, packed_stride, tile_epilogue, zero_run, ConvGeom,
+    at, copy_run, pack_blocks, packed_stride, tile_epilogue, zero_run, ConvGeom,
 };
 use super::elementwise::{self, bcast_strides, Operand, SubDomain};
 use super::emit::{mem, Emit};
 use super::KCtx;
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::types::{F32, F32X4, I32, I64};
-use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, Value};
+use cranelift_codegen::ir::types::{F32X4, I32, I64, I8X16};
+use cranelift_codegen::ir::{
+    AbiParam, ConstantData, Endianness, InstBuilder, MemFlagsData, Signature, Value,
+};
 use dnnc_ir::DType;
 use dnnc_runtime::cpu::{fftconv, AlignedBuf};
 
@@ -108,49 +140,81 @@ fn winograd(m: usize) -> &'static Winograd {
     WINOGRAD.into_iter().find(|w| w.m == m).unwrap_or(&F4)
 }
 
-/// Tile grid of one convolution: `th x tw` output tiles of `m x m`, the
-/// padded input plane `hp x wp` (whole tiles plus the 2-pixel halo), `p`
-/// tiles, rounded up to `p4` for four tiles per vector.
+/// Tile grid and buffer layout of one convolution. Tiles are `th x tw`
+/// output tiles of `m x m`, `p` in all, processed by tile row in groups
+/// of four consecutive tiles, `tw4` a row (`tw` rounded up to 4); the
+/// lanes past a row's end compute throw-away tiles whose results land in
+/// slack (module docs).
 struct Tiling {
-    hp: usize,
-    wp: usize,
-    hs: usize,
-    p: usize,
-    p4: usize,
+    /// Tile rows.
+    th: usize,
+    /// Tiles per row.
     tw: usize,
+    /// Tiles in all.
+    p: usize,
+    /// Tiles per row rounded up to 4.
+    tw4: usize,
+    /// Rows of the padded input plane (whole tiles plus the 2-pixel halo).
+    hp: usize,
+    /// Width of the padded input plane: whole groups plus the halo and the
+    /// columns the vector loads of a row's last group touch.
+    xw: usize,
+    /// Width of the staging output plane.
+    zw: usize,
+    /// Row stride of V and M: the tiles plus the last row's overhang.
+    ps: usize,
 }
 
 fn tiling(geo: &ConvGeom, m: usize) -> Tiling {
     let (th, tw) = (geo.oh.div_ceil(m), geo.ow.div_ceil(m));
+    let tw4 = tw.div_ceil(4) * 4;
     let p = th * tw;
     Tiling {
-        hp: th * m + 2,
-        wp: tw * m + 2,
-        hs: th * m,
-        p,
-        p4: p.div_ceil(4) * 4,
+        th,
         tw,
+        p,
+        tw4,
+        hp: th * m + 2,
+        xw: tw4 * m + 4,
+        zw: tw4 * m,
+        ps: (p + tw4 - tw).div_ceil(4) * 4,
     }
 }
 
-/// Workspace bytes: padded input, transformed input V, products M, one
-/// staging output plane.
+/// Stride of the α² frequency blocks of V or M (`rows` rows of `ps`):
+/// whole cache lines, an odd number of them, so the α² streams a
+/// transform step touches fall into different L1 sets instead of
+/// aliasing at multiples of 4 KiB.
+fn block_stride(rows: usize, ps: usize) -> usize {
+    let lines = (rows * ps).div_ceil(16);
+    (lines | 1) * 16
+}
+
+/// Whether the kernel is lowered as three phases (one image and group:
+/// batch-1 models); larger batches loop over (image, group) in one call.
+fn is_phased(geo: &ConvGeom) -> bool {
+    geo.n * geo.g == 1
+}
+
+/// Workspace bytes: one padded input plane, transformed input V, products
+/// M, one staging output plane. A phased kernel gives each task its own
+/// padded and staging plane (`Emit::task_slice`; the runtime multiplies
+/// those sizes by the task count).
 pub(crate) fn workspaces(geo: &ConvGeom, m: usize) -> Vec<usize> {
     let w = winograd(m);
     let t = tiling(geo, m);
     let (cg, mg) = geo.per_group();
     let a2 = w.alpha * w.alpha;
     vec![
-        cg * t.hp * t.wp * 4,
-        a2 * cg * t.p4 * 4,
-        a2 * mg * t.p4 * 4,
-        t.hs * t.wp * 4,
+        t.hp * t.xw * 4,
+        a2 * block_stride(cg, t.ps) * 4,
+        a2 * block_stride(mg, t.ps) * 4,
+        t.th * m * t.zw * 4,
     ]
 }
 
 /// Compile-time weights: `U = G g Gᵀ` (computed in f64) as `[group][α²]`
-/// packed `Co x Ci` blocks ([`pack_blocks`]), and the tile table (element offset of every tile's top-left
-/// corner in the padded plane, which the staging plane shares).
+/// packed `Co x Ci` blocks ([`pack_blocks`]).
 pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
     let wn = winograd(m);
     let a = wn.alpha;
@@ -176,18 +240,8 @@ pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
             }
         }
     }
-    let t = tiling(geo, m);
-    let tiles: Vec<i64> = (0..t.p4)
-        .map(|p| {
-            let p = if p < t.p { p } else { 0 };
-            ((p / t.tw * m) * t.wp + p % t.tw * m) as i64
-        })
-        .collect();
     let offs: Vec<usize> = (0..geo.g * a * a).map(|b| b * mg * cg).collect();
-    vec![
-        pack_blocks((mg, cg), &u, &offs, (cg, 1), 1.0),
-        i64_buf(&tiles),
-    ]
+    vec![pack_blocks((mg, cg), &u, &offs, (cg, 1), 1.0)]
 }
 
 /// `sum_k coef[k] * xs[k]` on f32x4 values: zero coefficients skipped,
@@ -216,28 +270,160 @@ fn lin(e: &mut Emit<'_>, coef: &[f64], xs: &[Value]) -> Value {
     acc.unwrap_or_else(|| e.vf(0.0))
 }
 
-/// Four f32s, one per lane, each at byte offset `off` from its lane's base.
-fn gather4(e: &mut Emit<'_>, bases: &[Value; 4], off: i32) -> Value {
-    let s0 = e.b.ins().load(F32, mem(), bases[0], off);
-    let mut v = e.b.ins().scalar_to_vector(F32X4, s0);
-    for (l, &b) in bases.iter().enumerate().skip(1) {
-        let s = e.b.ins().load(F32, mem(), b, off);
-        v = e.b.ins().insertlane(v, s, l as u8);
+/// Little-endian flags for the bitcasts around byte shuffles.
+fn le() -> MemFlagsData {
+    MemFlagsData::new().with_endianness(Endianness::Little)
+}
+
+/// F(4x4)'s `Bᵀ d` with shared subexpressions and fused multiply-adds
+/// (12 operations instead of 28); other algorithms through [`lin`] row by
+/// row.
+fn bt_apply(e: &mut Emit<'_>, wn: &Winograd, d: &[Value]) -> Vec<Value> {
+    if wn.m != 4 {
+        return wn.bt.iter().map(|row| lin(e, row, d)).collect();
     }
-    v
+    let (k2, k4, n2, n4) = (e.vf(2.0), e.vf(4.0), e.vf(-2.0), e.vf(-4.0));
+    // Rows of Bᵀ: 4(d0-d2)+(d4-d2), (d4-4d2)±(d3-4d1), (d4-d2)±2(d3-d1),
+    // -4(d3-d1)+(d5-d3).
+    let c = e.b.ins().fsub(d[4], d[2]);
+    let t = e.b.ins().fsub(d[0], d[2]);
+    let r0 = e.b.ins().fma(t, k4, c);
+    let a = e.b.ins().fma(d[2], n4, d[4]);
+    let bb = e.b.ins().fma(d[1], n4, d[3]);
+    let r1 = e.b.ins().fadd(a, bb);
+    let r2 = e.b.ins().fsub(a, bb);
+    let t = e.b.ins().fsub(d[3], d[1]);
+    let r3 = e.b.ins().fma(t, k2, c);
+    let r4 = e.b.ins().fma(t, n2, c);
+    let u = e.b.ins().fsub(d[5], d[3]);
+    let r5 = e.b.ins().fma(t, n4, u);
+    vec![r0, r1, r2, r3, r4, r5]
 }
 
-/// Byte addresses `base + 4 * (tiles[pg + l] + extra)` of four lanes.
-fn lane_bases(e: &mut Emit<'_>, tiles: Value, pg: Value, base: Value, extra: Value) -> [Value; 4] {
-    [0, 1, 2, 3].map(|l| {
-        let i = e.b.ins().iadd_imm_s(pg, l);
-        let off = e.load_ty(I64, tiles, i);
-        let off = e.b.ins().iadd(off, extra);
-        e.addr(base, off, 4)
-    })
+/// F(4x4)'s `Aᵀ m` with shared subexpressions and fused multiply-adds
+/// (10 operations instead of 15); other algorithms through [`lin`] row by
+/// row.
+fn at_apply(e: &mut Emit<'_>, wn: &Winograd, x: &[Value]) -> Vec<Value> {
+    if wn.m != 4 {
+        return wn.at.iter().map(|row| lin(e, row, x)).collect();
+    }
+    let (k2, k4, k8) = (e.vf(2.0), e.vf(4.0), e.vf(8.0));
+    // Rows of Aᵀ: x0+(x1+x2)+(x3+x4), (x1-x2)+2(x3-x4), (x1+x2)+4(x3+x4),
+    // (x1-x2)+8(x3-x4)+x5.
+    let s12 = e.b.ins().fadd(x[1], x[2]);
+    let d12 = e.b.ins().fsub(x[1], x[2]);
+    let s34 = e.b.ins().fadd(x[3], x[4]);
+    let d34 = e.b.ins().fsub(x[3], x[4]);
+    let t = e.b.ins().fadd(x[0], s12);
+    let y0 = e.b.ins().fadd(t, s34);
+    let y1 = e.b.ins().fma(d34, k2, d12);
+    let y2 = e.b.ins().fma(s34, k4, s12);
+    let t = e.b.ins().fma(d34, k8, d12);
+    let y3 = e.b.ins().fadd(t, x[5]);
+    vec![y0, y1, y2, y3]
 }
 
-/// Lowers a 3x3 stride-1 convolution with Winograd F(m x m, 3 x 3).
+/// Lanes `l[0..4]` of the 8-lane concatenation `a ++ b` (f32x4s).
+fn shuf(e: &mut Emit<'_>, a: Value, b: Value, l: [u8; 4]) -> Value {
+    let ai = e.b.ins().bitcast(I8X16, le(), a);
+    let bi = e.b.ins().bitcast(I8X16, le(), b);
+    let mask: Vec<u8> = l
+        .iter()
+        .flat_map(|&l| (0..4u8).map(move |k| l * 4 + k))
+        .collect();
+    let imm = e.b.func.dfg.immediates.push(ConstantData::from(mask));
+    let r = e.b.ins().shuffle(ai, bi, imm);
+    e.b.ins().bitcast(F32X4, le(), r)
+}
+
+/// 4x4 transpose (unpack low/high, then 64-bit low/high: 8 shuffles).
+fn transpose4(e: &mut Emit<'_>, r: [Value; 4]) -> [Value; 4] {
+    let t0 = shuf(e, r[0], r[1], [0, 4, 1, 5]);
+    let t1 = shuf(e, r[2], r[3], [0, 4, 1, 5]);
+    let t2 = shuf(e, r[0], r[1], [2, 6, 3, 7]);
+    let t3 = shuf(e, r[2], r[3], [2, 6, 3, 7]);
+    [
+        shuf(e, t0, t1, [0, 1, 4, 5]),
+        shuf(e, t0, t1, [2, 3, 6, 7]),
+        shuf(e, t2, t3, [0, 1, 4, 5]),
+        shuf(e, t2, t3, [2, 3, 6, 7]),
+    ]
+}
+
+/// Element offsets, relative to a group's first column, of the row
+/// vectors the input transform of four consecutive tiles loads.
+fn group_loads(m: usize) -> &'static [i64] {
+    if m == 4 {
+        &[0, 4, 8, 12, 16]
+    } else {
+        &[0, 4, 2, 6]
+    }
+}
+
+/// Input transform of four consecutive tiles of one row of the padded
+/// plane, `a` the byte address of their top-left pixel: `α` rows of
+/// contiguous vectors, the column pass `Bᵀ d` on them as loaded, then the
+/// lanes regrouped (tile per lane) by shuffles, then the row pass.
+/// Returns `V[i][j]`, tile per lane.
+fn input_group(e: &mut Emit<'_>, wn: &Winograd, a: Value, xw: usize) -> Vec<Vec<Value>> {
+    let al = wn.alpha;
+    let pos = group_loads(wn.m);
+    // cols[v][i]: column pass on the vectors loaded at pos[v].
+    let cols: Vec<Vec<Value>> = pos
+        .iter()
+        .map(|&o| {
+            let d: Vec<Value> = (0..al)
+                .map(|k| {
+                    let off = ((k as i64 * xw as i64 + o) * 4) as i32;
+                    e.b.ins().load(F32X4, mem(), a, off)
+                })
+                .collect();
+            bt_apply(e, wn, &d)
+        })
+        .collect();
+    (0..al)
+        .map(|i| {
+            let js: Vec<Value> = if wn.m == 4 {
+                let c = transpose4(e, [cols[0][i], cols[1][i], cols[2][i], cols[3][i]]);
+                let u0 = shuf(e, cols[1][i], cols[2][i], [0, 4, 1, 5]);
+                let u1 = shuf(e, cols[3][i], cols[4][i], [0, 4, 1, 5]);
+                let j4 = shuf(e, u0, u1, [0, 1, 4, 5]);
+                let j5 = shuf(e, u0, u1, [2, 3, 6, 7]);
+                vec![c[0], c[1], c[2], c[3], j4, j5]
+            } else {
+                let (a0, a1, b0, b1) = (cols[0][i], cols[1][i], cols[2][i], cols[3][i]);
+                vec![
+                    shuf(e, a0, a1, [0, 2, 4, 6]),
+                    shuf(e, a0, a1, [1, 3, 5, 7]),
+                    shuf(e, b0, b1, [0, 2, 4, 6]),
+                    shuf(e, b0, b1, [1, 3, 5, 7]),
+                ]
+            };
+            bt_apply(e, wn, &js)
+        })
+        .collect()
+}
+
+/// Stores output row `y[j]` (tile per lane, `j < m`) of four consecutive
+/// tiles at byte address `a`: regrouped pixel-contiguous by shuffles, then
+/// vector stores.
+fn store_out_row(e: &mut Emit<'_>, y: &[Value], a: Value) {
+    if y.len() == 4 {
+        let r = transpose4(e, [y[0], y[1], y[2], y[3]]);
+        for (l, v) in r.into_iter().enumerate() {
+            e.b.ins().store(mem(), v, a, (l * 16) as i32);
+        }
+    } else {
+        let lo = shuf(e, y[0], y[1], [0, 4, 1, 5]);
+        let hi = shuf(e, y[0], y[1], [2, 6, 3, 7]);
+        e.b.ins().store(mem(), lo, a, 0);
+        e.b.ins().store(mem(), hi, a, 16);
+    }
+}
+
+/// Lowers a 3x3 stride-1 convolution with Winograd F(m x m, 3 x 3):
+/// three phases for one image and group, else one loop over (image,
+/// group) running the same three steps in turn (module docs).
 pub(crate) fn lower(
     e: &mut Emit<'_>,
     c: &KCtx<'_>,
@@ -245,32 +431,20 @@ pub(crate) fn lower(
     m: usize,
 ) -> Result<(), String> {
     let wn = winograd(m);
-    let al = wn.alpha;
     let t = tiling(geo, m);
-    let (cg, mg) = geo.per_group();
     let node = c.g.node(c.k.nodes[0]);
-    let (Some(&ws0), Some(&pr0)) = (c.ws.first(), c.prep.first()) else {
-        return Err("missing Winograd buffers".into());
-    };
-    if c.ws.len() < 4 || c.prep.len() < 2 {
+    if c.ws.len() < 4 || c.prep.is_empty() {
         return Err("missing Winograd buffers".into());
     }
-    let (xp, vb, mb, zb) = (
-        e.bufs[ws0],
-        e.bufs[c.ws[1]],
-        e.bufs[c.ws[2]],
-        e.bufs[c.ws[3]],
-    );
-    let (u, tiles) = (e.bufs[pr0], e.bufs[c.prep[1]]);
     let x = e.bufs[c.arg(node.inputs[0])?];
 
-    // Epilogue over the staging plane: strides (0, 0, wp, 1).
+    // Epilogue over the staging plane: strides (0, 0, zw, 1).
     let a = node.outputs[0];
     let domain = c.g.value(a).ty.shape.clone();
     let zop = Operand {
         arg: c.ws[3],
         dtype: DType::F32,
-        strides: vec![0, 0, t.wp as i64, 1],
+        strides: vec![0, 0, t.zw as i64, 1],
     };
     let bias = match node.inputs.get(2) {
         Some(&b) => Some((
@@ -292,139 +466,231 @@ pub(crate) fn lower(
         vec![(a, zop, bias)],
         &c.k.outputs,
     )?;
-
-    let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
-    let (hp, wp, p4) = (t.hp, t.wp, t.p4);
-    let plane = (hp * wp) as i64;
+    let w = Wino {
+        wn,
+        geo,
+        t: &t,
+        x,
+        ws: workspaces(geo, m),
+        args: [c.ws[0], c.ws[1], c.ws[2], c.ws[3]],
+        u: c.prep[0],
+        spec: &spec,
+    };
+    if is_phased(geo) {
+        let (cg, mg) = geo.per_group();
+        let zero = e.ci(0);
+        e.phase(cg, |e, lo, hi| {
+            let xb = e.bufs[w.args[0]];
+            let xp = e.task_slice(w.args[0], xb, w.ws[0]);
+            w.input(e, xp, zero, lo, hi);
+            Ok(())
+        })?;
+        e.phase(1, |e, _, _| {
+            w.gemm(e, zero);
+            Ok(())
+        })?;
+        return e.phase(mg, |e, lo, hi| {
+            let zb = e.bufs[w.args[3]];
+            let zp = e.task_slice(w.args[3], zb, w.ws[3]);
+            // The epilogue reads the staging plane through its argument.
+            e.bufs[w.args[3]] = zp;
+            let r = w.output(e, zero, zero, lo, hi);
+            e.bufs[w.args[3]] = zb;
+            r
+        });
+    }
     let mut err = None;
     e.for_n(geo.n, |e, n| {
         e.for_n(geo.g, |e, gi| {
-            // 1. Zero-padded copy of the group's input channels.
+            let (cg, mg) = geo.per_group();
+            let xp = e.bufs[w.args[0]];
+            let (lo, ci, co) = (e.ci(0), e.ci(cg as i64), e.ci(mg as i64));
             let t0 = e.b.ins().imul_imm_s(n, geo.c as i64);
             let t1 = e.b.ins().imul_imm_s(gi, cg as i64);
             let cbase = e.b.ins().iadd(t0, t1);
-            e.for_n(cg, |e, ci| {
-                let sc = e.b.ins().iadd(cbase, ci);
-                let src = e.b.ins().imul_imm_s(sc, (geo.h * geo.w) as i64);
-                let dst = e.b.ins().imul_imm_s(ci, plane);
-                zero_run(e, xp, dst, pt * wp);
-                e.for_n(geo.h, |e, ih| {
-                    let r = e.b.ins().iadd_imm_s(ih, pt as i64);
-                    let r = e.b.ins().imul_imm_s(r, wp as i64);
-                    let d = e.b.ins().iadd(dst, r);
-                    zero_run(e, xp, d, pl);
-                    let so = e.b.ins().imul_imm_s(ih, geo.w as i64);
-                    let so = e.b.ins().iadd(src, so);
-                    let d0 = e.b.ins().iadd_imm_s(d, pl as i64);
-                    copy_run(e, xp, d0, x, so, geo.w, 1, geo.w);
-                    let d1 = e.b.ins().iadd_imm_s(d, (pl + geo.w) as i64);
-                    zero_run(e, xp, d1, wp - pl - geo.w);
-                });
-                let tail = e.b.ins().iadd_imm_s(dst, ((pt + geo.h) * wp) as i64);
-                zero_run(e, xp, tail, (hp - pt - geo.h) * wp);
+            w.input(e, xp, cbase, lo, ci);
+            w.gemm(e, gi);
+            let co0 = e.b.ins().imul_imm_s(gi, mg as i64);
+            if let Err(m) = w.output(e, n, co0, lo, co) {
+                err.get_or_insert(m);
+            }
+        });
+    });
+    err.map_or(Ok(()), Err)
+}
+
+/// What the three steps of one Winograd kernel share.
+struct Wino<'a> {
+    /// The algorithm's matrices.
+    wn: &'static Winograd,
+    /// The convolution.
+    geo: &'a ConvGeom,
+    /// Its tile grid and buffer layout.
+    t: &'a Tiling,
+    /// The input tensor.
+    x: Value,
+    /// Workspace sizes ([`workspaces`]).
+    ws: Vec<usize>,
+    /// Argument indices of the padded plane, V, M and the staging plane.
+    args: [usize; 4],
+    /// Argument index of the transformed filters.
+    u: usize,
+    /// The fused epilogue, reading the staging plane.
+    spec: &'a elementwise::EwSpec<'a>,
+}
+
+impl Wino<'_> {
+    /// Input channels `[lo, hi)` of one group (channel `cbase + ci` of
+    /// `x` for `ci` in the range): the padded copy into plane `xp`, then
+    /// V[s][ci][tile] for every tile, four tiles of a row a step.
+    fn input(&self, e: &mut Emit<'_>, xp: Value, cbase: Value, lo: Value, hi: Value) {
+        let (wn, geo, t) = (self.wn, self.geo, self.t);
+        let (m, al) = (wn.m, wn.alpha);
+        let (cg, _) = geo.per_group();
+        let (xw, ps) = (t.xw, t.ps);
+        let vs = block_stride(cg, ps);
+        let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
+        let vb = e.bufs[self.args[1]];
+        let x = self.x;
+        e.for_range(lo, hi, 1, |e, ci| {
+            let sc = e.b.ins().iadd(cbase, ci);
+            let src = e.b.ins().imul_imm_s(sc, (geo.h * geo.w) as i64);
+            let z = e.ci(0);
+            zero_run(e, xp, z, pt * xw);
+            e.for_n(geo.h, |e, ih| {
+                let d = e.b.ins().iadd_imm_s(ih, pt as i64);
+                let d = e.b.ins().imul_imm_s(d, xw as i64);
+                zero_run(e, xp, d, pl);
+                let so = e.b.ins().imul_imm_s(ih, geo.w as i64);
+                let so = e.b.ins().iadd(src, so);
+                let d0 = e.b.ins().iadd_imm_s(d, pl as i64);
+                copy_run(e, xp, d0, x, so, geo.w, 1, geo.w);
+                let d1 = e.b.ins().iadd_imm_s(d, (pl + geo.w) as i64);
+                zero_run(e, xp, d1, xw - pl - geo.w);
             });
-            // 2. Input transform V[s][ci][p] = (Bᵀ d B)[s], four tiles a vector.
-            let s0 = e.ci(0);
-            let s1 = e.ci(p4 as i64);
-            e.for_range(s0, s1, 4, |e, pg| {
-                e.for_n(cg, |e, ci| {
-                    let cb = e.b.ins().imul_imm_s(ci, plane);
-                    let lanes = lane_bases(e, tiles, pg, xp, cb);
-                    // Columns first: tcol[j][i] = sum_k Bᵀ[i][k] d[k][j].
-                    let mut tr: Vec<Vec<Value>> = vec![Vec::with_capacity(al); al];
-                    for j in 0..al {
-                        let d: Vec<Value> = (0..al)
-                            .map(|k| gather4(e, &lanes, ((k * wp + j) * 4) as i32))
-                            .collect();
-                        for (i, row) in tr.iter_mut().enumerate() {
-                            row.push(lin(e, wn.bt[i], &d));
+            let tail = e.ci(((pt + geo.h) * xw) as i64);
+            zero_run(e, xp, tail, (t.hp - pt - geo.h) * xw);
+            let vc = e.b.ins().imul_imm_s(ci, ps as i64);
+            e.for_n(t.th, |e, r| {
+                // Byte addresses of the row's first tile in the plane and V.
+                let xr = e.b.ins().imul_imm_s(r, (m * xw * 4) as i64);
+                let xr = e.b.ins().iadd(xp, xr);
+                let vr = e.b.ins().imul_imm_s(r, t.tw as i64);
+                let vr = e.b.ins().iadd(vr, vc);
+                let vr = e.addr(vb, vr, 4);
+                e.for_n(t.tw4 / 4, |e, q| {
+                    let xo = e.b.ins().imul_imm_s(q, (4 * m * 4) as i64);
+                    let ga = e.b.ins().iadd(xr, xo);
+                    let vo = e.b.ins().imul_imm_s(q, 16);
+                    let gv = e.b.ins().iadd(vr, vo);
+                    let v = input_group(e, wn, ga, xw);
+                    for (i, row) in v.iter().enumerate() {
+                        for (j, &y) in row.iter().enumerate() {
+                            let off = ((i * al + j) * vs * 4) as i64;
+                            let a = e.b.ins().iadd_imm_s(gv, off);
+                            e.b.ins().store(mem(), y, a, 0);
                         }
                     }
-                    let vi = e.b.ins().imul_imm_s(ci, p4 as i64);
-                    let vi = e.b.ins().iadd(vi, pg);
-                    for (i, row) in tr.iter().enumerate() {
-                        for jj in 0..al {
-                            let v = lin(e, wn.bt[jj], row);
-                            let idx = e.b.ins().iadd_imm_s(vi, ((i * al + jj) * cg * p4) as i64);
-                            e.store_v(v, vb, idx);
-                        }
-                    }
                 });
             });
-            // 3. One GEMM per frequency point: M_s = U_s V_s.
-            //    As one batch, so the runtime may run whole GEMMs of it on
-            //    different threads.
-            let ustride = packed_stride(mg, cg) as i64;
-            let ug = e.b.ins().imul_imm_s(gi, al as i64 * al as i64 * ustride);
-            let ua = at(e, u, ug);
-            let args = [
-                ua,
-                e.ci(ustride),
-                e.ci(mg as i64),
-                e.ci(p4 as i64),
-                e.ci(cg as i64),
-                vb,
-                e.ci((cg * p4) as i64),
-                e.ci(p4 as i64),
-                e.ci(1),
-                mb,
-                e.ci((mg * p4) as i64),
-                e.ci(p4 as i64),
-                e.ci(1),
-                e.ci((al * al) as i64),
-            ];
-            let f = e.bsgemm;
-            let call = e.b.ins().call(f, &args);
-            let rc = e.b.inst_results(call)[0];
-            let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
-            e.fail_if(bad, 1);
-            // 4. Output transform per channel into the staging plane, then
-            //    the epilogue on that plane.
-            e.for_n(mg, |e, mo| {
-                let s0 = e.ci(0);
-                let s1 = e.ci(p4 as i64);
-                e.for_range(s0, s1, 4, |e, pg| {
-                    let z = e.ci(0);
-                    let lanes = lane_bases(e, tiles, pg, zb, z);
-                    let base = e.b.ins().imul_imm_s(mo, p4 as i64);
-                    let base = e.b.ins().iadd(base, pg);
+        });
+    }
+
+    /// One GEMM per frequency point, `M_s = U_s V_s` with group `gi`'s
+    /// filters, as one batch (the runtime splits it by whole GEMMs).
+    fn gemm(&self, e: &mut Emit<'_>, gi: Value) {
+        let (al, t) = (self.wn.alpha, self.t);
+        let (cg, mg) = self.geo.per_group();
+        let ustride = packed_stride(mg, cg) as i64;
+        let ug = e.b.ins().imul_imm_s(gi, al as i64 * al as i64 * ustride);
+        let ub = e.bufs[self.u];
+        let ua = at(e, ub, ug);
+        let args = [
+            ua,
+            e.ci(ustride),
+            e.ci(mg as i64),
+            e.ci(t.p as i64),
+            e.ci(cg as i64),
+            e.bufs[self.args[1]],
+            e.ci(block_stride(cg, t.ps) as i64),
+            e.ci(t.ps as i64),
+            e.ci(1),
+            e.bufs[self.args[2]],
+            e.ci(block_stride(mg, t.ps) as i64),
+            e.ci(t.ps as i64),
+            e.ci(1),
+            e.ci((al * al) as i64),
+        ];
+        let f = e.bsgemm;
+        let call = e.b.ins().call(f, &args);
+        let rc = e.b.inst_results(call)[0];
+        let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+        e.fail_if(bad, 1);
+    }
+
+    /// Output channels `co0 + [lo, hi)` of image `n`: `Y = Aᵀ M A` into
+    /// the staging plane (the argument `args[3]` points at), then the
+    /// epilogue on it, one channel at a time.
+    fn output(
+        &self,
+        e: &mut Emit<'_>,
+        n: Value,
+        co0: Value,
+        lo: Value,
+        hi: Value,
+    ) -> Result<(), String> {
+        let (wn, geo, t) = (self.wn, self.geo, self.t);
+        let (m, al) = (wn.m, wn.alpha);
+        let (_, mg) = geo.per_group();
+        let (zw, ps) = (t.zw, t.ps);
+        let ms = block_stride(mg, ps);
+        let (mb, zp) = (e.bufs[self.args[2]], e.bufs[self.args[3]]);
+        let mut err = None;
+        e.for_range(lo, hi, 1, |e, mo| {
+            let mc = e.b.ins().imul_imm_s(mo, ps as i64);
+            e.for_n(t.th, |e, r| {
+                let zr = e.b.ins().imul_imm_s(r, (m * zw * 4) as i64);
+                let zr = e.b.ins().iadd(zp, zr);
+                let mr = e.b.ins().imul_imm_s(r, t.tw as i64);
+                let mr = e.b.ins().iadd(mr, mc);
+                let mr = e.addr(mb, mr, 4);
+                e.for_n(t.tw4 / 4, |e, q| {
+                    let zo = e.b.ins().imul_imm_s(q, (4 * m * 4) as i64);
+                    let gz = e.b.ins().iadd(zr, zo);
+                    let mo4 = e.b.ins().imul_imm_s(q, 16);
+                    let ma = e.b.ins().iadd(mr, mo4);
                     // tr[i][jj] = sum_k Aᵀ[i][k] M[k][jj].
                     let mut tr: Vec<Vec<Value>> = vec![Vec::with_capacity(al); m];
                     for jj in 0..al {
                         let mk: Vec<Value> = (0..al)
                             .map(|k| {
-                                let idx =
-                                    e.b.ins().iadd_imm_s(base, ((k * al + jj) * mg * p4) as i64);
-                                e.load_v(mb, idx)
+                                let off = ((k * al + jj) * ms * 4) as i64;
+                                let a = e.b.ins().iadd_imm_s(ma, off);
+                                e.b.ins().load(F32X4, mem(), a, 0)
                             })
                             .collect();
-                        for (i, row) in tr.iter_mut().enumerate() {
-                            row.push(lin(e, wn.at[i], &mk));
+                        for (i, y) in at_apply(e, wn, &mk).into_iter().enumerate() {
+                            tr[i].push(y);
                         }
                     }
                     for (i, row) in tr.iter().enumerate() {
-                        for j in 0..m {
-                            let y = lin(e, wn.at[j], row);
-                            for (l, &b) in lanes.iter().enumerate() {
-                                let s = e.b.ins().extractlane(y, l as u8);
-                                e.b.ins().store(mem(), s, b, ((i * wp + j) * 4) as i32);
-                            }
-                        }
+                        let y = at_apply(e, wn, row);
+                        let a = e.b.ins().iadd_imm_s(gz, (i * zw * 4) as i64);
+                        store_out_row(e, &y, a);
                     }
                 });
-                let t = e.b.ins().imul_imm_s(gi, mg as i64);
-                let co = e.b.ins().iadd(t, mo);
-                let sub = SubDomain {
-                    starts: vec![Some(n), Some(co), None, None],
-                    lens: vec![1, 1, geo.oh, geo.ow],
-                };
-                if let Err(m) = elementwise::emit(e, &spec, &sub) {
-                    err.get_or_insert(m);
-                }
             });
+            let co = e.b.ins().iadd(co0, mo);
+            let sub = SubDomain {
+                starts: vec![Some(n), Some(co), None, None],
+                lens: vec![1, 1, geo.oh, geo.ow],
+            };
+            if let Err(m) = elementwise::emit(e, self.spec, &sub) {
+                err.get_or_insert(m);
+            }
         });
-    });
-    err.map_or(Ok(()), Err)
+        err.map_or(Ok(()), Err)
+    }
 }
 
 /// Lowers a stride-1 convolution as FFTs: per (image, group) one call of

@@ -1,0 +1,153 @@
+//! Phased Winograd kernels (one image and group: input channels, then the
+//! batched frequency GEMMs, then output channels): F(2x2) and F(4x4) with
+//! pads 0 and 1, tile rows that are and are not whole groups of four
+//! tiles, and a bias + residual + ReLU epilogue match the interpreter, and
+//! run as 2, 3 and 5 tasks they give bitwise the result of one task.
+//! Batches and grouped convs keep one unsplit loop and match too.
+
+mod cpu_common;
+
+use cpu_common::{check_with, rand_f32};
+use dnnc_compiler::codegen::cpu::{compile_cpu, ConvAlgo, CpuOptions};
+use dnnc_ir::{Graph, Tensor};
+use dnnc_runtime::cpu::KernelSplit;
+
+/// `Relu(Conv2d(x, w, b) + r)`, a 3x3 stride-1 conv on one image.
+fn conv(c: usize, m: usize, h: usize, w: usize, pad: usize) -> Graph {
+    let (oh, ow) = (h + 2 * pad - 2, w + 2 * pad - 2);
+    let src = format!(
+        "graph wino {{
+  input %x: f32[1,{c},{h},{w}]
+  input %r: f32[1,{m},{oh},{ow}]
+  param %w: f32[{m},{c},3,3] = he(seed=7)
+  param %b: f32[{m}] = uniform(low=-1, high=1, seed=8)
+  %c = Conv2d(%x, %w, %b) {{strides=[1,1], pads=[{pad},{pad},{pad},{pad}], dilations=[1,1], group=1}}
+  %s = Add(%c, %r)
+  %y = Relu(%s)
+  output %y
+}}
+"
+    );
+    dnnc_ir::text::parse(&src, "wino.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"))
+}
+
+fn bits(ts: &[Tensor]) -> Vec<u32> {
+    ts.iter()
+        .flat_map(|t| match t {
+            Tensor::F32(a) => a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            _ => panic!("f32 outputs only"),
+        })
+        .collect()
+}
+
+/// Compiles `g` with `algo` forced, checks it against the interpreter,
+/// that the conv kernel is phased and ran with `algo`, then that 2, 3 and
+/// 5 threads (every kernel split as far as it goes) give bitwise the
+/// single-thread outputs with the conv kernel really split.
+fn phased_equal(g: &Graph, ins: &[(String, Tensor)], algo: ConvAlgo) {
+    let opts = CpuOptions {
+        conv_algo: Some(algo),
+        ..Default::default()
+    };
+    check_with(g, ins, 2e-4, 2e-4, &opts);
+    let mut exe = compile_cpu(g, &opts).unwrap();
+    let want = format!("{algo:?}").to_lowercase();
+    let k = exe
+        .steps()
+        .iter()
+        .position(|s| s.op.starts_with("Conv2d"))
+        .expect("a conv kernel");
+    let st = &exe.steps()[k];
+    assert_eq!(st.algo.as_deref(), Some(want.as_str()), "{}", g.name);
+    assert!(
+        !st.phase_splits.is_empty() && st.split > 1,
+        "the Winograd kernel is not phased: split {}, phases {:?}",
+        st.split,
+        st.phase_splits
+    );
+    let one = exe.run(ins).unwrap();
+    exe.set_kernel_split(KernelSplit::Always);
+    for t in [2, 3, 5] {
+        exe.set_threads(t).unwrap();
+        let tasks = exe.step_tasks()[k];
+        assert!(
+            tasks > 1,
+            "{algo:?} kernel ran as {tasks} task(s) on {t} threads"
+        );
+        let r = exe.run(ins).unwrap();
+        let (a, b) = (bits(&one), bits(&r));
+        assert_eq!(a.len(), b.len());
+        let diff = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+        let first = a.iter().zip(&b).position(|(x, y)| x != y);
+        assert_eq!(
+            diff, 0,
+            "{} {algo:?} with {t} threads: {diff} elements differ, first at {first:?}",
+            g.name
+        );
+    }
+}
+
+fn inputs(c: usize, m: usize, h: usize, w: usize, pad: usize) -> Vec<(String, Tensor)> {
+    let (oh, ow) = (h + 2 * pad - 2, w + 2 * pad - 2);
+    vec![
+        ("x".to_string(), rand_f32(&[1, c, h, w], 11, -2.0, 2.0)),
+        ("r".to_string(), rand_f32(&[1, m, oh, ow], 12, -1.0, 1.0)),
+    ]
+}
+
+#[test]
+fn winograd_phases_split_bitwise_and_match_the_interpreter() {
+    // (c, m, h, w, pad): 4x4 tile rows of 4, 3, 5 and 8 tiles, 2x2 rows
+    // of 7, 8, 2 and 4 tiles; channel counts not multiples of the tasks;
+    // the last one large enough that tasks of a phase overlap in time.
+    let shapes = [
+        (5, 7, 16, 16, 1),
+        (6, 9, 13, 11, 1),
+        (7, 5, 20, 22, 0),
+        (3, 11, 30, 9, 0),
+        (24, 32, 40, 38, 1),
+    ];
+    for algo in [ConvAlgo::Winograd2, ConvAlgo::Winograd4] {
+        for &(c, m, h, w, pad) in &shapes {
+            let g = conv(c, m, h, w, pad);
+            phased_equal(&g, &inputs(c, m, h, w, pad), algo);
+        }
+    }
+}
+
+#[test]
+fn batched_and_grouped_winograd_loops_and_matches_the_interpreter() {
+    // 2 images, 2 groups of 3 -> 4 channels, 4x4 tile rows of 3 tiles.
+    let src = "graph wino_batch {
+  input %x: f32[2,6,11,10]
+  input %r: f32[2,8,11,10]
+  param %w: f32[8,3,3,3] = he(seed=5)
+  param %b: f32[8] = uniform(low=-1, high=1, seed=6)
+  %c = Conv2d(%x, %w, %b) {strides=[1,1], pads=[1,1,1,1], dilations=[1,1], group=2}
+  %s = Add(%c, %r)
+  %y = Relu(%s)
+  output %y
+}
+";
+    let g = dnnc_ir::text::parse(src, "wino.dnn").unwrap();
+    let ins = vec![
+        ("x".to_string(), rand_f32(&[2, 6, 11, 10], 21, -2.0, 2.0)),
+        ("r".to_string(), rand_f32(&[2, 8, 11, 10], 22, -1.0, 1.0)),
+    ];
+    for algo in [ConvAlgo::Winograd2, ConvAlgo::Winograd4] {
+        let opts = CpuOptions {
+            conv_algo: Some(algo),
+            ..Default::default()
+        };
+        check_with(&g, &ins, 2e-4, 2e-4, &opts);
+        let exe = compile_cpu(&g, &opts).unwrap();
+        let st = exe
+            .steps()
+            .iter()
+            .find(|s| s.op.starts_with("Conv2d"))
+            .expect("a conv kernel");
+        let want = format!("{algo:?}").to_lowercase();
+        assert_eq!(st.algo.as_deref(), Some(want.as_str()));
+        assert!(st.phase_splits.is_empty() && st.split == 1);
+    }
+}
