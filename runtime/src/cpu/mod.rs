@@ -590,10 +590,14 @@ impl Executable {
         // (two slices of `8 * TASK_OVERHEAD_MACS`, `native::gemm_tasks`).
         let serial = !exec.iter().any(|w| w.concurrent)
             && tasks.iter().all(|&t| t <= 1)
-            && self
-                .steps
-                .iter()
-                .all(|s| s.work < 16 * native::TASK_OVERHEAD_MACS);
+            && self.steps.iter().all(|s| {
+                let handoff = if self.parallel.spin.is_some() {
+                    native::TASK_OVERHEAD_MACS_SPIN
+                } else {
+                    native::TASK_OVERHEAD_MACS
+                };
+                s.work < 16 * handoff
+            });
         self.prepared = Prepared {
             serial,
             waves,

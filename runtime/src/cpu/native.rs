@@ -132,6 +132,12 @@ const SLICE_ALIGN: usize = 32;
 /// must carry at least this many times more work than that overhead.
 pub const TASK_OVERHEAD_MACS: u64 = 400_000;
 
+/// Per-task overhead of a split when the workers spin between tasks
+/// (`Executable::set_spinning`, the default): a hand-off is a cache-line
+/// transfer and the spread in finishing times, ~1-2 µs, budgeted at 100k
+/// MACs ([`handoff`]).
+pub const TASK_OVERHEAD_MACS_SPIN: u64 = 100_000;
+
 /// How many compute-bound MACs one MAC of a matrix-vector product costs
 /// (memory-bound: ~17 GB/s streaming vs ~60 GMAC/s; see [`gemm_tasks`]).
 pub const GEMV_MAC_WEIGHT: u64 = 16;
@@ -156,13 +162,25 @@ pub fn gemm_tasks(m: usize, n: usize, k: usize, threads: usize) -> usize {
     } else {
         w
     };
-    let by_work = (w / (8 * TASK_OVERHEAD_MACS)).max(1) as usize;
+    let by_work = (w / (8 * handoff())).max(1) as usize;
     let by_shape = m.max(n).div_ceil(SLICE_ALIGN);
     threads.min(by_work).min(by_shape).max(1)
 }
 
 thread_local! {
     static THREADS: std::cell::Cell<usize> = const { std::cell::Cell::new(1) };
+}
+
+/// The per-task overhead (MACs) native splits on this thread assume:
+/// [`TASK_OVERHEAD_MACS_SPIN`] while this thread owns a run of hot
+/// spinning workers (`spin::par_for` then hands tasks to them), else
+/// [`TASK_OVERHEAD_MACS`].
+pub fn handoff() -> u64 {
+    if super::spin::owns_pool() {
+        TASK_OVERHEAD_MACS_SPIN
+    } else {
+        TASK_OVERHEAD_MACS
+    }
 }
 
 /// How many tasks native helpers on this thread may split work into (set
@@ -215,6 +233,15 @@ mod tests {
         assert_eq!(gemm_tasks(100, 10, 1280, 2), 1);
         // A small GEMV stays whole.
         assert_eq!(gemm_tasks(100, 1, 64, 2), 1);
+    }
+
+    #[test]
+    fn hot_workers_split_smaller_gemms() {
+        // ShuffleNet's 58x58 pointwise convs at 28x28: 2.6M MACs.
+        assert_eq!(gemm_tasks(58, 784, 58, 2), 1);
+        let pool = super::super::spin::SpinPool::new(1).unwrap();
+        pool.run(|| assert_eq!(gemm_tasks(58, 784, 58, 2), 2));
+        assert_eq!(gemm_tasks(58, 784, 58, 2), 1);
     }
 
     #[test]

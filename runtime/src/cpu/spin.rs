@@ -207,6 +207,12 @@ impl Drop for SpinPool {
     }
 }
 
+/// Whether this thread owns a [`SpinPool`] run, so [`par_for`] here hands
+/// tasks to hot workers (a split then costs ~1-2 µs, not a wake-up).
+pub fn owns_pool() -> bool {
+    OWNED.with(|o| !o.get().is_null())
+}
+
 /// Runs tasks `0..n` of `f` and returns when all are done: on the hot
 /// workers when this thread owns a [`SpinPool`] run, else on the current
 /// rayon pool, else inline. The calling thread takes part; a panicking task
