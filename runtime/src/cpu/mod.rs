@@ -831,10 +831,22 @@ impl Executable {
             Some(pool) => {
                 let threads = self.parallel.threads();
                 let exec = || native::with_threads(threads, || ctx.exec());
-                pool.install(|| match &self.parallel.spin {
-                    Some(spin) => spin.run(exec),
-                    None => exec(),
-                })
+                // Steps of a concurrent wave with several threads each
+                // split on the rayon pool (spin workers do not nest).
+                let nested = self
+                    .prepared
+                    .exec
+                    .iter()
+                    .any(|w| w.concurrent && w.threads_per_step > 1);
+                match &self.parallel.spin {
+                    // The run stays on the caller's thread with the hot
+                    // workers: handing it to a rayon worker and back would
+                    // cost two wake-ups per run. Only when another run owns
+                    // them does this one go to the rayon pool.
+                    Some(spin) if !nested => spin.run_or(exec, || pool.install(exec)),
+                    Some(spin) => pool.install(|| spin.run(exec)),
+                    None => pool.install(exec),
+                }
             }
             None => ctx.exec(),
         };

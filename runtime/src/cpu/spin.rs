@@ -168,28 +168,53 @@ impl SpinPool {
     /// them, if no other run owns the pool; otherwise just runs `f` (its
     /// splits then fall back to rayon).
     pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+        match self.own() {
+            Some(_end) => f(),
+            None => f(),
+        }
+    }
+
+    /// Runs `owned` on this thread with the workers hot if no other run
+    /// owns the pool, else `otherwise` (e.g. the same work handed to a
+    /// rayon pool, whose splits then use it).
+    pub fn run_or<R>(&self, owned: impl FnOnce() -> R, otherwise: impl FnOnce() -> R) -> R {
+        match self.own() {
+            Some(_end) => owned(),
+            None => otherwise(),
+        }
+    }
+
+    /// Takes the pool for this thread's run (workers spin, [`par_for`]
+    /// hands them tasks) until the guard drops; `None` if another run
+    /// owns it.
+    fn own(&self) -> Option<Owned<'_>> {
         let s = &*self.shared;
         if s.owned
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            return f();
+            return None;
         }
         {
             let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.active.store(true, Ordering::SeqCst);
-            s.wake.notify_all();
-        }
-        struct End<'a>(&'a Shared, *const Shared);
-        impl Drop for End<'_> {
-            fn drop(&mut self) {
-                OWNED.with(|o| o.set(self.1));
-                self.0.active.store(false, Ordering::SeqCst);
-                self.0.owned.store(false, Ordering::Release);
+            if s.sleeping.load(Ordering::SeqCst) > 0 {
+                s.wake.notify_all();
             }
         }
-        let _end = End(s, OWNED.with(|o| o.replace(s)));
-        f()
+        Some(Owned(s, OWNED.with(|o| o.replace(s))))
+    }
+}
+
+/// A run's ownership of a [`SpinPool`]; dropping it lets the workers park
+/// and restores this thread's previous pool.
+struct Owned<'a>(&'a Shared, *const Shared);
+
+impl Drop for Owned<'_> {
+    fn drop(&mut self) {
+        OWNED.with(|o| o.set(self.1));
+        self.0.active.store(false, Ordering::SeqCst);
+        self.0.owned.store(false, Ordering::Release);
     }
 }
 
