@@ -54,6 +54,11 @@ const NC: usize = 1024;
 /// TLB and prefetchers once the packing is amortised).
 const DIRECT_B_PANELS: usize = 8;
 
+/// The row stride of B (floats, 4 KiB) from which [`Gemm::run`] reading
+/// B in place copies each full column strip to L1 scratch before several
+/// A panels read it: below it, several of the strip's rows share a page.
+const COPY_STRIP_MIN_RS: isize = 1024;
+
 /// Header length in f32 slots (64 bytes, so panels stay 64-byte aligned).
 const HEADER: usize = 16;
 
@@ -665,7 +670,8 @@ impl Gemm {
     /// blocks in order, each meeting all (L2-resident) A panels while the
     /// strip's block is in L1 and its C tiles stay in cache between k
     /// blocks. A full strip is copied to L1 scratch when more than one
-    /// panel reads it ([`Gemm::copy_strip`]), else read in place; a
+    /// panel reads it and B's rows are far apart ([`Gemm::copy_strip`],
+    /// `COPY_STRIP_MIN_RS`), else read in place; a
     /// partial last strip is packed (the kernel reads whole rows). Each
     /// tile's k blocks run in the same order as in any other schedule, so
     /// results are bitwise those of [`Gemm::run`]'s packed path.
@@ -677,6 +683,11 @@ impl Gemm {
     ) {
         let (mr, nr) = (self.kern.mr(), self.kern.nr());
         let mp = self.m.div_ceil(mr) * mr;
+        // Copy full strips when several panels read them and B's rows lie
+        // on different pages (see `copy_strip`; with rows closer, as
+        // MobileNet-V2's 96 x 576 x 196, the copy measured slower: 160 vs
+        // 148 us).
+        let copy = panels.len() > 2 && self.b_rs >= COPY_STRIP_MIN_RS;
         BPACK.with(|s| {
             let mut s = s.borrow_mut();
             let need = KC * nr + 16;
@@ -689,7 +700,7 @@ impl Gemm {
                 let ncols = nr.min(cols.end - j);
                 for k0 in (0..self.k).step_by(KC) {
                     let kc = KC.min(self.k - k0);
-                    let (bpan, ld) = if ncols == nr && panels.len() == 1 {
+                    let (bpan, ld) = if ncols == nr && !copy {
                         let o = k0 as isize * self.b_rs + j as isize;
                         (self.b.offset(o), self.b_rs as usize)
                     } else if ncols == nr {
@@ -728,26 +739,26 @@ impl Gemm {
     }
 
     /// Copies the full-width strip `B[k0..k0+kc, j..j+NR]` of a row-major
-    /// B to `dst` (rows NR apart), prefetching the next strip's rows.
-    /// Several A panels then read it from L1 contiguously; read in place,
-    /// each of its `kc` rows lies on another page: a TLB and an L1 miss
-    /// per row and panel (SqueezeNet's 32 x 128 x 3025 squeeze, 1 thread:
-    /// 270 -> 247 us).
+    /// B to `dst` (rows NR apart) with whole-row vector moves. Several A
+    /// panels then read it from L1 contiguously; read in place, each of
+    /// its `kc` rows lies on another page: a TLB and an L1 miss per row
+    /// and panel (SqueezeNet's 32 x 128 x 3025 squeeze, 1 thread: 270 ->
+    /// 247 us).
     #[inline]
     unsafe fn copy_strip(&self, dst: *mut f32, k0: usize, kc: usize, j: usize) {
-        let nr = self.kern.nr();
         let src = self.b.offset(k0 as isize * self.b_rs + j as isize);
-        for kk in 0..kc {
-            let row = src.offset(kk as isize * self.b_rs);
+        match self.kern {
             #[cfg(target_arch = "x86_64")]
-            {
-                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                // The next strip's part of this row (same page); a
-                // prefetch past the end of B does not fault.
-                _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(nr) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(nr + 16) as *const i8);
+            Kernel::Avx512 => x86::copy_rows_avx512(src, self.b_rs, dst, kc),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => x86::copy_rows_avx2(src, self.b_rs, dst, kc),
+            _ => {
+                let nr = self.kern.nr();
+                for kk in 0..kc {
+                    let row = src.offset(kk as isize * self.b_rs);
+                    std::ptr::copy_nonoverlapping(row, dst.add(kk * nr), nr);
+                }
             }
-            std::ptr::copy_nonoverlapping(row, dst.add(kk * nr), nr);
         }
     }
 
@@ -1110,6 +1121,43 @@ mod x86 {
                 _mm512_storeu_ps(t.as_mut_ptr().add(r * 16), acc);
             }
             store_tile(&t, 16, c, (rows, cols), (c_rs, c_cs), first, ep);
+        }
+    }
+
+    /// `rows` rows of 32 floats, `src_rs` apart, to `dst` (rows 32 apart),
+    /// prefetching each row's next 32 floats (the next strip: same page;
+    /// a prefetch past the end of B does not fault).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn copy_rows_avx512(
+        src: *const f32,
+        src_rs: isize,
+        dst: *mut f32,
+        rows: usize,
+    ) {
+        for r in 0..rows {
+            let s = src.offset(r as isize * src_rs);
+            _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(32) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(48) as *const i8);
+            let d = dst.add(r * 32);
+            _mm512_storeu_ps(d, _mm512_loadu_ps(s));
+            _mm512_storeu_ps(d.add(16), _mm512_loadu_ps(s.add(16)));
+        }
+    }
+
+    /// [`copy_rows_avx512`] for rows of 16 floats (the AVX2 kernel's).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn copy_rows_avx2(
+        src: *const f32,
+        src_rs: isize,
+        dst: *mut f32,
+        rows: usize,
+    ) {
+        for r in 0..rows {
+            let s = src.offset(r as isize * src_rs);
+            _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(16) as *const i8);
+            let d = dst.add(r * 16);
+            _mm256_storeu_ps(d, _mm256_loadu_ps(s));
+            _mm256_storeu_ps(d.add(8), _mm256_loadu_ps(s.add(8)));
         }
     }
 
