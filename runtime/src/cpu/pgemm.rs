@@ -1404,6 +1404,36 @@ mod tests {
         }
     }
 
+    /// B read in place with its full strips copied to L1 scratch (3+ A
+    /// panels, rows `COPY_STRIP_MIN_RS` or more apart; two k blocks, a
+    /// partial last strip): every row matches the f64 reference and is
+    /// bitwise the row a GEMM packing B gives, at 1 and 2 threads.
+    #[test]
+    fn copied_b_strips_match_packed_b_bitwise() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (n, k) = (COPY_STRIP_MIN_RS as usize + 76, 300);
+        for kern in kernels() {
+            let big = (DIRECT_B_PANELS + 1) * kern.mr() + 3;
+            let (full, _) = run_case(kern, (big, n, k), false, false, false, 1, &pool);
+            for p in 3..=DIRECT_B_PANELS {
+                let m = p * kern.mr() - 1;
+                let (c, want) = run_case(kern, (m, n, k), false, false, false, 1, &pool);
+                let (two, _) = run_case(kern, (m, n, k), false, false, false, 2, &pool);
+                for (i, (x, w)) in c.iter().zip(&want).enumerate() {
+                    assert!(
+                        (*x as f64 - w).abs() <= 1e-4 * (k as f64).sqrt() * (1.0 + w.abs()),
+                        "{kern:?} m={m} [{i}]: {x} vs {w}"
+                    );
+                    assert_eq!(x.to_bits(), full[i].to_bits(), "{kern:?} m={m} [{i}]");
+                    assert_eq!(x.to_bits(), two[i].to_bits(), "{kern:?} m={m} [{i}]");
+                }
+            }
+        }
+    }
+
     #[test]
     fn packed_matches_f64_reference_on_edge_shapes() {
         let pool = rayon::ThreadPoolBuilder::new()
