@@ -59,6 +59,14 @@ const DIRECT_B_PANELS: usize = 8;
 /// A panels read it: below it, several of the strip's rows share a page.
 const COPY_STRIP_MIN_RS: isize = 1024;
 
+/// The least `k` for which B read in place goes strip by strip through
+/// the A panels ([`Gemm::run_direct`]) instead of panel by panel: with
+/// SqueezeNet's fire3 squeeze (16 x 64 x 3025) and expand1x1 (64 x 16 x
+/// 3025) the strip order measured slower (73 -> 100 us; 41 -> 95 us at 2
+/// threads), with k of 128 and more faster (fire4 squeeze 32 x 128 x
+/// 3025, fire6-8 squeezes over 729 columns: 5-10%).
+const STRIP_ORDER_MIN_K: usize = 128;
+
 /// Header length in f32 slots (64 bytes, so panels stay 64-byte aligned).
 const HEADER: usize = 16;
 
@@ -589,7 +597,7 @@ impl Gemm {
         // that read it: full-width panels of a row-major B are then read
         // in place (see `DIRECT_B_PANELS`).
         let direct = self.b_cs == 1 && self.b_rs > 0 && panels.len() <= DIRECT_B_PANELS;
-        if direct {
+        if direct && self.k >= STRIP_ORDER_MIN_K {
             self.run_direct(panels, cols, narrow);
             return;
         }
