@@ -54,6 +54,19 @@ const NC: usize = 1024;
 /// TLB and prefetchers once the packing is amortised).
 const DIRECT_B_PANELS: usize = 8;
 
+/// The row stride of B (floats, 4 KiB) from which [`Gemm::run`] reading
+/// B in place copies each full column strip to L1 scratch before several
+/// A panels read it: below it, several of the strip's rows share a page.
+const COPY_STRIP_MIN_RS: isize = 1024;
+
+/// The least `k` for which B read in place goes strip by strip through
+/// the A panels ([`Gemm::run_direct`]) instead of panel by panel: with
+/// SqueezeNet's fire3 squeeze (16 x 64 x 3025) and expand1x1 (64 x 16 x
+/// 3025) the strip order measured slower (73 -> 100 us; 41 -> 95 us at 2
+/// threads), with k of 128 and more faster (fire4 squeeze 32 x 128 x
+/// 3025, fire6-8 squeezes over 729 columns: 5-10%).
+const STRIP_ORDER_MIN_K: usize = 128;
+
 /// Header length in f32 slots (64 bytes, so panels stay 64-byte aligned).
 const HEADER: usize = 16;
 
@@ -584,6 +597,10 @@ impl Gemm {
         // that read it: full-width panels of a row-major B are then read
         // in place (see `DIRECT_B_PANELS`).
         let direct = self.b_cs == 1 && self.b_rs > 0 && panels.len() <= DIRECT_B_PANELS;
+        if direct && self.k >= STRIP_ORDER_MIN_K {
+            self.run_direct(panels, cols, narrow);
+            return;
+        }
         BPACK.with(|s| {
             let mut s = s.borrow_mut();
             let need = KC * NC.min(cols.len()).div_ceil(nr) * nr + 16;
@@ -654,6 +671,103 @@ impl Gemm {
                 }
             }
         });
+    }
+
+    /// [`Gemm::run`] for a row-major B and few A panels (see
+    /// `DIRECT_B_PANELS`): one `nr`-wide column strip at a time, its k
+    /// blocks in order, each meeting all (L2-resident) A panels while the
+    /// strip's block is in L1 and its C tiles stay in cache between k
+    /// blocks. A full strip is copied to L1 scratch when more than one
+    /// panel reads it and B's rows are far apart ([`Gemm::copy_strip`],
+    /// `COPY_STRIP_MIN_RS`), else read in place; a
+    /// partial last strip is packed (the kernel reads whole rows). Each
+    /// tile's k blocks run in the same order as in any other schedule, so
+    /// results are bitwise those of [`Gemm::run`]'s packed path.
+    unsafe fn run_direct(
+        &self,
+        panels: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+        narrow: bool,
+    ) {
+        let (mr, nr) = (self.kern.mr(), self.kern.nr());
+        let mp = self.m.div_ceil(mr) * mr;
+        // Copy full strips when several panels read them and B's rows lie
+        // on different pages (see `copy_strip`; with rows closer, as
+        // MobileNet-V2's 96 x 576 x 196, the copy measured slower: 160 vs
+        // 148 us).
+        let copy = panels.len() > 2 && self.b_rs >= COPY_STRIP_MIN_RS;
+        BPACK.with(|s| {
+            let mut s = s.borrow_mut();
+            let need = KC * nr + 16;
+            if s.len() < need {
+                s.resize(need, 0.0);
+            }
+            let off = s.as_ptr().align_offset(64).min(16);
+            let bp = s.as_mut_ptr().add(off);
+            for j in cols.clone().step_by(nr) {
+                let ncols = nr.min(cols.end - j);
+                for k0 in (0..self.k).step_by(KC) {
+                    let kc = KC.min(self.k - k0);
+                    let (bpan, ld) = if ncols == nr && !copy {
+                        let o = k0 as isize * self.b_rs + j as isize;
+                        (self.b.offset(o), self.b_rs as usize)
+                    } else if ncols == nr {
+                        self.copy_strip(bp, k0, kc, j);
+                        (bp as *const f32, nr)
+                    } else {
+                        self.pack_b(bp, k0, kc, j, ncols, nr, narrow);
+                        (bp as *const f32, panel_ld(self.kern, narrow, ncols))
+                    };
+                    let first = k0 == 0 && !self.acc;
+                    let last = k0 + kc == self.k;
+                    let ablk = self.a.add(k0 * mp);
+                    for p in panels.clone() {
+                        let cp = self
+                            .c
+                            .offset((p * mr) as isize * self.c_rs + j as isize * self.c_cs);
+                        let te = match &self.ep {
+                            Some(ep) if last => Some(tile_ep(ep, p * mr, j)),
+                            _ => None,
+                        };
+                        micro(
+                            self.kern,
+                            kc,
+                            ablk.add(p * kc * mr),
+                            (bpan, ld),
+                            cp,
+                            (mr.min(self.m - p * mr), ncols),
+                            (self.c_rs, self.c_cs),
+                            first,
+                            te.as_ref(),
+                        );
+                    }
+                }
+            }
+        });
+    }
+
+    /// Copies the full-width strip `B[k0..k0+kc, j..j+NR]` of a row-major
+    /// B to `dst` (rows NR apart) with whole-row vector moves. Several A
+    /// panels then read it from L1 contiguously; read in place, each of
+    /// its `kc` rows lies on another page: a TLB and an L1 miss per row
+    /// and panel (SqueezeNet's 32 x 128 x 3025 squeeze, 1 thread: 270 ->
+    /// 247 us).
+    #[inline]
+    unsafe fn copy_strip(&self, dst: *mut f32, k0: usize, kc: usize, j: usize) {
+        let src = self.b.offset(k0 as isize * self.b_rs + j as isize);
+        match self.kern {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => x86::copy_rows_avx512(src, self.b_rs, dst, kc),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => x86::copy_rows_avx2(src, self.b_rs, dst, kc),
+            _ => {
+                let nr = self.kern.nr();
+                for kk in 0..kc {
+                    let row = src.offset(kk as isize * self.b_rs);
+                    std::ptr::copy_nonoverlapping(row, dst.add(kk * nr), nr);
+                }
+            }
+        }
     }
 
     /// Packs `B[k0..k0+kc, j0..j0+nc]` into k-major panels `nr` apart,
@@ -841,6 +955,12 @@ mod x86 {
     /// Software prefetch distance along packed A, in floats.
     const A_PREFETCH: usize = 512;
 
+    /// Software prefetch distance along a B read in place, in rows.
+    const B_PREFETCH_ROWS: usize = 8;
+
+    /// The least k block length for which B read in place is prefetched.
+    const B_PREFETCH_MIN_KC: usize = 64;
+
     /// AVX-512F `14 x 32` micro-kernel: per k, two B vectors and 14
     /// broadcast A elements feed 28 FMAs into 28 zmm accumulators. A tail
     /// panel (the last of an `m` that is not a multiple of 14) computes
@@ -889,10 +1009,21 @@ mod x86 {
         let mut c0 = [_mm512_setzero_ps(); R];
         let mut c1 = [_mm512_setzero_ps(); R];
         let (mut a, mut b) = (a, b);
+        // B read in place (rows `ldb` apart, often on different pages):
+        // fetch the row `B_PREFETCH_ROWS` ahead, which no hardware
+        // prefetcher predicts (MobileNet-V2's 24 x 144 x 3136 projection
+        // with its residual: 215 -> 160 us). Not for short k blocks, whose
+        // last rows' prefetches are wasted (96 x 24 x 12544: 372 -> 404).
+        let pf = B_PREFETCH_ROWS * ldb;
+        let pf_b = ldb != 32 && kc >= B_PREFETCH_MIN_KC;
         for _ in 0..kc {
             // A streams from memory for large weights: fetch ~4 KiB ahead
             // (the next panels follow contiguously) so it overlaps compute.
             _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
+            if pf_b {
+                _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(pf) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(pf + 16) as *const i8);
+            }
             let b0 = _mm512_loadu_ps(b);
             let b1 = _mm512_loadu_ps(b.add(16));
             for r in 0..R {
@@ -1015,6 +1146,43 @@ mod x86 {
                 _mm512_storeu_ps(t.as_mut_ptr().add(r * 16), acc);
             }
             store_tile(&t, 16, c, (rows, cols), (c_rs, c_cs), first, ep);
+        }
+    }
+
+    /// `rows` rows of 32 floats, `src_rs` apart, to `dst` (rows 32 apart),
+    /// prefetching each row's next 32 floats (the next strip: same page;
+    /// a prefetch past the end of B does not fault).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn copy_rows_avx512(
+        src: *const f32,
+        src_rs: isize,
+        dst: *mut f32,
+        rows: usize,
+    ) {
+        for r in 0..rows {
+            let s = src.offset(r as isize * src_rs);
+            _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(32) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(48) as *const i8);
+            let d = dst.add(r * 32);
+            _mm512_storeu_ps(d, _mm512_loadu_ps(s));
+            _mm512_storeu_ps(d.add(16), _mm512_loadu_ps(s.add(16)));
+        }
+    }
+
+    /// [`copy_rows_avx512`] for rows of 16 floats (the AVX2 kernel's).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn copy_rows_avx2(
+        src: *const f32,
+        src_rs: isize,
+        dst: *mut f32,
+        rows: usize,
+    ) {
+        for r in 0..rows {
+            let s = src.offset(r as isize * src_rs);
+            _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(16) as *const i8);
+            let d = dst.add(r * 16);
+            _mm256_storeu_ps(d, _mm256_loadu_ps(s));
+            _mm256_storeu_ps(d.add(8), _mm256_loadu_ps(s.add(8)));
         }
     }
 
@@ -1256,6 +1424,36 @@ mod tests {
                         "{kern:?} m={m} [{i}]: {x} vs {w}"
                     );
                     assert_eq!(x.to_bits(), full[i].to_bits(), "{kern:?} m={m} [{i}]");
+                }
+            }
+        }
+    }
+
+    /// B read in place with its full strips copied to L1 scratch (3+ A
+    /// panels, rows `COPY_STRIP_MIN_RS` or more apart; two k blocks, a
+    /// partial last strip): every row matches the f64 reference and is
+    /// bitwise the row a GEMM packing B gives, at 1 and 2 threads.
+    #[test]
+    fn copied_b_strips_match_packed_b_bitwise() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (n, k) = (COPY_STRIP_MIN_RS as usize + 76, 300);
+        for kern in kernels() {
+            let big = (DIRECT_B_PANELS + 1) * kern.mr() + 3;
+            let (full, _) = run_case(kern, (big, n, k), false, false, false, 1, &pool);
+            for p in 3..=DIRECT_B_PANELS {
+                let m = p * kern.mr() - 1;
+                let (c, want) = run_case(kern, (m, n, k), false, false, false, 1, &pool);
+                let (two, _) = run_case(kern, (m, n, k), false, false, false, 2, &pool);
+                for (i, (x, w)) in c.iter().zip(&want).enumerate() {
+                    assert!(
+                        (*x as f64 - w).abs() <= 1e-4 * (k as f64).sqrt() * (1.0 + w.abs()),
+                        "{kern:?} m={m} [{i}]: {x} vs {w}"
+                    );
+                    assert_eq!(x.to_bits(), full[i].to_bits(), "{kern:?} m={m} [{i}]");
+                    assert_eq!(x.to_bits(), two[i].to_bits(), "{kern:?} m={m} [{i}]");
                 }
             }
         }
