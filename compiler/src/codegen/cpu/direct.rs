@@ -10,10 +10,9 @@
 
 use super::emit::{mem, Emit};
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::types::{F32, F32X4, I32X4, I64, I8X16};
+use cranelift_codegen::ir::types::{F32, F32X4, I32X4, I64};
 use cranelift_codegen::ir::{
-    ConstantData, Endianness, InstBuilder, MemFlagsData, StackSlot, StackSlotData, StackSlotKind,
-    Value,
+    Endianness, InstBuilder, MemFlagsData, StackSlot, StackSlotData, StackSlotKind, Value,
 };
 use cranelift_frontend::Variable;
 
@@ -205,8 +204,8 @@ impl PadPlane {
                     let a = e.b.ins().load(F32X4, mem(), sp, 2 * d);
                     let b = e.b.ins().load(F32X4, mem(), sp, 2 * d + 16);
                     check(e, a, b);
-                    let ev = shuffle(e, a, b, [0, 2, 4, 6]);
-                    let od = shuffle(e, a, b, [1, 3, 5, 7]);
+                    let ev = e.shuffle4(a, b, [0, 2, 4, 6]);
+                    let od = e.shuffle4(a, b, [1, 3, 5, 7]);
                     let p = e.b.ins().iadd(de, o);
                     e.b.ins().store(mem(), ev, p, d);
                     let p = e.b.ins().iadd(dod, o);
@@ -439,19 +438,6 @@ fn movable() -> MemFlagsData {
 pub(crate) fn nan_mask(e: &mut Emit<'_>) -> Variable {
     let z = e.vi(0);
     e.var(I32X4, z)
-}
-
-/// Lanes `idx` of the eight floats `a ++ b`.
-fn shuffle(e: &mut Emit<'_>, a: Value, b: Value, idx: [u8; 4]) -> Value {
-    let ai = e.b.ins().bitcast(I8X16, le(), a);
-    let bi = e.b.ins().bitcast(I8X16, le(), b);
-    let mask: Vec<u8> = idx
-        .iter()
-        .flat_map(|&l| (0..4u8).map(move |k| l * 4 + k))
-        .collect();
-    let imm = e.b.func.dfg.immediates.push(ConstantData::from(mask));
-    let r = e.b.ins().shuffle(ai, bi, imm);
-    e.b.ins().bitcast(F32X4, le(), r)
 }
 
 /// Whether depthwise sums fuse each product into the running sum (one

@@ -136,6 +136,20 @@ impl<'a> Emit<'a> {
         self.b.ins().iadd(base, off)
     }
 
+    /// Lanes `idx` (each < 8) of the eight floats `a ++ b` (f32x4s): one
+    /// byte shuffle, which Cranelift lowers to `shufps`/`unpck*` forms.
+    pub fn shuffle4(&mut self, a: Value, b: Value, idx: [u8; 4]) -> Value {
+        let ai = self.b.ins().bitcast(I8X16, le(), a);
+        let bi = self.b.ins().bitcast(I8X16, le(), b);
+        let mask: Vec<u8> = idx
+            .iter()
+            .flat_map(|&l| (0..4u8).map(move |k| l * 4 + k))
+            .collect();
+        let imm = self.b.func.dfg.immediates.push(ConstantData::from(mask));
+        let r = self.b.ins().shuffle(ai, bi, imm);
+        self.b.ins().bitcast(F32X4, le(), r)
+    }
+
     /// An i64 constant.
     pub fn ci(&mut self, v: i64) -> Value {
         self.b.ins().iconst(I64, v)
@@ -347,15 +361,7 @@ impl<'a> Emit<'a> {
             2 => {
                 let a = self.b.ins().load(F32X4, mem(), bp, o);
                 let b = self.b.ins().load(F32X4, mem(), bp, o + 16);
-                let ai = self.b.ins().bitcast(I8X16, le(), a);
-                let bi = self.b.ins().bitcast(I8X16, le(), b);
-                let mask: Vec<u8> = [0u8, 2, 4, 6]
-                    .iter()
-                    .flat_map(|&l| (0..4u8).map(move |k| l * 4 + k))
-                    .collect();
-                let imm = self.b.func.dfg.immediates.push(ConstantData::from(mask));
-                let r = self.b.ins().shuffle(ai, bi, imm);
-                self.b.ins().bitcast(F32X4, le(), r)
+                self.shuffle4(a, b, [0, 2, 4, 6])
             }
             _ => {
                 let v0 = self.b.ins().load(F32, mem(), bp, o);

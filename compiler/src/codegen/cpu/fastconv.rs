@@ -64,10 +64,8 @@ use super::elementwise::{self, bcast_strides, Operand, SubDomain};
 use super::emit::{mem, Emit};
 use super::KCtx;
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::types::{F32X4, I32, I64, I8X16};
-use cranelift_codegen::ir::{
-    AbiParam, ConstantData, Endianness, InstBuilder, MemFlagsData, Signature, Value,
-};
+use cranelift_codegen::ir::types::{F32X4, I32, I64};
+use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, Value};
 use dnnc_ir::DType;
 use dnnc_runtime::cpu::{fftconv, AlignedBuf};
 
@@ -270,11 +268,6 @@ fn lin(e: &mut Emit<'_>, coef: &[f64], xs: &[Value]) -> Value {
     acc.unwrap_or_else(|| e.vf(0.0))
 }
 
-/// Little-endian flags for the bitcasts around byte shuffles.
-fn le() -> MemFlagsData {
-    MemFlagsData::new().with_endianness(Endianness::Little)
-}
-
 /// F(4x4)'s `Bᵀ d` with shared subexpressions and fused multiply-adds
 /// (12 operations instead of 28); other algorithms through [`lin`] row by
 /// row.
@@ -323,30 +316,17 @@ fn at_apply(e: &mut Emit<'_>, wn: &Winograd, x: &[Value]) -> Vec<Value> {
     vec![y0, y1, y2, y3]
 }
 
-/// Lanes `l[0..4]` of the 8-lane concatenation `a ++ b` (f32x4s).
-fn shuf(e: &mut Emit<'_>, a: Value, b: Value, l: [u8; 4]) -> Value {
-    let ai = e.b.ins().bitcast(I8X16, le(), a);
-    let bi = e.b.ins().bitcast(I8X16, le(), b);
-    let mask: Vec<u8> = l
-        .iter()
-        .flat_map(|&l| (0..4u8).map(move |k| l * 4 + k))
-        .collect();
-    let imm = e.b.func.dfg.immediates.push(ConstantData::from(mask));
-    let r = e.b.ins().shuffle(ai, bi, imm);
-    e.b.ins().bitcast(F32X4, le(), r)
-}
-
 /// 4x4 transpose (unpack low/high, then 64-bit low/high: 8 shuffles).
 fn transpose4(e: &mut Emit<'_>, r: [Value; 4]) -> [Value; 4] {
-    let t0 = shuf(e, r[0], r[1], [0, 4, 1, 5]);
-    let t1 = shuf(e, r[2], r[3], [0, 4, 1, 5]);
-    let t2 = shuf(e, r[0], r[1], [2, 6, 3, 7]);
-    let t3 = shuf(e, r[2], r[3], [2, 6, 3, 7]);
+    let t0 = e.shuffle4(r[0], r[1], [0, 4, 1, 5]);
+    let t1 = e.shuffle4(r[2], r[3], [0, 4, 1, 5]);
+    let t2 = e.shuffle4(r[0], r[1], [2, 6, 3, 7]);
+    let t3 = e.shuffle4(r[2], r[3], [2, 6, 3, 7]);
     [
-        shuf(e, t0, t1, [0, 1, 4, 5]),
-        shuf(e, t0, t1, [2, 3, 6, 7]),
-        shuf(e, t2, t3, [0, 1, 4, 5]),
-        shuf(e, t2, t3, [2, 3, 6, 7]),
+        e.shuffle4(t0, t1, [0, 1, 4, 5]),
+        e.shuffle4(t0, t1, [2, 3, 6, 7]),
+        e.shuffle4(t2, t3, [0, 1, 4, 5]),
+        e.shuffle4(t2, t3, [2, 3, 6, 7]),
     ]
 }
 
@@ -385,18 +365,18 @@ fn input_group(e: &mut Emit<'_>, wn: &Winograd, a: Value, xw: usize) -> Vec<Vec<
         .map(|i| {
             let js: Vec<Value> = if wn.m == 4 {
                 let c = transpose4(e, [cols[0][i], cols[1][i], cols[2][i], cols[3][i]]);
-                let u0 = shuf(e, cols[1][i], cols[2][i], [0, 4, 1, 5]);
-                let u1 = shuf(e, cols[3][i], cols[4][i], [0, 4, 1, 5]);
-                let j4 = shuf(e, u0, u1, [0, 1, 4, 5]);
-                let j5 = shuf(e, u0, u1, [2, 3, 6, 7]);
+                let u0 = e.shuffle4(cols[1][i], cols[2][i], [0, 4, 1, 5]);
+                let u1 = e.shuffle4(cols[3][i], cols[4][i], [0, 4, 1, 5]);
+                let j4 = e.shuffle4(u0, u1, [0, 1, 4, 5]);
+                let j5 = e.shuffle4(u0, u1, [2, 3, 6, 7]);
                 vec![c[0], c[1], c[2], c[3], j4, j5]
             } else {
                 let (a0, a1, b0, b1) = (cols[0][i], cols[1][i], cols[2][i], cols[3][i]);
                 vec![
-                    shuf(e, a0, a1, [0, 2, 4, 6]),
-                    shuf(e, a0, a1, [1, 3, 5, 7]),
-                    shuf(e, b0, b1, [0, 2, 4, 6]),
-                    shuf(e, b0, b1, [1, 3, 5, 7]),
+                    e.shuffle4(a0, a1, [0, 2, 4, 6]),
+                    e.shuffle4(a0, a1, [1, 3, 5, 7]),
+                    e.shuffle4(b0, b1, [0, 2, 4, 6]),
+                    e.shuffle4(b0, b1, [1, 3, 5, 7]),
                 ]
             };
             bt_apply(e, wn, &js)
@@ -414,8 +394,8 @@ fn store_out_row(e: &mut Emit<'_>, y: &[Value], a: Value) {
             e.b.ins().store(mem(), v, a, (l * 16) as i32);
         }
     } else {
-        let lo = shuf(e, y[0], y[1], [0, 4, 1, 5]);
-        let hi = shuf(e, y[0], y[1], [2, 6, 3, 7]);
+        let lo = e.shuffle4(y[0], y[1], [0, 4, 1, 5]);
+        let hi = e.shuffle4(y[0], y[1], [2, 6, 3, 7]);
         e.b.ins().store(mem(), lo, a, 0);
         e.b.ins().store(mem(), hi, a, 16);
     }
