@@ -8,27 +8,13 @@
 
 mod cpu_common;
 
-use cpu_common::{check, rand_f32};
+use cpu_common::{bits, check, parse, rand_f32};
 use dnnc_compiler::codegen::cpu::{compile_cpu, CpuOptions};
 use dnnc_ir::{Graph, Tensor};
 use dnnc_runtime::cpu::Concurrency;
 
-fn parse(body: &str) -> Graph {
-    let src = format!("graph t {{\n{body}\n}}\n");
-    dnnc_ir::text::parse(&src, "t.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"))
-}
-
 fn x(shape: &[usize], seed: u64) -> Vec<(String, Tensor)> {
     vec![("x".to_string(), rand_f32(shape, seed, -2.0, 2.0))]
-}
-
-fn bits(ts: &[Tensor]) -> Vec<u32> {
-    ts.iter()
-        .flat_map(|t| match t {
-            Tensor::F32(a) => a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-            _ => Vec::new(),
-        })
-        .collect()
 }
 
 /// Concat steps of `g`'s executable.

@@ -4,16 +4,11 @@
 
 mod cpu_common;
 
-use cpu_common::{check, f32_tensor, rand_f32, Rng};
+use cpu_common::{check, f32_tensor, parse, rand_f32, Rng};
 use dnnc_compiler::codegen::cpu::{compile_cpu, CodegenError, ConvAlgo, CpuOptions};
 use dnnc_ir::{DType, Graph, Tensor};
 use ndarray::{ArrayD, IxDyn};
 use std::collections::BTreeSet;
-
-fn parse(body: &str) -> Graph {
-    let src = format!("graph t {{\n{body}\n}}\n");
-    dnnc_ir::text::parse(&src, "t.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"))
-}
 
 /// Random inputs for every graph input: f32 uniform in `[lo, hi)`, i64 in
 /// `[-3, 3]`, bool fair coins.

@@ -6,14 +6,9 @@
 
 mod cpu_common;
 
-use cpu_common::{check, check_with, f32_tensor, rand_f32};
+use cpu_common::{check, check_with, f32_tensor, parse, rand_f32};
 use dnnc_compiler::codegen::cpu::{ConvAlgo, CpuOptions};
 use dnnc_ir::Graph;
-
-fn parse(body: &str) -> Graph {
-    let src = format!("graph t {{\n{body}\n}}\n");
-    dnnc_ir::text::parse(&src, "t.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"))
-}
 
 const POOLS: [&str; 6] = [
     "kernel=[3,3], strides=[2,2], ceil_mode=1",

@@ -6,26 +6,11 @@
 
 mod cpu_common;
 
-use cpu_common::{check_with, rand_f32};
+use cpu_common::{bits, check_with, parse, rand_f32};
 use dnnc_compiler::codegen::cpu::{compile_cpu, CpuOptions};
 use dnnc_ir::{Graph, Tensor};
 use dnnc_runtime::cpu::KernelSplit;
 use std::path::PathBuf;
-
-fn parse(body: &str) -> Graph {
-    let src = format!("graph t {{\n{body}\n}}\n");
-    dnnc_ir::text::parse(&src, "t.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"))
-}
-
-fn bits(ts: &[Tensor]) -> Vec<u32> {
-    ts.iter()
-        .flat_map(|t| match t {
-            Tensor::F32(a) => a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-            Tensor::I64(a) => a.iter().map(|&x| x as u32).collect(),
-            Tensor::Bool(a) => a.iter().map(|&x| x as u32).collect(),
-        })
-        .collect()
-}
 
 /// Checks `g` against the interpreter, then runs it on 1 thread and with
 /// every splittable kernel forced into 2, 3 and 7 tasks: bitwise equal.

@@ -6,25 +6,11 @@
 
 mod cpu_common;
 
-use cpu_common::{check, check_with, rand_f32, shared_models};
+use cpu_common::{bits, check, check_with, parse, rand_f32, shared_models};
 use dnnc_compiler::codegen::cpu::{compile_cpu, CpuOptions};
 use dnnc_ir::{Graph, Tensor};
 use dnnc_runtime::cpu::{Concurrency, Executable};
 use std::path::PathBuf;
-
-fn parse(body: &str) -> Graph {
-    let src = format!("graph t {{\n{body}\n}}\n");
-    dnnc_ir::text::parse(&src, "t.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"))
-}
-
-fn bits(ts: &[Tensor]) -> Vec<u32> {
-    ts.iter()
-        .flat_map(|t| match t {
-            Tensor::F32(a) => a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-            _ => Vec::new(),
-        })
-        .collect()
-}
 
 #[test]
 fn elementwise_kernel_runs_in_place_and_matches() {

@@ -7,7 +7,7 @@
 
 mod cpu_common;
 
-use cpu_common::{check_with, rand_f32};
+use cpu_common::{bits, check_with, parse, rand_f32};
 use dnnc_compiler::codegen::cpu::{compile_cpu, ConvAlgo, CpuOptions};
 use dnnc_ir::{Graph, Tensor};
 use dnnc_runtime::cpu::KernelSplit;
@@ -29,15 +29,6 @@ fn conv(c: usize, m: usize, h: usize, w: usize, pad: usize) -> Graph {
 "
     );
     dnnc_ir::text::parse(&src, "wino.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"))
-}
-
-fn bits(ts: &[Tensor]) -> Vec<u32> {
-    ts.iter()
-        .flat_map(|t| match t {
-            Tensor::F32(a) => a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-            _ => panic!("f32 outputs only"),
-        })
-        .collect()
 }
 
 /// Compiles `g` with `algo` forced, checks it against the interpreter,

@@ -127,3 +127,23 @@ pub fn shared_models() -> Option<Vec<PathBuf>> {
     v.sort();
     Some(v)
 }
+
+/// Parses a graph body (statements without the `graph t { }` wrapper).
+#[allow(dead_code)]
+pub fn parse(body: &str) -> Graph {
+    let src = format!("graph t {{\n{body}\n}}\n");
+    dnnc_ir::text::parse(&src, "t.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"))
+}
+
+/// The bit patterns of every output element, for bitwise comparisons
+/// (i64 and bool elements as their values).
+#[allow(dead_code)]
+pub fn bits(ts: &[Tensor]) -> Vec<u32> {
+    ts.iter()
+        .flat_map(|t| match t {
+            Tensor::F32(a) => a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            Tensor::I64(a) => a.iter().map(|&x| x as u32).collect(),
+            Tensor::Bool(a) => a.iter().map(|&x| x as u32).collect(),
+        })
+        .collect()
+}
