@@ -8,7 +8,6 @@ mod cpu_common;
 
 use cpu_common::{check, check_with, f32_tensor, parse, rand_f32};
 use dnnc_compiler::codegen::cpu::{ConvAlgo, CpuOptions};
-use dnnc_ir::Graph;
 
 const POOLS: [&str; 6] = [
     "kernel=[3,3], strides=[2,2], ceil_mode=1",

@@ -7,7 +7,6 @@ mod cpu_common;
 
 use cpu_common::{check, check_with, f32_tensor, parse, rand_f32, Rng};
 use dnnc_compiler::codegen::cpu::{ConvAlgo, CpuOptions};
-use dnnc_ir::Graph;
 
 #[test]
 fn wide_pools_match_the_interpreter() {
