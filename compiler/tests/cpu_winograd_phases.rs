@@ -7,7 +7,7 @@
 
 mod cpu_common;
 
-use cpu_common::{bits, check_with, parse, rand_f32};
+use cpu_common::{bits, check_with, rand_f32};
 use dnnc_compiler::codegen::cpu::{compile_cpu, ConvAlgo, CpuOptions};
 use dnnc_ir::{Graph, Tensor};
 use dnnc_runtime::cpu::KernelSplit;
