@@ -136,12 +136,11 @@ pub(crate) fn unary(t: Tensor, u: Unary) -> KResult<Tensor> {
                 }
                 // ONNX Clip: min(max(x, min), max); NaN stays NaN.
                 Unary::Clip { min, max } => a.mapv_inplace(|x| {
-                    if x < min {
-                        min
-                    } else if x > max {
+                    let y = if x < min { min } else { x };
+                    if max < y {
                         max
                     } else {
-                        x
+                        y
                     }
                 }),
                 Unary::HardSigmoid { alpha, beta } => {

@@ -292,9 +292,21 @@ impl PadPlane {
         let main = nfull / u * u;
         let offs: Vec<usize> = (0..u).map(|k| k * 16).collect();
         let mut err: Option<String> = None;
+        let rows: Option<Vec<EpRow>> = match out {
+            Store::Plain => None,
+            Store::Fused(epi, p) => Some(
+                (0..rb)
+                    .map(|rho| {
+                        let row = e.b.ins().iadd_imm_s(r, rho as i64);
+                        epi.row(e, p, row)
+                    })
+                    .collect(),
+            ),
+        };
+        let rows = rows.as_deref();
         counted(e, main / u, (u * 16) as i32, |e, qb, d| {
             let offs: Vec<usize> = offs.iter().map(|&o| o + d as usize).collect();
-            if let Err(m) = self.block(e, pb, py, qb, rb, &offs, op, (r, out)) {
+            if let Err(m) = self.block(e, pb, py, qb, rb, &offs, op, (out, rows)) {
                 err.get_or_insert(m);
             }
         });
@@ -306,7 +318,7 @@ impl PadPlane {
         }
         if !rest.is_empty() {
             let z = e.ci(0);
-            if let Err(m) = self.block(e, pb, py, z, rb, &rest, op, (r, out)) {
+            if let Err(m) = self.block(e, pb, py, z, rb, &rest, op, (out, rows)) {
                 err.get_or_insert(m);
             }
         }
@@ -326,7 +338,7 @@ impl PadPlane {
         rb: usize,
         offs: &[usize],
         op: &Combine,
-        (r, out): (Value, &Store<'_, '_>),
+        (out, eprows): (&Store<'_, '_>, Option<&[EpRow]>),
     ) -> Result<(), String> {
         let win = self.win;
         let s = win.sw;
@@ -392,11 +404,9 @@ impl PadPlane {
                         let disp = ((rho * win.ow) * 4 + o) as i32;
                         e.b.ins().store(mem(), v, pyq, disp);
                     }
-                    Store::Fused(epi, n, co) => {
-                        let row = e.b.ins().iadd_imm_s(r, rho as i64);
-                        let col = e.b.ins().ushr_imm_u(qb, 2);
-                        let col = e.b.ins().iadd_imm_s(col, (o / 4) as i64);
-                        epi.apply(e, v, [*n, *co, row, col])?;
+                    Store::Fused(epi, _) => {
+                        let rows = eprows.expect("fused rows prepared");
+                        epi.apply(e, &rows[rho], v, qb, o as i32)?;
                     }
                 }
             }
@@ -441,10 +451,12 @@ pub(crate) fn nan_mask(e: &mut Emit<'_>) -> Variable {
 }
 
 /// Whether depthwise sums fuse each product into the running sum (one
-/// rounding per tap, via FMA) rather than rounding the product first. Off:
-/// FMA measured no faster here, and mul + add keeps the results bitwise
-/// those of the earlier kernels.
-const DEPTHWISE_FMA: bool = false;
+/// rounding per tap, via FMA) rather than rounding the product first. On:
+/// compiled in order ([`Emit::in_order`]) with the filter taps in
+/// registers, a 3x3 output block is 9 loads and 9 FMAs, where mul + add
+/// would issue 9 more instructions (measured: the 56x56x144 MobileNet-V2
+/// layer went from 331 to 238 us together with the in-register epilogue).
+const DEPTHWISE_FMA: bool = true;
 
 /// Depthwise convolution (`C == M`, one channel per group) over padded
 /// scratch planes: per (image, channel) copy the input plane, splat the
@@ -467,16 +479,19 @@ pub(crate) fn depthwise(
     let taps = geo.kh * geo.kw;
     let (hw, p) = ((geo.h * geo.w) as i64, (geo.oh * geo.ow) as i64);
     plane.init(e, 0.0);
+    e.in_order = true;
     let fused = spec.and_then(|s| Epilogue::new(s, geo.ow.is_multiple_of(4)));
-    // Measured on MobileNet-V2 (1 thread): two output rows per pass or
-    // FMA taps were no faster than this with Cranelift's placement of the
-    // loads (within noise), so keep one row, two blocks, mul + add.
+    // One output row, two blocks per step: the nine taps, two sums, the
+    // loaded vector and the epilogue's constants fill the 16 xmm
+    // registers. Two rows per step (sharing each load) spilled a tap and
+    // measured no faster on MobileNet-V2.
     let (rb, u) = (1, if taps <= 9 { 2 } else { 1 });
     let mut err = None;
     // Task units (the kernel ABI's split): the N*M output planes, each
     // with its own epilogue; the padded plane is scratch on this call's
     // stack frame, so every task has its own.
     let (lo, hi) = e.task_range(geo.n * geo.m)?;
+    e.hoist_constants();
     e.for_range(lo, hi, 1, |e, pn| {
         {
             let n = e.b.ins().udiv_imm_u(pn, geo.m as i64);
@@ -500,7 +515,10 @@ pub(crate) fn depthwise(
                 Combine::MulAdd(wv)
             };
             let r = match &fused {
-                Some(f) => plane.compute(e, y, yo, &op, rb, u, &Store::Fused(f, n, co)),
+                Some(f) => {
+                    let p = f.plane(e, n, co);
+                    plane.compute(e, y, yo, &op, rb, u, &Store::Fused(f, &p))
+                }
                 None => plane
                     .compute(e, y, yo, &op, rb, u, &Store::Plain)
                     .and_then(|_| super::contraction::tile_epilogue(e, spec, n, co, 1)),
@@ -510,6 +528,7 @@ pub(crate) fn depthwise(
             }
         }
     });
+    e.end_hoist();
     err.map_or(Ok(()), Err)
 }
 
@@ -520,7 +539,7 @@ pub(crate) enum Store<'a, 'g> {
     Plain,
     /// Evaluate the epilogue on the block in registers and store its
     /// outputs (the accumulator itself only if it is a kernel output).
-    Fused(&'a Epilogue<'a, 'g>, Value, Value),
+    Fused(&'a Epilogue<'a, 'g>, &'a EpPlane),
 }
 
 /// A conv epilogue evaluated on each output block in registers, the same
@@ -579,34 +598,94 @@ impl<'a, 'g> Epilogue<'a, 'g> {
         f32_only.then_some(Epilogue { spec })
     }
 
-    /// Element offset of point `idx` (n, channel, row, column) in `o`.
-    fn off(e: &mut Emit<'_>, o: &super::elementwise::Operand, idx: [Value; 4]) -> Value {
-        e.linear(None, &idx, &o.strides)
-    }
-
-    /// Loads `o` at `idx` as an f32x4 (splatted when its column stride
-    /// is 0).
-    fn load(e: &mut Emit<'_>, o: &super::elementwise::Operand, idx: [Value; 4]) -> Value {
-        let off = Self::off(e, o, idx);
+    /// How operand `o` is read on row `row` of plane (`n`, `co`): a
+    /// splatted value when it is constant along the row (a bias), else the
+    /// byte address of the row's first element.
+    fn access(e: &mut Emit<'_>, o: &super::elementwise::Operand, idx: [Value; 3]) -> Access {
+        let off = e.linear(None, &idx, &o.strides[..3]);
         let base = e.bufs[o.arg];
-        if o.strides[3] == 1 {
-            e.load_v(base, off)
-        } else {
+        if o.strides[3] == 0 {
             let s = e.load_f32(base, off);
-            e.splat(s)
+            Access::Splat(e.splat(s))
+        } else {
+            Access::Row(e.addr(base, off, 4))
         }
     }
 
-    /// Evaluates the epilogue on accumulator block `acc` (four columns
-    /// from `idx`) and stores every kernel output there.
-    pub fn apply(&self, e: &mut Emit<'_>, acc: Value, idx: [Value; 4]) -> Result<(), String> {
+    /// Reads and addresses for planes of image `n`, channel `co`: operands
+    /// constant over the whole plane are loaded here, once per plane.
+    pub fn plane(&self, e: &mut Emit<'_>, n: Value, co: Value) -> EpPlane {
+        let z = e.ci(0);
+        let mut consts = std::collections::HashMap::new();
+        for (key, o) in self.operands() {
+            if o.strides[2] == 0 && o.strides[3] == 0 {
+                consts.insert(key, Self::access(e, o, [n, co, z]));
+            }
+        }
+        EpPlane { n, co, consts }
+    }
+
+    /// Reads and addresses for output row `row` of `p`'s plane.
+    pub fn row(&self, e: &mut Emit<'_>, p: &EpPlane, row: Value) -> EpRow {
+        let mut at = std::collections::HashMap::new();
+        for (key, o) in self.operands() {
+            let a = match p.consts.get(&key) {
+                Some(&a) => a,
+                None => Self::access(e, o, [p.n, p.co, row]),
+            };
+            at.insert(key, a);
+        }
+        EpRow { at }
+    }
+
+    /// Every operand read or written, keyed: `In(node, k)` for inputs,
+    /// `Extra` for the preset's scaled extra, `Out(i)` for output `i`.
+    fn operands(&self) -> Vec<(OpKey, &super::elementwise::Operand)> {
+        let spec = self.spec;
+        let mut v: Vec<(OpKey, &super::elementwise::Operand)> = spec
+            .inputs
+            .iter()
+            .map(|(&(n, k), o)| (OpKey::In(n, k), o))
+            .collect();
+        if let Some((x, _)) = &spec.preset[0].2 {
+            v.push((OpKey::Extra, x));
+        }
+        v.extend(
+            spec.outputs
+                .iter()
+                .enumerate()
+                .map(|(i, (_, o))| (OpKey::Out(i), o)),
+        );
+        v
+    }
+
+    /// Evaluates the epilogue on accumulator block `acc`, the four
+    /// columns at byte offset `qb + o` of row `r` (`qb` a value, `o` a
+    /// constant), and stores every kernel output there.
+    pub fn apply(
+        &self,
+        e: &mut Emit<'_>,
+        r: &EpRow,
+        acc: Value,
+        qb: Value,
+        o: i32,
+    ) -> Result<(), String> {
         use super::elementwise::{eval, Ev};
         let spec = self.spec;
+        let read = |e: &mut Emit<'_>, key: OpKey| -> Value {
+            match r.at[&key] {
+                Access::Splat(v) => v,
+                Access::Row(p) => {
+                    let a = e.b.ins().iadd(p, qb);
+                    e.b.ins().load(F32X4, mem(), a, o)
+                }
+            }
+        };
         let mut vals = std::collections::HashMap::new();
         let (v, _, extra) = &spec.preset[0];
         let val = match extra {
-            Some((x, scale)) => {
-                let ex = Self::load(e, x, idx);
+            Some((_, scale)) => {
+                let ex = read(e, OpKey::Extra);
                 let ex = if *scale == 1.0 {
                     ex
                 } else {
@@ -626,18 +705,12 @@ impl<'a, 'g> Epilogue<'a, 'g> {
                 let a = match vals.get(v) {
                     Some(&a) => a,
                     None => {
-                        let o = spec
-                            .inputs
-                            .get(&(n, k))
-                            .ok_or_else(|| format!("operand {k} has no source in the kernel"))?;
-                        match loaded.get(&(n, k)) {
-                            Some(&a) => a,
-                            None => {
-                                let a = Ev::F(Self::load(e, o, idx));
-                                loaded.insert((n, k), a);
-                                a
-                            }
+                        if !spec.inputs.contains_key(&(n, k)) {
+                            return Err(format!("operand {k} has no source in the kernel"));
                         }
+                        *loaded
+                            .entry((n, k))
+                            .or_insert_with(|| Ev::F(read(e, OpKey::In(n, k))))
                     }
                 };
                 args.push(a);
@@ -645,16 +718,51 @@ impl<'a, 'g> Epilogue<'a, 'g> {
             let out = eval(e, &node.op, &args)?;
             vals.insert(node.outputs[0], out);
         }
-        for (v, o) in &spec.outputs {
+        for (i, (v, _)) in spec.outputs.iter().enumerate() {
             let Some(Ev::F(x)) = vals.get(v).copied() else {
                 return Err(format!(
                     "output `%{}` is not an f32 value",
                     spec.g.value(*v).name
                 ));
             };
-            let off = Self::off(e, o, idx);
-            e.store_v(x, e.bufs[o.arg], off);
+            let Access::Row(p) = r.at[&OpKey::Out(i)] else {
+                return Err("an output with column stride 0".into());
+            };
+            let a = e.b.ins().iadd(p, qb);
+            e.b.ins().store(mem(), x, a, o);
         }
         Ok(())
     }
+}
+
+/// Names an operand of an [`Epilogue`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum OpKey {
+    /// Operand `k` of node `n`.
+    In(dnnc_ir::NodeId, usize),
+    /// The preset's scaled extra.
+    Extra,
+    /// Output `i`.
+    Out(usize),
+}
+
+/// How an epilogue operand is read on one row.
+#[derive(Clone, Copy)]
+enum Access {
+    /// The same value at every column, already splatted.
+    Splat(Value),
+    /// The byte address of the row's first element.
+    Row(Value),
+}
+
+/// An epilogue's per-plane state (see [`Epilogue::plane`]).
+pub(crate) struct EpPlane {
+    n: Value,
+    co: Value,
+    consts: std::collections::HashMap<OpKey, Access>,
+}
+
+/// An epilogue's per-row reads and addresses (see [`Epilogue::row`]).
+pub(crate) struct EpRow {
+    at: std::collections::HashMap<OpKey, Access>,
 }

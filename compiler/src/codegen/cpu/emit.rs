@@ -2,12 +2,14 @@
 //! backend generates: buffer pointers from the argument array, counted
 //! loops, f32x4 constants and lane-wise selects.
 
+use cranelift_codegen::cursor::{Cursor, FuncCursor};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, F32X4, I32, I32X4, I64, I8X16};
 use cranelift_codegen::ir::{
     ConstantData, Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value,
 };
 use cranelift_frontend::{FunctionBuilder, Variable};
+use std::collections::HashMap;
 
 /// The generated function being built, with the kernel's buffer pointers
 /// loaded in its entry block.
@@ -43,6 +45,17 @@ pub(crate) struct Emit<'a> {
     /// Argument indices of workspaces addressed per task
     /// ([`Emit::task_slice`]), which the runtime sizes per task.
     pub task_ws: Vec<usize>,
+    /// Compile this kernel without Cranelift's e-graph optimisations, so
+    /// its instructions stay in the order they were emitted. Set by
+    /// kernels whose emission order is already the schedule (a long FMA
+    /// chain with its loads interleaved); the e-graph would place every
+    /// pure value at its first use, computing the chain only after all
+    /// of its loads and spilling the registers the kernel planned for.
+    pub in_order: bool,
+    /// Where [`Emit::vf`] defines its constants while set (see
+    /// [`Emit::hoist_constants`]), with the ones defined so far by bit
+    /// pattern.
+    pub hoist: Option<(cranelift_codegen::ir::Inst, HashMap<u32, Value>)>,
 }
 
 /// Memory flags for buffer accesses: in bounds by construction.
@@ -162,8 +175,41 @@ impl<'a> Emit<'a> {
 
     /// An f32x4 with `v` in every lane.
     pub fn vf(&mut self, v: f32) -> Value {
+        if let Some((at, seen)) = &mut self.hoist {
+            if let Some(&c) = seen.get(&v.to_bits()) {
+                return c;
+            }
+            let mut pos = FuncCursor::new(self.b.func).at_inst(*at);
+            let s = pos.ins().f32const(v);
+            let c = pos.ins().splat(F32X4, s);
+            seen.insert(v.to_bits(), c);
+            return c;
+        }
         let s = self.b.ins().f32const(v);
         self.b.ins().splat(F32X4, s)
+    }
+
+    /// From here on, [`Emit::vf`] defines each distinct constant once, at
+    /// this point (which must dominate every later use, e.g. a loop's
+    /// preheader), until [`Emit::end_hoist`]. For kernels compiled
+    /// [`Emit::in_order`], which get no global value numbering, this keeps
+    /// an epilogue's constants in registers instead of reloading them for
+    /// every block.
+    pub fn hoist_constants(&mut self) {
+        let z = self.b.ins().iconst(I64, 0);
+        let at = self
+            .b
+            .func
+            .dfg
+            .value_def(z)
+            .inst()
+            .expect("an instruction result");
+        self.hoist = Some((at, HashMap::new()));
+    }
+
+    /// Ends [`Emit::hoist_constants`].
+    pub fn end_hoist(&mut self) {
+        self.hoist = None;
     }
 
     /// An i32x4 with `v` in every lane.

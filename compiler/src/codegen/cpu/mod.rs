@@ -338,9 +338,20 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         kernel: String::new(),
         message: m,
     };
+    let in_order_flags = {
+        let mut f = flags.clone();
+        set(&mut f, "opt_level", "none")?;
+        settings::Flags::new(f)
+    };
     let isa = cranelift_native::builder()
         .map_err(|m| backend(format!("host not supported: {m}")))?
         .finish(settings::Flags::new(flags))
+        .map_err(|e| backend(e.to_string()))?;
+    // The same target without the e-graph pass, for kernels that set
+    // `Emit::in_order`.
+    let in_order_isa = cranelift_native::builder()
+        .map_err(|m| backend(format!("host not supported: {m}")))?
+        .finish(in_order_flags)
         .map_err(|e| backend(e.to_string()))?;
     let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
     for (name, p) in native::symbols() {
@@ -450,6 +461,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         let fid = module
             .declare_function(&format!("k{ki}"), Linkage::Local, &ksig)
             .map_err(|e| backend(e.to_string()))?;
+        let in_order;
         {
             let sgemm = module.declare_func_in_func(sgemm_id, &mut ctx.func);
             let psgemm = module.declare_func_in_func(psgemm_id, &mut ctx.func);
@@ -481,6 +493,8 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 phase,
                 phases: Vec::new(),
                 task_ws: Vec::new(),
+                in_order: false,
+                hoist: None,
             };
             let lowered = match k.kind {
                 _ if extended::supports(&g.node(anchor).op) => extended::lower(&mut e, &kctx),
@@ -503,6 +517,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 None => (e.split.map_or(1, |(n, _)| n), Vec::new()),
             };
             let task_ws = std::mem::take(&mut e.task_ws);
+            in_order = e.in_order;
             e.b.finalize(cfg);
             let ops: Vec<&str> = k.nodes.iter().map(|&n| g.node(n).op.name()).collect();
             let inplace = inplace_pairs(g, k, &kctx.arg_of);
@@ -541,14 +556,22 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 },
             ));
         }
-        module
-            .define_function(fid, &mut ctx)
-            .map_err(|e| CodegenError::Backend {
-                kernel: k.name.clone(),
-                message: format!("{e:?}"),
-            })?;
+        let asm_dir = std::env::var_os("DNNC_DUMP_ASM");
+        ctx.set_disasm(asm_dir.is_some());
+        let defined = if in_order {
+            define_in_order(&mut module, &*in_order_isa, fid, &mut ctx)
+        } else {
+            module.define_function(fid, &mut ctx)
+        };
+        defined.map_err(|e| CodegenError::Backend {
+            kernel: k.name.clone(),
+            message: format!("{e:?}"),
+        })?;
         if let Some(code) = ctx.compiled_code() {
             code_sizes.insert(fid, code.code_buffer().len());
+            if let (Some(dir), Some(text)) = (&asm_dir, &code.vcode) {
+                write_asm(dir, &k.name, text);
+            }
         }
         module.clear_context(&mut ctx);
     }
@@ -746,6 +769,55 @@ fn lower_elementwise(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Stri
     } else {
         Vec::new()
     })
+}
+
+/// Compiles `ctx` with `isa` (the module's target without the e-graph
+/// pass, see [`emit::Emit::in_order`]) and hands the machine code and its
+/// relocations to the module, as `define_function` does with the module's
+/// own ISA.
+fn define_in_order(
+    module: &mut JITModule,
+    isa: &dyn cranelift_codegen::isa::TargetIsa,
+    fid: cranelift_module::FuncId,
+    ctx: &mut cranelift_codegen::Context,
+) -> cranelift_module::ModuleResult<()> {
+    let mut plane = cranelift_codegen::control::ControlPlane::default();
+    let align = ctx
+        .compile(isa, &mut plane)
+        .map_err(|e| cranelift_module::ModuleError::Compilation(e.inner))?
+        .buffer
+        .alignment as u64;
+    let code = ctx.compiled_code().expect("just compiled");
+    let align = align
+        .max(isa.function_alignment().minimum as u64)
+        .max(isa.symbol_alignment());
+    let relocs: Vec<cranelift_module::ModuleReloc> = code
+        .buffer
+        .relocs()
+        .iter()
+        .map(|r| cranelift_module::ModuleReloc::from_mach_reloc(r, &ctx.func, fid))
+        .collect();
+    let bytes = code.code_buffer().to_vec();
+    module.define_function_bytes(fid, align, &bytes, &relocs)
+}
+
+/// With `DNNC_DUMP_ASM=DIR` set, writes each kernel's machine code as
+/// `DIR/<kernel>.s`, so a slow kernel's instruction mix (spills, loads per
+/// FMA) can be read. Failures to write are ignored: a debugging aid only.
+fn write_asm(dir: &std::ffi::OsStr, kernel: &str, text: &str) {
+    let name: String = kernel
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let dir = std::path::Path::new(dir);
+    let _ = std::fs::create_dir_all(dir);
+    let _ = std::fs::write(dir.join(format!("{name}.s")), text);
 }
 
 /// With `DNNC_PERF_MAP` set, appends each kernel's address range and name
