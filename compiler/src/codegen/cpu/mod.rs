@@ -561,11 +561,13 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         let defined = if in_order {
             define_in_order(&mut module, &*in_order_isa, fid, &mut ctx)
         } else {
-            module.define_function(fid, &mut ctx)
+            module
+                .define_function(fid, &mut ctx)
+                .map_err(|e| format!("{e:?}"))
         };
-        defined.map_err(|e| CodegenError::Backend {
+        defined.map_err(|message| CodegenError::Backend {
             kernel: k.name.clone(),
-            message: format!("{e:?}"),
+            message,
         })?;
         if let Some(code) = ctx.compiled_code() {
             code_sizes.insert(fid, code.code_buffer().len());
@@ -780,11 +782,11 @@ fn define_in_order(
     isa: &dyn cranelift_codegen::isa::TargetIsa,
     fid: cranelift_module::FuncId,
     ctx: &mut cranelift_codegen::Context,
-) -> cranelift_module::ModuleResult<()> {
+) -> Result<(), String> {
     let mut plane = cranelift_codegen::control::ControlPlane::default();
     let align = ctx
         .compile(isa, &mut plane)
-        .map_err(|e| cranelift_module::ModuleError::Compilation(e.inner))?
+        .map_err(|e| format!("{:?}", e.inner))?
         .buffer
         .alignment as u64;
     let code = ctx.compiled_code().expect("just compiled");
@@ -798,7 +800,9 @@ fn define_in_order(
         .map(|r| cranelift_module::ModuleReloc::from_mach_reloc(r, &ctx.func, fid))
         .collect();
     let bytes = code.code_buffer().to_vec();
-    module.define_function_bytes(fid, align, &bytes, &relocs)
+    module
+        .define_function_bytes(fid, align, &bytes, &relocs)
+        .map_err(|e| format!("{e:?}"))
 }
 
 /// With `DNNC_DUMP_ASM=DIR` set, writes each kernel's machine code as
