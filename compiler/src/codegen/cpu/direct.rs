@@ -211,7 +211,23 @@ impl PadPlane {
                     let p = e.b.ins().iadd(dod, o);
                     e.b.ins().store(mem(), od, p, d);
                 });
-                for iw in n8 * 8..w {
+                // The tail: one more block of 8 ending at the last column
+                // (rewriting some columns with the same values), its even
+                // and odd columns going to the phases their parity gives.
+                let tail0 = if w % 8 != 0 && w >= 8 { w } else { n8 * 8 };
+                if tail0 == w && w % 8 != 0 {
+                    let iw0 = w - 8;
+                    let a = e.b.ins().load(F32X4, mem(), src, (iw0 * 4) as i32);
+                    let b = e.b.ins().load(F32X4, mem(), src, (iw0 * 4 + 16) as i32);
+                    check(e, a, b);
+                    let ev = e.shuffle4(a, b, [0, 2, 4, 6]);
+                    let od = e.shuffle4(a, b, [1, 3, 5, 7]);
+                    for (v, k) in [(ev, iw0 + pl), (od, iw0 + 1 + pl)] {
+                        let o = (((k % 2) * l + k / 2) * 4) as i32;
+                        e.b.ins().store(mem(), v, dst, o);
+                    }
+                }
+                for iw in tail0..w {
                     let v = e.b.ins().load(F32, mem(), src, (iw * 4) as i32);
                     let vv = e.splat(v);
                     check(e, vv, vv);
