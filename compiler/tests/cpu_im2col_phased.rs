@@ -1,0 +1,70 @@
+//! Stride-2 im2col through padded phase rows: odd and even kernel sizes,
+//! symmetric, asymmetric and no padding, input widths and heights around
+//! the phase-row tails, groups, several row chunks per image, a batch, and
+//! a fused epilogue, with the im2col algorithm forced, against the
+//! interpreter; and split across threads, bitwise equal to one thread.
+
+mod cpu_common;
+
+use cpu_common::{bits, check_with, parse, rand_f32};
+use dnnc_compiler::codegen::cpu::{compile_cpu, ConvAlgo, CpuOptions};
+
+fn im2col() -> CpuOptions {
+    CpuOptions {
+        conv_algo: Some(ConvAlgo::Im2col),
+        ..Default::default()
+    }
+}
+
+/// (channels, groups, out channels, kernel, pads, height, width)
+const CASES: [(usize, usize, usize, [usize; 2], [usize; 4], usize, usize); 9] = [
+    (3, 1, 8, [7, 7], [3, 3, 3, 3], 30, 30),
+    (3, 1, 8, [7, 7], [3, 3, 3, 3], 29, 31),
+    (3, 1, 16, [3, 3], [0, 0, 0, 0], 23, 23),
+    (4, 1, 8, [3, 3], [1, 1, 1, 1], 14, 15),
+    (4, 1, 8, [3, 3], [0, 1, 2, 0], 13, 9),
+    (6, 2, 8, [3, 3], [1, 1, 1, 1], 16, 16),
+    (2, 1, 4, [2, 2], [0, 0, 1, 1], 11, 12),
+    (2, 1, 4, [4, 5], [2, 1, 1, 2], 12, 9),
+    // Many rows of a narrow map: several chunks per image.
+    (64, 1, 8, [3, 3], [1, 1, 1, 1], 120, 8),
+];
+
+fn graph(i: usize) -> (dnnc_ir::Graph, Vec<usize>) {
+    let (c, g, m, [kh, kw], [pt, pl, pb, pr], h, w) = CASES[i];
+    let shape = vec![2, c, h, w];
+    let src = format!(
+        "input %x: f32[2,{c},{h},{w}]\n\
+         param %w: f32[{m},{cg},{kh},{kw}] = he(seed={i})\n\
+         param %b: f32[{m}] = uniform(low=-1, high=1, seed=5)\n\
+         %c = Conv2d(%x, %w, %b) {{strides=[2,2], pads=[{pt},{pl},{pb},{pr}], group={g}}}\n\
+         %y = Relu(%c)\n\
+         output %y",
+        cg = c / g
+    );
+    (parse(&src), shape)
+}
+
+#[test]
+fn phased_im2col_matches_the_interpreter() {
+    for i in 0..CASES.len() {
+        let (g, shape) = graph(i);
+        let x = rand_f32(&shape, 300 + i as u64, -2.0, 2.0);
+        check_with(&g, &[("x".into(), x)], 1e-4, 1e-5, &im2col());
+    }
+}
+
+#[test]
+fn phased_im2col_splits_bitwise() {
+    for i in [0, 5, 8] {
+        let (g, shape) = graph(i);
+        let x = rand_f32(&shape, 400 + i as u64, -2.0, 2.0);
+        let mut exe = compile_cpu(&g, &im2col()).expect("compile");
+        let one = exe.run(&[("x".into(), x.clone())]).expect("run");
+        for t in [2, 3] {
+            exe.set_threads(t).expect("threads");
+            let r = exe.run(&[("x".into(), x.clone())]).expect("run");
+            assert_eq!(bits(&one), bits(&r), "case {i} with {t} threads");
+        }
+    }
+}
