@@ -9,7 +9,7 @@
 //! it.
 
 use super::emit::{mem, Emit};
-use cranelift_codegen::ir::condcodes::FloatCC;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, F32X4, I32X4, I64};
 use cranelift_codegen::ir::{
     Endianness, InstBuilder, MemFlagsData, StackSlot, StackSlotData, StackSlotKind, Value,
@@ -82,6 +82,10 @@ pub(crate) struct PadPlane {
     ptr_slot: Option<StackSlot>,
 }
 
+/// A plane to copy into the scratch: input buffer, element offset of the
+/// plane, and the NaN mask variable to update, if any.
+pub(crate) type Src = (Value, Value, Option<Variable>);
+
 fn le() -> MemFlagsData {
     MemFlagsData::new().with_endianness(Endianness::Little)
 }
@@ -145,6 +149,15 @@ impl PadPlane {
     /// region; when `nan` is given, ORs an unordered-compare mask of every
     /// copied element into it.
     pub fn copy(&self, e: &mut Emit<'_>, x: Value, xo: Value, nan: Option<Variable>) {
+        let lo = e.ci(0);
+        let hi = e.ci(self.hc as i64);
+        self.copy_rows(e, (x, xo, nan), lo, hi);
+    }
+
+    /// Copies input rows `[lo, hi)` (run-time values within `[0, hc]`) of
+    /// plane `x[xo..]` into the scratch, as [`PadPlane::copy`] does.
+    fn copy_rows(&self, e: &mut Emit<'_>, src: Src, lo: Value, hi: Value) {
+        let (x, xo, nan) = src;
         let win = self.win;
         let base = self.base.expect("scratch not allocated");
         let (w, pl, l, rs) = (win.w, win.pl, self.l, self.rs);
@@ -156,7 +169,7 @@ impl PadPlane {
                 e.b.def_var(nv, o);
             }
         };
-        e.for_n(self.hc, |e, ih| {
+        e.for_range(lo, hi, 1, |e, ih| {
             let t = e.b.ins().imul_imm_s(ih, w as i64);
             let t = e.b.ins().iadd(t, xo);
             let src = e.addr(x, t, 4);
@@ -240,7 +253,10 @@ impl PadPlane {
     }
 
     /// Computes every output of the plane into `y[yo..]` (element offset),
-    /// `rb` output rows and `u` f32x4 blocks per step.
+    /// `rb` output rows and `u` f32x4 blocks per step. With `src` (the
+    /// plane `x[xo..]` and an optional NaN mask, as for
+    /// [`PadPlane::copy`]) the input rows are copied in as the row blocks
+    /// first need them; without, the plane must already be copied.
     #[allow(clippy::too_many_arguments)]
     pub fn compute(
         &self,
@@ -251,34 +267,61 @@ impl PadPlane {
         rb: usize,
         u: usize,
         out: &Store<'_, '_>,
+        src: Option<Src>,
     ) -> Result<(), String> {
         let win = self.win;
         let rb = rb.clamp(1, win.oh);
         let mut err: Option<String> = None;
         let full = win.oh / rb * rb;
-        // The scratch is read with movable (`readonly`) loads, so Cranelift
-        // places each load next to its use (or folds it into the FMA)
-        // instead of issuing every load of a block before any arithmetic
-        // (which spilled). Their addresses derive from this ordinary load
-        // of the base, which stays after the plane's copy, so no scratch
-        // load can be hoisted above the stores that fill it.
         let ps = self.ptr_slot.expect("scratch not allocated");
-        let pa = e.b.ins().stack_addr(I64, ps, 0);
-        let base = e.b.ins().load(I64, mem(), pa, 0);
+        // The input rows the row blocks up to output row `r_end` read:
+        // [0, rows_to(r_end)).
+        let (sh, pt) = (win.sh as i64, win.pt as i64);
+        let reach = ((win.kh - 1) * win.dh) as i64;
+        let hc = self.hc as i64;
+        let rows_to = |e: &mut Emit<'_>, r_end: Value| {
+            let t = e.b.ins().imul_imm_s(r_end, sh);
+            let t = e.b.ins().iadd_imm_s(t, reach - sh + 1 - pt);
+            let z = e.ci(0);
+            let t = e.b.ins().smax(t, z);
+            let c = e.ci(hc);
+            e.b.ins().smin(t, c)
+        };
+        // With `src`, the plane's rows are copied just before the first
+        // row block that reads them, so the copy's cache misses overlap
+        // the previous blocks' arithmetic instead of all coming first.
+        let fetch = |e: &mut Emit<'_>, r: Value, n: usize| {
+            if let Some(src) = src {
+                // Rows before block `r` are copied (none before row 0).
+                let lo = rows_to(e, r);
+                let z = e.ci(0);
+                let first = e.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
+                let lo = e.b.ins().select(first, z, lo);
+                let r_end = e.b.ins().iadd_imm_s(r, n as i64);
+                let hi = rows_to(e, r_end);
+                self.copy_rows(e, src, lo, hi);
+            }
+        };
+        let mut block_at = |e: &mut Emit<'_>, r: Value, n: usize| {
+            fetch(e, r, n);
+            // The scratch is read with movable (`readonly`) loads; their
+            // addresses derive from this ordinary load of the base, which
+            // stays after the rows' copy above, so no scratch load can be
+            // hoisted above the stores that fill it.
+            let pa = e.b.ins().stack_addr(I64, ps, 0);
+            let base = e.b.ins().load(I64, mem(), pa, 0);
+            if let Err(m) = self.row_block(e, base, y, yo, r, n, op, u, out) {
+                err.get_or_insert(m);
+            }
+        };
         if full > 0 {
             let s = e.ci(0);
             let en = e.ci(full as i64);
-            e.for_range(s, en, rb as i64, |e, r| {
-                if let Err(m) = self.row_block(e, base, y, yo, r, rb, op, u, out) {
-                    err.get_or_insert(m);
-                }
-            });
+            e.for_range(s, en, rb as i64, |e, r| block_at(e, r, rb));
         }
         if full < win.oh {
             let r = e.ci(full as i64);
-            if let Err(m) = self.row_block(e, base, y, yo, r, win.oh - full, op, u, out) {
-                err.get_or_insert(m);
-            }
+            block_at(e, r, win.oh - full);
         }
         err.map_or(Ok(()), Err)
     }
@@ -387,6 +430,34 @@ impl PadPlane {
             if users.is_empty() {
                 continue;
             }
+            if matches!(op, Combine::Max) {
+                // Separable: the row's maximum over the window's columns
+                // once per block, then folded into every output row whose
+                // window holds this row (rows shared by `rb` output rows
+                // are reduced once, not `rb` times).
+                for (k, &o) in offs.iter().enumerate() {
+                    let mut h: Option<Value> = None;
+                    for j in 0..win.kw {
+                        let c = j * win.dw;
+                        let col = (c % s) * self.l + c / s;
+                        let disp = ((pr * self.rs + col) * 4 + o) as i32;
+                        let v = e.b.ins().load(F32X4, movable(), px, disp);
+                        h = Some(match h {
+                            None => v,
+                            Some(a) => max_ps(e, a, v),
+                        });
+                    }
+                    let h = h.expect("window has columns");
+                    for &(rho, _) in &users {
+                        let a = &mut acc[rho * nu + k];
+                        *a = Some(match *a {
+                            None => h,
+                            Some(a) => max_ps(e, a, h),
+                        });
+                    }
+                }
+                continue;
+            }
             for j in 0..win.kw {
                 let c = j * win.dw;
                 let col = (c % s) * self.l + c / s;
@@ -401,11 +472,7 @@ impl PadPlane {
                                 let p = e.b.ins().fmul(wv[i * win.kw + j], v);
                                 e.b.ins().fadd(a, p)
                             }
-                            (_, Some(a)) => {
-                                let m = e.b.ins().fcmp(FloatCC::LessThan, a, v);
-                                let m = e.b.ins().bitcast(F32X4, le(), m);
-                                e.b.ins().bitselect(m, v, a)
-                            }
+                            (_, Some(a)) => max_ps(e, a, v),
                             (_, None) => v,
                         });
                     }
@@ -453,6 +520,14 @@ fn counted(e: &mut Emit<'_>, n: usize, step: i32, mut body: impl FnMut(&mut Emit
         let en = e.ci(n as i64 * step as i64);
         e.for_range(s, en, step as i64, |e, o| body(e, o, 0));
     }
+}
+
+/// `a < v ? v : a` lane-wise: x86 `maxps` (a NaN in `a` is lost, see
+/// [`Combine::Max`]).
+fn max_ps(e: &mut Emit<'_>, a: Value, v: Value) -> Value {
+    let m = e.b.ins().fcmp(FloatCC::LessThan, a, v);
+    let m = e.b.ins().bitcast(F32X4, le(), m);
+    e.b.ins().bitselect(m, v, a)
 }
 
 /// Flags for scratch loads in the compute loops (see [`PadPlane::compute`]).
@@ -533,10 +608,10 @@ pub(crate) fn depthwise(
             let r = match &fused {
                 Some(f) => {
                     let p = f.plane(e, n, co);
-                    plane.compute(e, y, yo, &op, rb, u, &Store::Fused(f, &p))
+                    plane.compute(e, y, yo, &op, rb, u, &Store::Fused(f, &p), None)
                 }
                 None => plane
-                    .compute(e, y, yo, &op, rb, u, &Store::Plain)
+                    .compute(e, y, yo, &op, rb, u, &Store::Plain, None)
                     .and_then(|_| super::contraction::tile_epilogue(e, spec, n, co, 1)),
             };
             if let Err(m) = r {

@@ -433,15 +433,15 @@ fn pool(
             let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
             let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
             let nan = super::direct::nan_mask(e);
-            pp.copy(e, x, xo, Some(nan));
             pp.compute(
                 e,
                 y,
                 yo,
                 &super::direct::Combine::Max,
-                1,
+                pool_rows(win.sh),
                 2,
                 &super::direct::Store::Plain,
+                Some((x, xo, Some(nan))),
             )
             .expect("plain stores cannot fail");
             let m = e.b.use_var(nan);
@@ -464,6 +464,18 @@ fn pool(
     }
     let _ = (IntCC::Equal, I64);
     Ok(())
+}
+
+/// Output rows per step of the padded-plane max pool: the window rows
+/// two adjacent output rows share are reduced once
+/// ([`super::direct::PadPlane::compute`] combines each padded row's
+/// columns first).
+fn pool_rows(stride: usize) -> usize {
+    if stride == 1 {
+        4
+    } else {
+        2
+    }
 }
 
 /// This task's units `[lo, hi)` of `units` (all of them without a split).
