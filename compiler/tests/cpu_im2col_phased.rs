@@ -17,7 +17,9 @@ fn im2col() -> CpuOptions {
 }
 
 /// (channels, groups, out channels, kernel, pads, height, width)
-const CASES: [(usize, usize, usize, [usize; 2], [usize; 4], usize, usize); 9] = [
+type Case = (usize, usize, usize, [usize; 2], [usize; 4], usize, usize);
+
+const CASES: [Case; 9] = [
     (3, 1, 8, [7, 7], [3, 3, 3, 3], 30, 30),
     (3, 1, 8, [7, 7], [3, 3, 3, 3], 29, 31),
     (3, 1, 16, [3, 3], [0, 0, 0, 0], 23, 23),
