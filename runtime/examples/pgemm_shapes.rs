@@ -1,0 +1,64 @@
+//! The packed GEMM on one shape, with B as a conv's input usually finds
+//! it: out of L2 (an 8 MiB buffer is swept between runs), unless `WARM=1`
+//! (B read once just before each run). Prints the median of 41 runs.
+//!
+//! `cargo run --release -p dnnc-runtime --example pgemm_shapes -- M N K`
+
+use dnnc_runtime::cpu::pgemm::{dnnc_sgemm_packed, pack_a_with, Kernel};
+use std::time::Instant;
+
+fn main() {
+    let dims: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|s| s.parse().expect("M N K as integers"))
+        .collect();
+    let [m, n, k] = dims[..] else {
+        eprintln!("usage: pgemm_shapes M N K");
+        std::process::exit(2);
+    };
+    let warm = std::env::var_os("WARM").is_some();
+    let a: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 7) % 13) as f32 * 0.1 - 0.6)
+        .collect();
+    let b: Vec<f32> = (0..k * n)
+        .map(|i| ((i * 5) % 11) as f32 * 0.1 - 0.5)
+        .collect();
+    let mut c = vec![0.0f32; m * n];
+    let mut sweep = vec![0u8; 8 << 20];
+    let pa = pack_a_with(Kernel::best(), m, k, &a, k, 1, 1.0);
+    let mut ts = Vec::new();
+    for _ in 0..41 {
+        for (i, x) in sweep.iter_mut().enumerate().step_by(64) {
+            *x = x.wrapping_add(i as u8);
+        }
+        if warm {
+            std::hint::black_box(b.iter().step_by(16).sum::<f32>());
+        }
+        let t = Instant::now();
+        // SAFETY: `pa` packs an m x k A; B is k x n and C m x n, row-major.
+        let rc = unsafe {
+            dnnc_sgemm_packed(
+                pa.as_ptr() as *const f32,
+                m,
+                n,
+                k,
+                b.as_ptr(),
+                n as isize,
+                1,
+                c.as_mut_ptr(),
+                n as isize,
+                1,
+                0,
+            )
+        };
+        ts.push(t.elapsed().as_secs_f64());
+        assert_eq!(rc, 0);
+    }
+    ts.sort_by(|a, b| a.total_cmp(b));
+    let med = ts[ts.len() / 2];
+    println!(
+        "{m}x{n}x{k}: median {:.1} us, {:.1} GFLOP/s",
+        med * 1e6,
+        2.0 * (m * n * k) as f64 / med / 1e9
+    );
+}
