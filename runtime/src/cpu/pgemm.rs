@@ -1155,8 +1155,9 @@ mod x86 {
     }
 
     /// `rows` rows of 32 floats, `src_rs` apart, to `dst` (rows 32 apart),
-    /// prefetching each row's next 32 floats (the next strip: same page;
-    /// a prefetch past the end of B does not fault).
+    /// prefetching the next strip (the next 32 floats) 8 rows ahead, as
+    /// the micro-kernels do for B read in place (a prefetch past the end
+    /// of B does not fault).
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn copy_rows_avx512(
         src: *const f32,
@@ -1166,8 +1167,8 @@ mod x86 {
     ) {
         for r in 0..rows {
             let s = src.offset(r as isize * src_rs);
-            _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(32) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(48) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(s.wrapping_offset(8 * src_rs + 32) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(s.wrapping_offset(8 * src_rs + 48) as *const i8);
             let d = dst.add(r * 32);
             _mm512_storeu_ps(d, _mm512_loadu_ps(s));
             _mm512_storeu_ps(d.add(16), _mm512_loadu_ps(s.add(16)));
