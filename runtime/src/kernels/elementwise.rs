@@ -134,7 +134,8 @@ pub(crate) fn unary(t: Tensor, u: Unary) -> KResult<Tensor> {
                 Unary::LeakyRelu { alpha } => {
                     a.mapv_inplace(|x| if x < 0.0 { alpha * x } else { x })
                 }
-                // ONNX Clip: min(max(x, min), max); NaN stays NaN.
+                // ONNX Clip: min(max(x, min), max) (the IR keeps
+                // min <= max); NaN stays NaN.
                 Unary::Clip { min, max } => a.mapv_inplace(|x| {
                     let y = if x < min { min } else { x };
                     if max < y {

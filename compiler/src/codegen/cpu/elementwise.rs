@@ -690,9 +690,9 @@ pub(crate) fn unary(e: &mut Emit<'_>, u: Unary, x: Value) -> Result<Value, Strin
         Unary::Clip { min, max } => {
             let lo = e.vf(min);
             let hi = e.vf(max);
-            // min(max(x, lo), hi) as ONNX defines it (so `hi` wins when
-            // `lo > hi`); both selects keep a NaN `x`, and each is the
-            // form x86 lowers to one `maxps`/`minps`.
+            // min(max(x, lo), hi) (the IR guarantees lo <= hi): both
+            // selects keep a NaN `x`, and each is the form x86 lowers to
+            // one `maxps`/`minps`.
             let y = e.fsel(FloatCC::LessThan, x, lo, lo, x);
             e.fsel(FloatCC::LessThan, hi, y, hi, y)
         }
