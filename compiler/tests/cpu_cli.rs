@@ -83,3 +83,48 @@ fn run_defaults_to_cpu_and_compiles_einsum() {
     }
     cpu_common::assert_close("einsum cpu vs interp", &outs[0], &outs[1], 1e-4, 1e-5);
 }
+
+#[test]
+fn dump_asm_writes_each_kernels_machine_code() {
+    // `DNNC_DUMP_ASM=DIR` writes one `.s` per kernel, including a kernel
+    // compiled in emission order (the depthwise conv).
+    let dir = tmp("asm");
+    let model = dir.join("dw.dnn");
+    std::fs::write(
+        &model,
+        "graph dw {\n  input %x: f32[1,4,9,9]\n  param %w: f32[4,1,3,3] = he(seed=1)\n  %c = Conv2d(%x, %w) {pads=[1,1,1,1], group=4}\n  %y = Relu(%c)\n  %z = Add(%y, %y)\n  output %z\n}\n",
+    )
+    .unwrap();
+    let x = cpu_common::rand_f32(&[1, 4, 9, 9], 3, -1.0, 1.0);
+    let input = dir.join("x.npy");
+    dnnc_ir::tensor::write_npy(&input, &x).unwrap();
+    let asm = dir.join("asm");
+    let o = dnnc()
+        .args(["run", model.to_str().unwrap(), "--input"])
+        .arg(&input)
+        .env("DNNC_DUMP_ASM", &asm)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut files: Vec<String> = std::fs::read_dir(&asm)
+        .unwrap()
+        .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no kernel dumped");
+    let mut saw_fma = false;
+    for f in &files {
+        assert!(f.ends_with(".s"), "{f}");
+        let text = std::fs::read_to_string(asm.join(f)).unwrap();
+        assert!(text.contains("ret"), "{f} has no return:\n{text}");
+        saw_fma |= text.contains("vfmadd");
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("fma") {
+        assert!(
+            saw_fma,
+            "the depthwise kernel's FMAs are missing from {files:?}"
+        );
+    }
+    let _ = saw_fma;
+}
