@@ -1,6 +1,7 @@
 //! The packed GEMM on one shape, with B as a conv's input usually finds
 //! it: out of L2 (an 8 MiB buffer is swept between runs), unless `WARM=1`
-//! (B read once just before each run). Prints the median of 41 runs.
+//! (B read once just before each run). Prints the median of 41 runs; with
+//! `HOT=N`, the mean of N back-to-back runs instead (everything cached).
 //!
 //! `cargo run --release -p dnnc-runtime --example pgemm_shapes -- M N K`
 
@@ -17,6 +18,10 @@ fn main() {
         std::process::exit(2);
     };
     let warm = std::env::var_os("WARM").is_some();
+    let hot: usize = std::env::var("HOT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let a: Vec<f32> = (0..m * k)
         .map(|i| ((i * 7) % 13) as f32 * 0.1 - 0.6)
         .collect();
@@ -27,6 +32,35 @@ fn main() {
     let mut sweep = vec![0u8; 8 << 20];
     let pa = pack_a_with(Kernel::best(), m, k, &a, k, 1, 1.0);
     let mut ts = Vec::new();
+    if hot > 0 {
+        let t = Instant::now();
+        for _ in 0..hot {
+            // SAFETY: as below.
+            let rc = unsafe {
+                dnnc_sgemm_packed(
+                    pa.as_ptr() as *const f32,
+                    m,
+                    n,
+                    k,
+                    b.as_ptr(),
+                    n as isize,
+                    1,
+                    c.as_mut_ptr(),
+                    n as isize,
+                    1,
+                    0,
+                )
+            };
+            assert_eq!(rc, 0);
+        }
+        let per = t.elapsed().as_secs_f64() / hot as f64;
+        println!(
+            "{m}x{n}x{k} hot: {:.2} us, {:.1} GFLOP/s",
+            per * 1e6,
+            2.0 * (m * n * k) as f64 / per / 1e9
+        );
+        return;
+    }
     for _ in 0..41 {
         for (i, x) in sweep.iter_mut().enumerate().step_by(64) {
             *x = x.wrapping_add(i as u8);
