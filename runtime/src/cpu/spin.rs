@@ -55,6 +55,12 @@ struct Shared {
     inside: AtomicUsize,
     /// A run owns the pool: workers spin instead of parking.
     active: AtomicBool,
+    /// When the last run released the pool (µs since `epoch`): workers
+    /// keep polling for [`SPIN_WINDOW`] after it, so a run that follows
+    /// at once (a serving loop, `dnnc bench`) finds them hot instead of
+    /// waking them for its first split.
+    released_us: std::sync::atomic::AtomicU64,
+    epoch: std::time::Instant,
     /// Taken by the run that owns the pool.
     owned: AtomicBool,
     shutdown: AtomicBool,
@@ -116,7 +122,9 @@ fn worker(s: Arc<Shared>) {
             }
             s.inside.fetch_sub(1, Ordering::SeqCst);
             since = std::time::Instant::now();
-        } else if s.active.load(Ordering::Relaxed) && since.elapsed() < SPIN_WINDOW {
+        } else if s.active.load(Ordering::Relaxed) && since.elapsed() < SPIN_WINDOW
+            || s.since_release() < SPIN_WINDOW
+        {
             relax();
         } else {
             let g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -135,6 +143,14 @@ fn worker(s: Arc<Shared>) {
     }
 }
 
+impl Shared {
+    /// Time since the last run released the pool.
+    fn since_release(&self) -> std::time::Duration {
+        let at = std::time::Duration::from_micros(self.released_us.load(Ordering::Relaxed));
+        self.epoch.elapsed().saturating_sub(at)
+    }
+}
+
 impl SpinPool {
     /// A pool whose `workers` threads (plus the calling thread) share
     /// split work; the workers start parked.
@@ -146,6 +162,8 @@ impl SpinPool {
             owned: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             sleeping: AtomicUsize::new(0),
+            released_us: std::sync::atomic::AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
             lock: Mutex::new(()),
             wake: Condvar::new(),
         });
@@ -213,6 +231,8 @@ struct Owned<'a>(&'a Shared, *const Shared);
 impl Drop for Owned<'_> {
     fn drop(&mut self) {
         OWNED.with(|o| o.set(self.1));
+        let now = self.0.epoch.elapsed().as_micros() as u64;
+        self.0.released_us.store(now, Ordering::Relaxed);
         self.0.active.store(false, Ordering::SeqCst);
         self.0.owned.store(false, Ordering::Release);
     }
