@@ -582,11 +582,26 @@ pub(crate) fn depthwise(
     // with its own epilogue; the padded plane is scratch on this call's
     // stack frame, so every task has its own.
     let (lo, hi) = e.task_range(geo.n * geo.m)?;
+    // (image, channel) of plane `pn`, divided out once per task and then
+    // stepped: compiled in order, a division by a constant stays a `div`
+    // instruction (two per plane were ~40% of a 7x7 plane's time).
+    let n0 = e.b.ins().udiv_imm_u(lo, geo.m as i64);
+    let co0 = e.b.ins().urem_imm_u(lo, geo.m as i64);
+    let nv = e.var(I64, n0);
+    let cov = e.var(I64, co0);
     e.hoist_constants();
     e.for_range(lo, hi, 1, |e, pn| {
         {
-            let n = e.b.ins().udiv_imm_u(pn, geo.m as i64);
-            let co = e.b.ins().urem_imm_u(pn, geo.m as i64);
+            let n = e.b.use_var(nv);
+            let co = e.b.use_var(cov);
+            let next = e.b.ins().iadd_imm_s(co, 1);
+            let wrap = e.b.ins().icmp_imm_s(IntCC::Equal, next, geo.m as i64);
+            let z = e.ci(0);
+            let co_next = e.b.ins().select(wrap, z, next);
+            let n_next = e.b.ins().iadd_imm_s(n, 1);
+            let n_next = e.b.ins().select(wrap, n_next, n);
+            e.b.def_var(cov, co_next);
+            e.b.def_var(nv, n_next);
             let xo = e.b.ins().imul_imm_s(pn, hw);
             let yo = e.b.ins().imul_imm_s(pn, p);
             plane.copy(e, x, xo, None);
