@@ -522,7 +522,7 @@ struct Wino<'a> {
 impl Wino<'_> {
     /// Input channels `[lo, hi)` of one group (channel `cbase + ci` of
     /// `x` for `ci` in the range): the padded copy into plane `xp`, then
-    /// V[s][ci][tile] for every tile, four tiles of a row a step.
+    /// `V[s][ci][tile]` for every tile, four tiles of a row a step.
     fn input(&self, e: &mut Emit<'_>, xp: Value, cbase: Value, lo: Value, hi: Value) {
         let (wn, geo, t) = (self.wn, self.geo, self.t);
         let (m, al) = (wn.m, wn.alpha);
