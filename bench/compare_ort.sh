@@ -16,7 +16,9 @@ DNNC=./target/release/dnnc
 [ -x "$DNNC" ] || { echo "build first: cargo build --release -p dnnc-compiler" >&2; exit 2; }
 [ -x "$PY" ] || { echo "onnxruntime venv $PY not found" >&2; exit 2; }
 
-echo "# $(date -u +%Y-%m-%d) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+head=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || head="$head+uncommitted"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC') dnnc $head, $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# dnnc bench --warmup 3 --iters $ITERS vs ort_reference.py --warmup 3 --runs $ITERS; medians in ms"
 printf '%-20s %7s %10s %10s %10s %12s\n' model threads dnnc_ms ort_ms dnnc/ort dnnc_GFLOP/s
 for dir in "$MODELS"/*/; do
