@@ -31,44 +31,8 @@ fn main() {
     let mut c = vec![0.0f32; m * n];
     let mut sweep = vec![0u8; 8 << 20];
     let pa = pack_a_with(Kernel::best(), m, k, &a, k, 1, 1.0);
-    let mut ts = Vec::new();
-    if hot > 0 {
-        let t = Instant::now();
-        for _ in 0..hot {
-            // SAFETY: as below.
-            let rc = unsafe {
-                dnnc_sgemm_packed(
-                    pa.as_ptr() as *const f32,
-                    m,
-                    n,
-                    k,
-                    b.as_ptr(),
-                    n as isize,
-                    1,
-                    c.as_mut_ptr(),
-                    n as isize,
-                    1,
-                    0,
-                )
-            };
-            assert_eq!(rc, 0);
-        }
-        let per = t.elapsed().as_secs_f64() / hot as f64;
-        println!(
-            "{m}x{n}x{k} hot: {:.2} us, {:.1} GFLOP/s",
-            per * 1e6,
-            2.0 * (m * n * k) as f64 / per / 1e9
-        );
-        return;
-    }
-    for _ in 0..41 {
-        for (i, x) in sweep.iter_mut().enumerate().step_by(64) {
-            *x = x.wrapping_add(i as u8);
-        }
-        if warm {
-            std::hint::black_box(b.iter().step_by(16).sum::<f32>());
-        }
-        let t = Instant::now();
+    let flops = 2.0 * (m * n * k) as f64;
+    let mut gemm = || {
         // SAFETY: `pa` packs an m x k A; B is k x n and C m x n, row-major.
         let rc = unsafe {
             dnnc_sgemm_packed(
@@ -85,14 +49,38 @@ fn main() {
                 0,
             )
         };
-        ts.push(t.elapsed().as_secs_f64());
         assert_eq!(rc, 0);
+    };
+    if hot > 0 {
+        let t = Instant::now();
+        for _ in 0..hot {
+            gemm();
+        }
+        let per = t.elapsed().as_secs_f64() / hot as f64;
+        println!(
+            "{m}x{n}x{k} hot: {:.2} us, {:.1} GFLOP/s",
+            per * 1e6,
+            flops / per / 1e9
+        );
+        return;
+    }
+    let mut ts = Vec::new();
+    for _ in 0..41 {
+        for (i, x) in sweep.iter_mut().enumerate().step_by(64) {
+            *x = x.wrapping_add(i as u8);
+        }
+        if warm {
+            std::hint::black_box(b.iter().step_by(16).sum::<f32>());
+        }
+        let t = Instant::now();
+        gemm();
+        ts.push(t.elapsed().as_secs_f64());
     }
     ts.sort_by(|a, b| a.total_cmp(b));
     let med = ts[ts.len() / 2];
     println!(
         "{m}x{n}x{k}: median {:.1} us, {:.1} GFLOP/s",
         med * 1e6,
-        2.0 * (m * n * k) as f64 / med / 1e9
+        flops / med / 1e9
     );
 }
