@@ -2,6 +2,7 @@
 //! it: out of L2 (an 8 MiB buffer is swept between runs), unless `WARM=1`
 //! (B read once just before each run). Prints the median of 41 runs; with
 //! `HOT=N`, the mean of N back-to-back runs instead (everything cached).
+//! `THREADS=T` splits each GEMM over T rayon threads as a kernel would.
 //!
 //! `cargo run --release -p dnnc-runtime --example pgemm_shapes -- M N K`
 
@@ -9,6 +10,18 @@ use dnnc_runtime::cpu::pgemm::{dnnc_sgemm_packed, pack_a_with, Kernel};
 use std::time::Instant;
 
 fn main() {
+    let threads: usize = std::env::var("THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("rayon pool");
+    pool.install(|| dnnc_runtime::cpu::native::with_threads(threads, measure));
+}
+
+fn measure() {
     let dims: Vec<usize> = std::env::args()
         .skip(1)
         .map(|s| s.parse().expect("M N K as integers"))
