@@ -381,25 +381,45 @@ pub unsafe extern "C" fn dnnc_sgemm_packed(
         return 0;
     }
     // Split the dimension with more micro-tiles into `tasks` slices of
-    // whole tiles.
+    // whole tiles, balanced by rows or columns rather than tiles (the
+    // last tile is usually partial).
     let ncols = n.div_ceil(nr);
     let split_m = panels >= ncols;
-    let units = if split_m { panels } else { ncols };
-    let chunk = units.div_ceil(tasks);
-    let slices = units.div_ceil(chunk);
+    let bounds = if split_m {
+        balanced_bounds(m, mr, tasks)
+    } else {
+        balanced_bounds(n, nr, tasks)
+    };
     let slice = |i: usize| {
-        let (lo, hi) = (i * chunk, ((i + 1) * chunk).min(units));
+        let (lo, hi) = (bounds[i], bounds[i + 1]);
         // SAFETY: slices write disjoint tiles of C.
         unsafe {
             if split_m {
-                g.run(lo..hi, 0..n);
+                g.run(lo / mr..hi.div_ceil(mr), 0..n);
             } else {
-                g.run(0..panels, lo * nr..(hi * nr).min(n));
+                g.run(0..panels, lo..hi);
             }
         }
     };
-    super::spin::par_for(slices, &slice);
+    super::spin::par_for(bounds.len() - 1, &slice);
     0
+}
+
+/// Boundaries `0 = b_0 < b_1 < .. = extent` of at most `tasks` slices of
+/// `extent`, each a multiple of `unit` except the end, placed at the
+/// multiple nearest an even share: M = 256 in 14-row panels splits
+/// 126 + 130 instead of 10 + 9 panels (140 + 116 rows).
+fn balanced_bounds(extent: usize, unit: usize, tasks: usize) -> Vec<usize> {
+    let mut b = vec![0];
+    for i in 1..tasks {
+        let share = i * extent / tasks;
+        let cut = ((share + unit / 2) / unit * unit).min(extent);
+        if cut > *b.last().unwrap_or(&0) && cut < extent {
+            b.push(cut);
+        }
+    }
+    b.push(extent);
+    b
 }
 
 /// `count` independent [`dnnc_sgemm_packed`] calls (no epilogue,
@@ -1931,6 +1951,20 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn balanced_bounds_cut_at_whole_tiles_nearest_even_shares() {
+        assert_eq!(balanced_bounds(256, 14, 2), vec![0, 126, 256]);
+        assert_eq!(balanced_bounds(196, 32, 2), vec![0, 96, 196]);
+        assert_eq!(balanced_bounds(64, 14, 2), vec![0, 28, 64]);
+        assert_eq!(balanced_bounds(10, 14, 2), vec![0, 10]);
+        assert_eq!(balanced_bounds(100, 32, 3), vec![0, 32, 64, 100]);
+        for (e, u, t) in [(1000, 14, 7), (33, 32, 4), (512, 14, 16)] {
+            let b = balanced_bounds(e, u, t);
+            assert!(b.len() - 1 <= t && b[0] == 0 && *b.last().unwrap() == e);
+            assert!(b.windows(2).all(|w| w[0] < w[1] && w[0] % u == 0));
         }
     }
 
