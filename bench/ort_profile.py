@@ -94,24 +94,29 @@ def side_by_side(a, ort_us):
     import onnx
 
     producer = {o: n for n in onnx.load(a.model).graph.node for o in n.output}
-    lines = []
+    kernels = []
     with open(a.dnnc) as f:
         for line in f:
             parts = line.split()
             if len(parts) < 3 or not parts[0].startswith(("/", "output")):
                 continue
             try:
-                ms = float(parts[1])
+                kernels.append((parts[0], float(parts[1]), parts[5] if len(parts) > 5 else "-"))
             except ValueError:
                 continue
-            name, algo = parts[0], (parts[5] if len(parts) > 5 else "-")
-            key = name if name in ort_us else None
-            if key is None and name in producer and producer[name].op_type == "Add":
-                key = next((i for i in producer[name].input if i in ort_us), None)
-            if key is None and name in producer:
-                key = producer[name].name if producer[name].name in ort_us else None
-            o = ort_us.get(key) if key else None
-            lines.append((ms * 1e3 - (o or 0.0), name, algo, ms * 1e3, o))
+    outputs = {k[0] for k in kernels}
+    lines = []
+    for name, ms, algo in kernels:
+        key = name if name in ort_us else None
+        if key is None and name in producer and producer[name].op_type == "Add":
+            # The fused conv's output, not the residual operand (which
+            # another kernel produced).
+            ins = [i for i in producer[name].input if i in ort_us]
+            key = next((i for i in ins if i not in outputs), ins[0] if ins else None)
+        if key is None and name in producer:
+            key = producer[name].name if producer[name].name in ort_us else None
+        o = ort_us.get(key) if key else None
+        lines.append((ms * 1e3 - (o or 0.0), name, algo, ms * 1e3, o))
     lines.sort(reverse=True)
     print(f"{'dnnc us':>9} {'ort us':>8} {'diff':>8}  {'algo':<10} kernel")
     for diff, name, algo, d, o in lines[: a.top or len(lines)]:
