@@ -27,8 +27,9 @@
 //! writes. A kernel with `split == 1` ignores the pair and is only ever
 //! called with `(0, 1)`. Workspaces are shared by all tasks of a call, so a
 //! kernel that keeps scratch in a workspace either gives each task its own
-//! slice (size times the largest `tasks`, offset by `task`) or does not
-//! split; scratch on the kernel's own stack frame is per call and free.
+//! slice (`task_slice_stride(size)` times the largest `tasks`, the slice of
+//! task `t` at `t * task_slice_stride(size)`, so every slice starts on a
+//! cache line) or does not split; scratch on the kernel's own stack frame is per call and free.
 //! A kernel that calls `dnnc_sgemm` keeps `split == 1` (its GEMMs split
 //! themselves) unless it accepts that inside a task they run on one thread
 //! (the runtime runs every task under `native::with_threads(1, ..)`).
@@ -181,6 +182,15 @@ pub struct Step {
     /// Argument indices of workspaces the runtime sizes per task (module
     /// docs, "Kernel ABI"): the declared size times the planned tasks.
     pub task_ws: Vec<usize>,
+}
+
+/// Bytes from one task's slice of a per-task workspace (`Step::task_ws`)
+/// to the next: the declared size rounded up to whole cache lines. With
+/// the slices packed at the declared size, a ResNet-18 stem task's im2col
+/// columns started 16 bytes into a line, and its GEMM, loading B rows as
+/// 64-byte vectors, ran 11% slower than the other task's.
+pub fn task_slice_stride(bytes: usize) -> usize {
+    bytes.next_multiple_of(64)
 }
 
 /// A graph output: which buffer holds it and its type.
@@ -670,7 +680,11 @@ impl Executable {
             .filter(|(_, b)| matches!(b.kind, BufferKind::Temp))
             .map(|(i, b)| TempInfo {
                 buf: i,
-                bytes: b.bytes * copies[i],
+                bytes: if copies[i] > 1 {
+                    task_slice_stride(b.bytes) * copies[i]
+                } else {
+                    b.bytes
+                },
                 first_step: first[i].min(last[i]),
                 last_step: last[i],
                 reuse: None,

@@ -138,14 +138,16 @@ impl<'a> Emit<'a> {
     }
 
     /// This task's slice of workspace argument `arg` (pointer `base`),
-    /// `bytes` per task: `base + task * bytes`. Declares the workspace as
-    /// per task, so the runtime sizes it `bytes` times the step's planned
-    /// task count (`bytes` must be the workspace's declared size).
+    /// `bytes` per task: `base + task * task_slice_stride(bytes)`, on a
+    /// cache line. Declares the workspace as per task, so the runtime sizes
+    /// it that stride times the step's planned task count (`bytes` must be
+    /// the workspace's declared size).
     pub fn task_slice(&mut self, arg: usize, base: Value, bytes: usize) -> Value {
         if !self.task_ws.contains(&arg) {
             self.task_ws.push(arg);
         }
-        let off = self.b.ins().imul_imm_s(self.task, bytes as i64);
+        let stride = dnnc_runtime::cpu::task_slice_stride(bytes);
+        let off = self.b.ins().imul_imm_s(self.task, stride as i64);
         self.b.ins().iadd(base, off)
     }
 
