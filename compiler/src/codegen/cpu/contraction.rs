@@ -1134,7 +1134,8 @@ fn conv_gemm(
             let nc = rows * geo.ow;
             let d = desc(e, epg, Some(yo));
             let c_str = (p as i64, 1);
-            gemm_a(e, (mg, nc, kk), a, col, (nc as i64, 1), yc, c_str, d);
+            let ld = col_ld(nc) as i64;
+            gemm_a(e, (mg, nc, kk), a, col, (ld, 1), yc, c_str, d);
         };
     let chunks = geo.oh.div_ceil(rows);
     let full = geo.oh / rows;
@@ -1364,12 +1365,20 @@ fn phased(geo: &ConvGeom) -> bool {
     geo.p.strides == [2, 2] && geo.p.dilations == [1, 1] && geo.kw >= 2
 }
 
+/// Row stride (floats) of an im2col chunk of `nc` columns: whole cache
+/// lines, so the GEMM's 64-byte loads of B rows read in place never
+/// straddle two lines (ResNet-18's 14x14 outputs: 196 columns, rows 784
+/// bytes apart, every other row off a line).
+fn col_ld(nc: usize) -> usize {
+    nc.next_multiple_of(16)
+}
+
 /// Bytes of one task's im2col workspace: a chunk's columns, then (for
 /// [`phased`] convs) its padded phase rows.
 fn im2col_ws_bytes(geo: &ConvGeom) -> usize {
     let cg = geo.c / geo.g;
     let rows = chunk_rows(geo);
-    let col = cg * geo.kh * geo.kw * rows * geo.ow * 4;
+    let col = cg * geo.kh * geo.kw * col_ld(rows * geo.ow) * 4;
     if phased(geo) {
         let prows = 2 * (rows - 1) + geo.kh;
         col + cg * prows * phase_row(geo).0 * 4
@@ -1402,9 +1411,9 @@ fn im2col_phased(
     let crow = chunk_rows(geo);
     let prows = 2 * (rows - 1) + geo.kh;
     let taps = geo.kh * geo.kw;
-    let nc = rows * geo.ow;
+    let nc = col_ld(rows * geo.ow);
     // The scratch lies after the columns of a full chunk.
-    let scratch = cg * taps * crow * geo.ow;
+    let scratch = cg * taps * col_ld(crow * geo.ow);
     let (h, w) = (geo.h as i64, geo.w);
     // Phase φ of a padded row: indices [q_lo, q_hi) hold input columns
     // 2q + φ - pl; the rest of its `l` floats are padding.
@@ -1489,7 +1498,7 @@ fn im2col_rows(
     let (sh, sw) = (geo.p.strides[0], geo.p.strides[1]);
     let (dh, dw) = (geo.p.dilations[0], geo.p.dilations[1]);
     let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
-    let nc = rows * geo.ow;
+    let nc = col_ld(rows * geo.ow);
     let taps = geo.kh * geo.kw;
     let r1 = e.b.ins().iadd_imm_s(r0, rows as i64);
     // Element of col at (row 0, output row r0) is 0: shift by -r0*OW.
