@@ -48,7 +48,7 @@
 //! faster at all, because the calling thread had finished both shares
 //! before the other worker woke), so ~100 µs = 250k units. With spinning
 //! workers (the default, `Executable::set_spinning`) a hand-off is a
-//! cache-line transfer, budgeted at [`KERNEL_TASK_OVERHEAD_SPIN`] (~10 µs),
+//! cache-line transfer, budgeted at [`KERNEL_TASK_OVERHEAD_SPIN`] (~2 µs),
 //! and the rule uses that instead ([`task_overhead`]). Such a step on `q` threads takes `W / T + KERNEL_TASK_OVERHEAD
 //! (T - 1)` in the wave estimates below. Kernels with GEMM work (`S > 0`)
 //! never split this way (their GEMMs do). Work counts one op per
@@ -194,9 +194,11 @@ pub const KERNEL_TASK_MIN_WORK: u64 = 4 * KERNEL_TASK_OVERHEAD;
 
 /// Hand-off cost of one extra task when the workers spin between tasks
 /// (`Executable::set_spinning`, the default): claiming a task is a cache
-/// line transfer plus the spread in finishing times, budgeted at ~10 µs,
-/// ten times less than waking a sleeping worker.
-pub const KERNEL_TASK_OVERHEAD_SPIN: u64 = 25_000;
+/// line transfer plus the spread in finishing times, budgeted at ~2 µs,
+/// fifty times less than waking a sleeping worker. (Budgeted at 10 µs,
+/// SqueezeNet's 169k-unit global average pool stayed one task at 38 µs;
+/// as two it takes 15.)
+pub const KERNEL_TASK_OVERHEAD_SPIN: u64 = 5_000;
 
 /// The hand-off cost of one extra task, [`KERNEL_TASK_OVERHEAD_SPIN`]
 /// with spinning workers, else [`KERNEL_TASK_OVERHEAD`].
