@@ -18,7 +18,7 @@ use super::emit::Emit;
 use super::group::Kernel;
 use super::{CpuOptions, KCtx};
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::types::{F32, I64};
+use cranelift_codegen::ir::types::{self, F32, I64};
 use cranelift_codegen::ir::{InstBuilder, StackSlotData, StackSlotKind, Value};
 use dnnc_ir::op::ConvAlgo as IrConvAlgo;
 use dnnc_ir::op::{Binary, Unary};
@@ -1254,6 +1254,13 @@ pub(crate) fn zero_run(e: &mut Emit<'_>, base: Value, start: Value, len: usize) 
 /// Runs up to this many elements are copied by straight-line code.
 const SHORT_RUN: usize = 32;
 
+/// Contiguous runs (stride 1) up to this many elements are copied by
+/// straight-line vector code, a partial last vector as one more vector
+/// ending at the run's end (SqueezeNet's stem: 216 im2col rows of 111
+/// floats per chunk, each a loop of 4-vector steps, then 3 vectors, then 3
+/// scalar copies).
+const SHORT_RUN_CONTIGUOUS: usize = 128;
+
 /// Copies `len` f32s from `src[s0 + j*stride]` to `dst[d0 + j]`; `avail`
 /// elements from `src[s0]` on may be read (stride 2 copies four per f32x4
 /// through [`Emit::load_strided4`], which reads one past the last element
@@ -1270,6 +1277,10 @@ pub(crate) fn copy_run(
     avail: usize,
 ) {
     if len == 0 {
+        return;
+    }
+    if stride == 1 && len >= 4 {
+        copy_contiguous(e, dst, d0, src, s0, len);
         return;
     }
     let v_end = match stride {
@@ -1349,6 +1360,44 @@ pub(crate) fn copy_run(
             let di = e.b.ins().iadd(d0, j);
             e.store_f32(v, dst, di);
         });
+    }
+}
+
+/// [`copy_run`] with stride 1 and `len >= 4`: whole vectors, then (when
+/// `len` is not a multiple of 4) one vector ending at the last element,
+/// rewriting up to three elements with the same values (`dst` and `src`
+/// must not overlap). Runs up to [`SHORT_RUN_CONTIGUOUS`] are
+/// straight-line code; longer ones loop four vectors a step.
+fn copy_contiguous(e: &mut Emit<'_>, dst: Value, d0: Value, src: Value, s0: Value, len: usize) {
+    let nv = len / 4;
+    let tail = (!len.is_multiple_of(4)).then(|| ((len - 4) * 4) as i32);
+    let sp = e.addr(src, s0, 4);
+    let dp = e.addr(dst, d0, 4);
+    let copy = |e: &mut Emit<'_>, sp: Value, dp: Value, off: i32| {
+        let v = e.b.ins().load(types::F32X4, super::emit::mem(), sp, off);
+        e.b.ins().store(super::emit::mem(), v, dp, off);
+    };
+    let looped = if len <= SHORT_RUN_CONTIGUOUS {
+        0
+    } else {
+        nv / 4 * 4
+    };
+    if looped > 0 {
+        let s = e.ci(0);
+        let en = e.ci((looped * 16) as i64);
+        e.for_range(s, en, 64, |e, o| {
+            let sq = e.b.ins().iadd(sp, o);
+            let dq = e.b.ins().iadd(dp, o);
+            for u in 0..4 {
+                copy(e, sq, dq, (16 * u) as i32);
+            }
+        });
+    }
+    for k in looped..nv {
+        copy(e, sp, dp, (16 * k) as i32);
+    }
+    if let Some(off) = tail {
+        copy(e, sp, dp, off);
     }
 }
 
