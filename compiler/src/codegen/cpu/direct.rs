@@ -405,9 +405,23 @@ impl PadPlane {
         let pyq = e.b.ins().iadd(py, qb);
         let nu = offs.len();
         let mut acc: Vec<Option<Value>> = vec![None; rb * nu];
+        // A fused epilogue's per-plane bias starts the sums (the first tap
+        // is then added to it rather than to zero), saving one vector add
+        // per block: the depthwise kernel is bound by its floating-point
+        // ports (9 FMAs, bias, clamp per four outputs).
+        let mut bias_in_acc = vec![false; rb];
         if !matches!(op, Combine::Max) {
             let z = e.vf(0.0);
-            acc.iter_mut().for_each(|a| *a = Some(z));
+            for rho in 0..rb {
+                let init = match (out, eprows) {
+                    (Store::Fused(epi, _), Some(rows)) => epi.extra_splat(&rows[rho]),
+                    _ => None,
+                };
+                bias_in_acc[rho] = init.is_some();
+                for k in 0..nu {
+                    acc[rho * nu + k] = Some(init.unwrap_or(z));
+                }
+            }
         }
         // Padded rows in order; each loaded vector feeds every output row
         // whose window holds it, so each output still sums its taps in
@@ -492,7 +506,7 @@ impl PadPlane {
                     }
                     Store::Fused(epi, _) => {
                         let rows = eprows.expect("fused rows prepared");
-                        epi.apply(e, &rows[rho], v, qb, o as i32)?;
+                        epi.apply(e, &rows[rho], v, qb, o as i32, bias_in_acc[rho])?;
                     }
                 }
             }
@@ -654,7 +668,9 @@ pub(crate) enum Store<'a, 'g> {
 
 /// A conv epilogue evaluated on each output block in registers, the same
 /// per-point operations as [`super::elementwise::emit`] performs on the
-/// stored plane (so bitwise the same results), saving that second pass.
+/// stored plane, saving that second pass; except that a per-plane bias
+/// may start the sum instead of being added to it
+/// ([`Epilogue::extra_splat`]), which rounds differently.
 pub(crate) struct Epilogue<'a, 'g> {
     spec: &'a super::elementwise::EwSpec<'g>,
 }
@@ -769,9 +785,21 @@ impl<'a, 'g> Epilogue<'a, 'g> {
         v
     }
 
+    /// The preset's extra term (a conv's bias) on row `r` as one splatted
+    /// vector, when it is constant along the row and unscaled: a sum may
+    /// then start from it ([`Epilogue::apply`] with `extra_in_acc`).
+    pub fn extra_splat(&self, r: &EpRow) -> Option<Value> {
+        match (&self.spec.preset[0].2, r.at.get(&OpKey::Extra)) {
+            (Some((_, scale)), Some(Access::Splat(v))) if *scale == 1.0 => Some(*v),
+            _ => None,
+        }
+    }
+
     /// Evaluates the epilogue on accumulator block `acc`, the four
     /// columns at byte offset `qb + o` of row `r` (`qb` a value, `o` a
-    /// constant), and stores every kernel output there.
+    /// constant), and stores every kernel output there. `extra_in_acc`:
+    /// the sum started from [`Epilogue::extra_splat`], so the extra term
+    /// is not added again.
     pub fn apply(
         &self,
         e: &mut Emit<'_>,
@@ -779,6 +807,7 @@ impl<'a, 'g> Epilogue<'a, 'g> {
         acc: Value,
         qb: Value,
         o: i32,
+        extra_in_acc: bool,
     ) -> Result<(), String> {
         use super::elementwise::{eval, Ev};
         let spec = self.spec;
@@ -794,6 +823,7 @@ impl<'a, 'g> Epilogue<'a, 'g> {
         let mut vals = std::collections::HashMap::new();
         let (v, _, extra) = &spec.preset[0];
         let val = match extra {
+            Some(_) if extra_in_acc => acc,
             Some((_, scale)) => {
                 let ex = read(e, OpKey::Extra);
                 let ex = if *scale == 1.0 {
