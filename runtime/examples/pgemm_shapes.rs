@@ -2,7 +2,11 @@
 //! it: out of L2 (an 8 MiB buffer is swept between runs), unless `WARM=1`
 //! (B read once just before each run). Prints the median of 41 runs; with
 //! `HOT=N`, the mean of N back-to-back runs instead (everything cached).
-//! `THREADS=T` splits each GEMM over T rayon threads as a kernel would.
+//! `THREADS=T` splits each GEMM over T rayon threads as a kernel would
+//! (rayon's hand-off costs tens of µs: small shapes read slower than in a
+//! model, whose spinning pool hands off in µs). `REMOTE=1`: B is written by
+//! another thread just before each run, as a split producer kernel leaves
+//! it in the other core's cache.
 //!
 //! `cargo run --release -p dnnc-runtime --example pgemm_shapes -- M N K`
 
@@ -31,6 +35,7 @@ fn measure() {
         std::process::exit(2);
     };
     let warm = std::env::var_os("WARM").is_some();
+    let remote = std::env::var_os("REMOTE").is_some();
     let hot: usize = std::env::var("HOT")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -84,6 +89,19 @@ fn measure() {
         }
         if warm {
             std::hint::black_box(b.iter().step_by(16).sum::<f32>());
+        }
+        if remote {
+            let (bp, len) = (b.as_ptr() as usize, b.len());
+            std::thread::scope(|sc| {
+                sc.spawn(move || {
+                    // SAFETY: the GEMM does not run while this thread
+                    // rewrites B (same values) and the scope joins it.
+                    let bw = unsafe { std::slice::from_raw_parts_mut(bp as *mut f32, len) };
+                    for x in bw.iter_mut() {
+                        *x = std::hint::black_box(*x);
+                    }
+                });
+            });
         }
         let t = Instant::now();
         gemm();
