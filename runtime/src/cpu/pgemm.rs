@@ -836,7 +836,15 @@ impl Gemm {
     /// bytes or less), 2-4% of ResNet-18's run in its Winograd GEMMs.
     /// `false` when this kernel has no such path (the caller copies).
     #[inline]
-    unsafe fn pack_rows(&self, d: *mut f32, ld: usize, k0: usize, kc: usize, j: usize, w: usize) -> bool {
+    unsafe fn pack_rows(
+        &self,
+        d: *mut f32,
+        ld: usize,
+        k0: usize,
+        kc: usize,
+        j: usize,
+        w: usize,
+    ) -> bool {
         let src = self.b.offset(k0 as isize * self.b_rs + j as isize);
         match self.kern {
             #[cfg(target_arch = "x86_64")]

@@ -1389,7 +1389,7 @@ fn copy_contiguous(e: &mut Emit<'_>, dst: Value, d0: Value, src: Value, s0: Valu
             let sq = e.b.ins().iadd(sp, o);
             let dq = e.b.ins().iadd(dp, o);
             for u in 0..4 {
-                copy(e, sq, dq, (16 * u) as i32);
+                copy(e, sq, dq, 16 * u);
             }
         });
     }
