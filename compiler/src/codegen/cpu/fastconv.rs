@@ -11,10 +11,12 @@
 //!    need no special case), then transforms its tiles, `V = Bᵀ d B`, four
 //!    tiles per f32x4,
 //! 2. runs the α² GEMMs as one batch (`dnnc_sgemm_packed_batch`),
-//! 3. per output channel transforms the products back, `Y = Aᵀ M A`, into
-//!    a staging plane and runs the fused epilogue (bias, activations,
-//!    residual adds) on that plane right away, while it is in L1; the
-//!    epilogue's crop to `H' x W'` handles partial edge tiles.
+//! 3. per output channel transforms the products back, `Y = Aᵀ M A`, and
+//!    runs the fused epilogue (bias, activations, residual adds): on
+//!    groups of four tiles inside the output in registers, stored straight
+//!    to the kernel's outputs; edge groups go to a staging plane, and the
+//!    epilogue then runs over its edge strips (its crop to `H' x W'`
+//!    handles partial edge tiles).
 //!
 //! **Phases** (one image and one group, i.e. batch-1 models): the kernel
 //! is three phases of the runtime's phased-kernel ABI
