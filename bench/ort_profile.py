@@ -9,8 +9,9 @@ ORT's optimised graph names most nodes after their (fused) output value, suffixe
 blocked layout; the suffix is dropped, so the names match the value names dnnc's `run --profile`
 names its kernels by. With --dnnc (the saved output of `dnnc run MODEL --profile`), prints instead
 one line per dnnc kernel: dnnc ms vs ORT us and the difference, sorted by the difference; a dnnc
-kernel ending in an Add (ORT fuses the residual Add into the conv, naming the node after the conv's
-output) is matched through the Add's inputs. Settings match ort_reference.py: ORT_ENABLE_ALL,
+kernel whose output ORT does not name (ORT names a fused Conv + Add + Relu after the conv's output)
+is matched by walking back through the values computed inside the kernel, skipping other kernels'
+outputs such as the residual operand. Settings match ort_reference.py: ORT_ENABLE_ALL,
 intra_op_num_threads=N, inter_op 1, sequential.
 """
 import argparse
@@ -106,13 +107,33 @@ def side_by_side(a, ort_us):
                 continue
     outputs = {k[0] for k in kernels}
     lines = []
+    def fused_source(name):
+        # ORT names a fused node after one value inside the chain dnnc's
+        # kernel ends in (Conv -> BatchNormalization -> Add -> Relu is
+        # named after the Conv's output): walk back from the kernel's
+        # output through values computed inside the kernel (not another
+        # kernel's output, such as a residual operand), nearest first.
+        frontier, seen = [name], {name}
+        for _ in range(4):
+            nxt = []
+            for v in frontier:
+                node = producer.get(v)
+                if node is None:
+                    continue
+                for i in node.input:
+                    if i in seen or i in outputs:
+                        continue
+                    seen.add(i)
+                    if i in ort_us:
+                        return i
+                    nxt.append(i)
+            frontier = nxt
+        return None
+
     for name, ms, algo in kernels:
         key = name if name in ort_us else None
-        if key is None and name in producer and producer[name].op_type == "Add":
-            # The fused conv's output, not the residual operand (which
-            # another kernel produced).
-            ins = [i for i in producer[name].input if i in ort_us]
-            key = next((i for i in ins if i not in outputs), ins[0] if ins else None)
+        if key is None:
+            key = fused_source(name)
         if key is None and name in producer:
             key = producer[name].name if producer[name].name in ort_us else None
         o = ort_us.get(key) if key else None
