@@ -1,7 +1,7 @@
 //! The dataflow graph: ops as petgraph nodes, tensor values as typed edges.
 //!
 //! Invariants, upheld by every mutating method and re-checked by
-//! [`crate::verify`]:
+//! [`crate::verify()`]:
 //! - every value is produced by exactly one node output and has a unique name;
 //! - each node's `inputs` list matches its incoming edges (one per operand);
 //! - the graph is acyclic, and every value's type is the inferred one;

@@ -1,6 +1,6 @@
 //! The text format: dnnc's IR dump and native model description (`.dnn`).
 //!
-//! [`print`] writes a graph in canonical form and [`parse`] reads it back;
+//! [`print()`] writes a graph in canonical form and [`parse`] reads it back;
 //! `print(&parse(&print(g), f)?) == print(g)` for every graph. The grammar,
 //! naming rules and an op reference are in `docs/ir.md`.
 //!
