@@ -1057,8 +1057,11 @@ fn gemm_a(
 /// those units ([`Emit::task_range`]), each task packing into its own
 /// slice of the column workspace ([`Emit::task_slice`]) and running its
 /// GEMMs on its thread; every unit is computed by the same code, so any
-/// split is bitwise the one-task result. Otherwise (one chunk, or an
-/// unfused epilogue run per group) the GEMMs split themselves.
+/// split is bitwise the one-task result. A single chunk (one image and
+/// group) is two units, the halves of its output rows, and a task given
+/// both runs the whole chunk as one GEMM (each element's k order is the
+/// same either way). Otherwise (an unfused epilogue run per group) the
+/// GEMMs split themselves.
 #[allow(clippy::too_many_arguments)]
 fn conv_gemm(
     e: &mut Emit<'_>,
