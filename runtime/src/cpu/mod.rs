@@ -29,7 +29,8 @@
 //! kernel that keeps scratch in a workspace either gives each task its own
 //! slice (`task_slice_stride(size)` times the largest `tasks`, the slice of
 //! task `t` at `t * task_slice_stride(size)`, so every slice starts on a
-//! cache line) or does not split; scratch on the kernel's own stack frame is per call and free.
+//! cache line) or does not split; scratch on the kernel's own stack frame
+//! is per call and free.
 //! A kernel that calls `dnnc_sgemm` keeps `split == 1` (its GEMMs split
 //! themselves) unless it accepts that inside a task they run on one thread
 //! (the runtime runs every task under `native::with_threads(1, ..)`).

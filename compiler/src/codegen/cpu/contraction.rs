@@ -1292,13 +1292,6 @@ pub(crate) fn zero_run(e: &mut Emit<'_>, base: Value, start: Value, len: usize) 
 /// Runs up to this many elements are copied by straight-line code.
 const SHORT_RUN: usize = 32;
 
-/// Contiguous runs (stride 1) up to this many elements are copied by
-/// straight-line vector code, a partial last vector as one more vector
-/// ending at the run's end (SqueezeNet's stem: 216 im2col rows of 111
-/// floats per chunk, each a loop of 4-vector steps, then 3 vectors, then 3
-/// scalar copies).
-const SHORT_RUN_CONTIGUOUS: usize = 128;
-
 /// Copies `len` f32s from `src[s0 + j*stride]` to `dst[d0 + j]`; `avail`
 /// elements from `src[s0]` on may be read (stride 2 copies four per f32x4
 /// through [`Emit::load_strided4`], which reads one past the last element
@@ -1375,15 +1368,11 @@ pub(crate) fn copy_run(
         let s = e.ci(u_end as i64);
         let en = e.ci(v_end as i64);
         e.for_range(s, en, 4, |e, j| {
-            let v = if stride == 1 {
-                let si = e.b.ins().iadd(s0, j);
-                e.load_v(src, si)
-            } else {
-                let t = e.b.ins().imul_imm_s(j, stride as i64);
-                let si = e.b.ins().iadd(s0, t);
-                let bp = e.addr(src, si, 4);
-                e.load_strided4(bp, 0, stride)
-            };
+            // (Stride 1 with a whole vector went to `copy_contiguous`.)
+            let t = e.b.ins().imul_imm_s(j, stride as i64);
+            let si = e.b.ins().iadd(s0, t);
+            let bp = e.addr(src, si, 4);
+            let v = e.load_strided4(bp, 0, stride);
             let di = e.b.ins().iadd(d0, j);
             e.store_v(v, dst, di);
         });
@@ -1401,41 +1390,26 @@ pub(crate) fn copy_run(
     }
 }
 
-/// [`copy_run`] with stride 1 and `len >= 4`: whole vectors, then (when
-/// `len` is not a multiple of 4) one vector ending at the last element,
-/// rewriting up to three elements with the same values (`dst` and `src`
-/// must not overlap). Runs up to [`SHORT_RUN_CONTIGUOUS`] are
-/// straight-line code; longer ones loop four vectors a step.
+/// [`copy_run`] with stride 1 and `len >= 4`: whole vectors (straight-line
+/// up to `4 * UNROLL` = 128 floats, a loop beyond, through the
+/// padded-plane kernels' `counted`), then (when `len` is not a multiple of
+/// 4) one vector ending at the last element, rewriting up to three
+/// elements with the same values (`dst` and `src` must not overlap).
+/// SqueezeNet's stem had 216 im2col rows of 111 floats per chunk, each a
+/// loop of 4-vector steps, then 3 vectors, then 3 scalar copies.
 fn copy_contiguous(e: &mut Emit<'_>, dst: Value, d0: Value, src: Value, s0: Value, len: usize) {
-    let nv = len / 4;
-    let tail = (!len.is_multiple_of(4)).then(|| ((len - 4) * 4) as i32);
     let sp = e.addr(src, s0, 4);
     let dp = e.addr(dst, d0, 4);
-    let copy = |e: &mut Emit<'_>, sp: Value, dp: Value, off: i32| {
-        let v = e.b.ins().load(types::F32X4, super::emit::mem(), sp, off);
-        e.b.ins().store(super::emit::mem(), v, dp, off);
+    let copy = |e: &mut Emit<'_>, o: Value, d: i32| {
+        let sq = e.b.ins().iadd(sp, o);
+        let v = e.b.ins().load(types::F32X4, super::emit::mem(), sq, d);
+        let dq = e.b.ins().iadd(dp, o);
+        e.b.ins().store(super::emit::mem(), v, dq, d);
     };
-    let looped = if len <= SHORT_RUN_CONTIGUOUS {
-        0
-    } else {
-        nv / 4 * 4
-    };
-    if looped > 0 {
-        let s = e.ci(0);
-        let en = e.ci((looped * 16) as i64);
-        e.for_range(s, en, 64, |e, o| {
-            let sq = e.b.ins().iadd(sp, o);
-            let dq = e.b.ins().iadd(dp, o);
-            for u in 0..4 {
-                copy(e, sq, dq, 16 * u);
-            }
-        });
-    }
-    for k in looped..nv {
-        copy(e, sp, dp, (16 * k) as i32);
-    }
-    if let Some(off) = tail {
-        copy(e, sp, dp, off);
+    super::direct::counted(e, len / 4, 16, copy);
+    if !len.is_multiple_of(4) {
+        let z = e.ci(0);
+        copy(e, z, ((len - 4) * 4) as i32);
     }
 }
 

@@ -516,14 +516,19 @@ impl PadPlane {
 }
 
 /// Most iterations [`counted`] unrolls completely.
-const UNROLL: usize = 32;
+pub(crate) const UNROLL: usize = 32;
 
 /// `n` iterations of `body(e, o, d)` at byte offset `o + d`, `step` bytes
 /// apart: straight-line code with constant `d` (and `o` = 0) up to
 /// [`UNROLL`] iterations, so addresses are folded into displacements and
 /// the loop-invariant values are computed once (Cranelift does not hoist
 /// them out of these loops); a counted loop over `o` with `d` = 0 beyond.
-fn counted(e: &mut Emit<'_>, n: usize, step: i32, mut body: impl FnMut(&mut Emit<'_>, Value, i32)) {
+pub(crate) fn counted(
+    e: &mut Emit<'_>,
+    n: usize,
+    step: i32,
+    mut body: impl FnMut(&mut Emit<'_>, Value, i32),
+) {
     if n == 0 {
         return;
     }
