@@ -3,6 +3,9 @@
 //! the phase-row tails, groups, several row chunks per image, a batch, and
 //! a fused epilogue, with the im2col algorithm forced, against the
 //! interpreter; and split across threads, bitwise equal to one thread.
+//! With the filter a weight the GEMM gathers its B straight from the phase
+//! rows (an implicit im2col); with the filter a run-time input the column
+//! matrix is written and multiplied by the unpacked GEMM. Both are covered.
 
 mod cpu_common;
 
@@ -33,16 +36,29 @@ const CASES: [Case; 9] = [
 ];
 
 fn graph(i: usize) -> (dnnc_ir::Graph, Vec<usize>) {
+    graph_with(
+        i,
+        format!("param %w: f32[{{m}},{{cg}},{{kh}},{{kw}}] = he(seed={i})"),
+    )
+}
+
+/// Case `i` with the filter declared by `filter` (a template over `m`,
+/// `cg`, `kh`, `kw`).
+fn graph_with(i: usize, filter: String) -> (dnnc_ir::Graph, Vec<usize>) {
     let (c, g, m, [kh, kw], [pt, pl, pb, pr], h, w) = CASES[i];
     let shape = vec![2, c, h, w];
+    let filter = filter
+        .replace("{m}", &m.to_string())
+        .replace("{cg}", &(c / g).to_string())
+        .replace("{kh}", &kh.to_string())
+        .replace("{kw}", &kw.to_string());
     let src = format!(
         "input %x: f32[2,{c},{h},{w}]\n\
-         param %w: f32[{m},{cg},{kh},{kw}] = he(seed={i})\n\
+         {filter}\n\
          param %b: f32[{m}] = uniform(low=-1, high=1, seed=5)\n\
          %c = Conv2d(%x, %w, %b) {{strides=[2,2], pads=[{pt},{pl},{pb},{pr}], group={g}}}\n\
          %y = Relu(%c)\n\
-         output %y",
-        cg = c / g
+         output %y"
     );
     (parse(&src), shape)
 }
@@ -68,5 +84,23 @@ fn phased_im2col_splits_bitwise() {
             let r = exe.run(&[("x".into(), x.clone())]).expect("run");
             assert_eq!(bits(&one), bits(&r), "case {i} with {t} threads");
         }
+    }
+}
+
+/// The filter as a run-time input: nothing is packed at compile time, so
+/// the columns are written out and the plain GEMM multiplies them.
+#[test]
+fn phased_im2col_with_a_runtime_filter_matches_the_interpreter() {
+    for (i, &(c, grp, m, [kh, kw], ..)) in CASES.iter().enumerate() {
+        let (g, shape) = graph_with(i, "input %w: f32[{m},{cg},{kh},{kw}]".into());
+        let x = rand_f32(&shape, 500 + i as u64, -2.0, 2.0);
+        let w = rand_f32(&[m, c / grp, kh, kw], 600 + i as u64, -0.5, 0.5);
+        check_with(
+            &g,
+            &[("x".into(), x), ("w".into(), w)],
+            1e-4,
+            1e-5,
+            &im2col(),
+        );
     }
 }

@@ -6,11 +6,15 @@
 //! (rayon's hand-off costs tens of µs: small shapes read slower than in a
 //! model, whose spinning pool hands off in µs). `REMOTE=1`: B is written by
 //! another thread just before each run, as a split producer kernel leaves
-//! it in the other core's cache.
+//! it in the other core's cache. `GATHER=1`: B goes through the gathered
+//! path (`dnnc_sgemm_packed_gather`, every panel packed from its rows), as
+//! an implicit-im2col conv's does.
 //!
 //! `cargo run --release -p dnnc-runtime --example pgemm_shapes -- M N K`
 
-use dnnc_runtime::cpu::pgemm::{dnnc_sgemm_packed, pack_a_with, Kernel};
+use dnnc_runtime::cpu::pgemm::{
+    dnnc_sgemm_packed, dnnc_sgemm_packed_gather, pack_a_with, Gather, Kernel,
+};
 use std::time::Instant;
 
 fn main() {
@@ -36,6 +40,7 @@ fn measure() {
     };
     let warm = std::env::var_os("WARM").is_some();
     let remote = std::env::var_os("REMOTE").is_some();
+    let gathered = std::env::var_os("GATHER").is_some();
     let hot: usize = std::env::var("HOT")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -50,7 +55,32 @@ fn measure() {
     let mut sweep = vec![0u8; 8 << 20];
     let pa = pack_a_with(Kernel::best(), m, k, &a, k, 1, 1.0);
     let flops = 2.0 * (m * n * k) as f64;
+    let gather_rows: Vec<i64> = (0..k).map(|p| (p * n) as i64).collect();
+    let gather = Gather {
+        base: b.as_ptr(),
+        row_off: gather_rows.as_ptr(),
+        seg_len: n.max(1),
+        seg_step: 0,
+    };
     let mut gemm = || {
+        if gathered {
+            // SAFETY: as below, B gathered from its own rows.
+            let rc = unsafe {
+                dnnc_sgemm_packed_gather(
+                    pa.as_ptr() as *const f32,
+                    m,
+                    n,
+                    k,
+                    &gather,
+                    c.as_mut_ptr(),
+                    n as isize,
+                    1,
+                    0,
+                )
+            };
+            assert_eq!(rc, 0);
+            return;
+        }
         // SAFETY: `pa` packs an m x k A; B is k x n and C m x n, row-major.
         let rc = unsafe {
             dnnc_sgemm_packed(

@@ -213,6 +213,10 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
             super::pgemm::dnnc_sgemm_packed as *const u8,
         ),
         (
+            "dnnc_sgemm_packed_gather",
+            super::pgemm::dnnc_sgemm_packed_gather as *const u8,
+        ),
+        (
             "dnnc_sgemm_packed_batch",
             super::pgemm::dnnc_sgemm_packed_batch as *const u8,
         ),

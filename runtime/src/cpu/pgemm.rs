@@ -297,6 +297,52 @@ impl TileEp {
     }
 }
 
+/// A B operand gathered from rows of another buffer instead of stored as
+/// a matrix: element `(k, j)` is `base[row_off[k] + (j / seg_len) *
+/// seg_step + j % seg_len]`, each B row a run of `seg_len`-float segments
+/// `seg_step` apart. An implicit im2col: a strided conv's columns are
+/// such runs of its padded (phase-split) input rows, so the GEMM packs
+/// them straight from the input and the column matrix is never written.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Gather {
+    /// The buffer the rows are read from.
+    pub base: *const f32,
+    /// Element offset from `base` of each of the `k` rows' first segment.
+    pub row_off: *const i64,
+    /// Columns per segment (at least 1).
+    pub seg_len: usize,
+    /// Elements from one segment of a row to the next.
+    pub seg_step: isize,
+}
+
+/// [`dnnc_sgemm_packed`] with B described by a [`Gather`] (`b`), which
+/// every B panel is packed from, so results are bitwise those of the same
+/// B stored as a row-major matrix. Returns 0, 1 as [`dnnc_sgemm_packed`],
+/// or 2 for a `seg_len` of 0.
+///
+/// # Safety
+/// As [`dnnc_sgemm_packed`]; `b` must point to a [`Gather`] whose `k`
+/// offsets and segments address readable floats for every column `< n`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dnnc_sgemm_packed_gather(
+    ap: *const f32,
+    m: usize,
+    n: usize,
+    k: usize,
+    b: *const Gather,
+    c: *mut f32,
+    c_rs: isize,
+    c_cs: isize,
+    ep: usize,
+) -> i32 {
+    let g = b.read();
+    if g.seg_len == 0 {
+        return 2;
+    }
+    packed_call(ap, (m, n, k), (g.base, 0, 1, Some(g)), (c, c_rs, c_cs), ep)
+}
+
 /// `C = A · B` (or `C += A · B` when `ep == 1`, or `C = epilogue(A · B)`
 /// when `ep` is the address of an [`Epilogue`]) with A packed by
 /// [`pack_a`]: `A: m x k`, `B: k x n`, `C: m x n`, B and C addressed by row
@@ -326,6 +372,19 @@ pub unsafe extern "C" fn dnnc_sgemm_packed(
     c: *mut f32,
     c_rs: isize,
     c_cs: isize,
+    ep: usize,
+) -> i32 {
+    packed_call(ap, (m, n, k), (b, b_rs, b_cs, None), (c, c_rs, c_cs), ep)
+}
+
+/// The body of [`dnnc_sgemm_packed`] and [`dnnc_sgemm_packed_gather`]: B
+/// as strides or gathered.
+#[allow(clippy::type_complexity)]
+unsafe fn packed_call(
+    ap: *const f32,
+    (m, n, k): (usize, usize, usize),
+    (b, b_rs, b_cs, gather): (*const f32, isize, isize, Option<Gather>),
+    (c, c_rs, c_cs): (*mut f32, isize, isize),
     ep: usize,
 ) -> i32 {
     let h = |i: usize| (ap as *const u64).add(i).read();
@@ -371,7 +430,8 @@ pub unsafe extern "C" fn dnnc_sgemm_packed(
         c_cs,
         acc,
         ep,
-        gemv: n == 1,
+        gemv: n == 1 && gather.is_none(),
+        gather,
     };
     let (mr, nr) = (kern.mr(), kern.nr());
     let panels = m.div_ceil(mr);
@@ -592,6 +652,9 @@ struct Gemm {
     /// `n == 1`: every column goes through the GEMV path, whatever the
     /// split.
     gemv: bool,
+    /// B gathered from rows of another buffer (`b`, `b_rs`, `b_cs` then
+    /// unused): every panel is packed, none read in place.
+    gather: Option<Gather>,
 }
 
 // SAFETY: tasks of one call only read A and B and write disjoint tiles of
@@ -616,8 +679,10 @@ impl Gemm {
         // With few A panels, packing B costs about as much as the tiles
         // that read it: full-width panels of a row-major B are then read
         // in place (see `DIRECT_B_PANELS`).
-        let direct = self.b_cs == 1 && self.b_rs > 0 && panels.len() <= DIRECT_B_PANELS;
-        if direct && self.k >= STRIP_ORDER_MIN_K {
+        let few = panels.len() <= DIRECT_B_PANELS;
+        let direct = self.gather.is_none() && self.b_cs == 1 && self.b_rs > 0 && few;
+        // A gathered B is copied strip by strip in the same order.
+        if (direct || (few && self.gather.is_some())) && self.k >= STRIP_ORDER_MIN_K {
             self.run_direct(panels, cols, narrow);
             return;
         }
@@ -715,7 +780,7 @@ impl Gemm {
         // on different pages (see `copy_strip`; with rows closer, as
         // MobileNet-V2's 96 x 576 x 196, the copy measured slower: 160 vs
         // 148 us).
-        let copy = panels.len() > 2 && self.b_rs >= COPY_STRIP_MIN_RS;
+        let copy = self.gather.is_some() || (panels.len() > 2 && self.b_rs >= COPY_STRIP_MIN_RS);
         BPACK.with(|s| {
             let mut s = s.borrow_mut();
             let need = KC * nr + 16;
@@ -774,6 +839,11 @@ impl Gemm {
     /// 247 us).
     #[inline]
     unsafe fn copy_strip(&self, dst: *mut f32, k0: usize, kc: usize, j: usize) {
+        if let Some(g) = &self.gather {
+            let nr = self.kern.nr();
+            self.pack_gather(g, dst, nr, k0, kc, j, nr);
+            return;
+        }
         let src = self.b.offset(k0 as isize * self.b_rs + j as isize);
         match self.kern {
             #[cfg(target_arch = "x86_64")]
@@ -808,6 +878,10 @@ impl Gemm {
             let w = nr.min(j0 + nc - j);
             let d = dst.add(jp * kc * nr);
             let nr = panel_ld(self.kern, narrow, w);
+            if let Some(g) = &self.gather {
+                self.pack_gather(g, d, nr, k0, kc, j, w);
+                continue;
+            }
             if self.b_cs == 1 && self.pack_rows(d, nr, k0, kc, j, w) {
                 continue;
             }
@@ -825,6 +899,54 @@ impl Gemm {
                 }
                 for jj in w..nr {
                     *row.add(jj) = 0.0;
+                }
+            }
+        }
+    }
+
+    /// Packs rows `k0..k0+kc` of the `w <= 32` columns from `j` of a
+    /// gathered B into rows `ld` apart, zero-filling each to `ld`. The
+    /// columns' runs within segments are the same for every row, so they
+    /// are worked out once.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn pack_gather(
+        &self,
+        g: &Gather,
+        d: *mut f32,
+        ld: usize,
+        k0: usize,
+        kc: usize,
+        j: usize,
+        w: usize,
+    ) {
+        debug_assert!(w <= 32 && w <= ld);
+        // (source offset within a row, destination column, length)
+        let mut runs = [(0isize, 0usize, 0usize); 32];
+        let mut nrun = 0;
+        let mut pos = 0;
+        while pos < w {
+            let col = j + pos;
+            let (seg, o) = (col / g.seg_len, col % g.seg_len);
+            let len = (g.seg_len - o).min(w - pos);
+            runs[nrun] = (seg as isize * g.seg_step + o as isize, pos, len);
+            nrun += 1;
+            pos += len;
+        }
+        let runs = &runs[..nrun];
+        let offs = g.row_off.add(k0);
+        match self.kern {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => x86::gather_rows_avx512(g.base, offs, kc, runs, d, ld),
+            _ => {
+                for kk in 0..kc {
+                    let row = g.base.offset(*offs.add(kk) as isize);
+                    let dr = d.add(kk * ld);
+                    for &(so, at, len) in runs {
+                        std::ptr::copy_nonoverlapping(row.offset(so), dr.add(at), len);
+                    }
+                    for jj in w..ld {
+                        *dr.add(jj) = 0.0;
+                    }
                 }
             }
         }
@@ -1254,6 +1376,55 @@ mod x86 {
         }
     }
 
+    /// Rows `offs[0..rows]` (element offsets from `base`) of a gathered B
+    /// into rows of `ld` floats (16 or 32) at `dst`: each row's `runs`
+    /// (source offset, destination column, length) are masked loads into
+    /// the lanes they fill, the other lanes zero. A masked-off lane is
+    /// never read, so a load whose lanes start before a run (its address
+    /// below the run's) touches only the run.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn gather_rows_avx512(
+        base: *const f32,
+        offs: *const i64,
+        rows: usize,
+        runs: &[(isize, usize, usize)],
+        dst: *mut f32,
+        ld: usize,
+    ) {
+        // Per 16-lane half of a destination row: (mask, source offset of
+        // lane 0), at most one per run that reaches the half.
+        let mut loads = [[(0u16, 0isize); 33]; 2];
+        let mut nl = [0usize; 2];
+        for (h, (l, n)) in loads.iter_mut().zip(nl.iter_mut()).enumerate() {
+            let (lo, hi) = (16 * h, 16 * h + 16);
+            for &(so, at, len) in runs {
+                let (a, b) = (at.max(lo), (at + len).min(hi));
+                if a < b {
+                    let mask = (((1u32 << (b - lo)) - 1) & !((1u32 << (a - lo)) - 1)) as u16;
+                    l[*n] = (mask, so - (at as isize - lo as isize));
+                    *n += 1;
+                }
+            }
+        }
+        let halves = ld.div_ceil(16);
+        let first = runs.first().map_or(0, |r| r.0);
+        for r in 0..rows {
+            if r + 8 < rows {
+                let p = base.wrapping_offset(*offs.add(r + 8) as isize + first);
+                _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+            }
+            let row = base.wrapping_offset(*offs.add(r) as isize);
+            let d = dst.add(r * ld);
+            for h in 0..halves {
+                let mut v = _mm512_setzero_ps();
+                for &(m, o) in &loads[h][..nl[h]] {
+                    v = _mm512_mask_loadu_ps(v, m, row.wrapping_offset(o));
+                }
+                _mm512_storeu_ps(d.add(16 * h), v);
+            }
+        }
+    }
+
     /// [`copy_rows_avx512`] for rows of 16 floats (the AVX2 kernel's).
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn copy_rows_avx2(
@@ -1512,6 +1683,148 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A gathered B (rows at scattered offsets of a source buffer, in
+    /// segments of `seg_len` columns `seg_step` apart, the layout of an
+    /// implicit im2col) gives bitwise the C of the same B stored row-major,
+    /// for every kernel: few and many A panels, k below and above the
+    /// strip-order threshold and past one k block, segments of 1, 7, 14,
+    /// 40 and more columns than the GEMM has, with a fused epilogue and at
+    /// 1 and 2 threads.
+    #[test]
+    fn gathered_b_matches_the_same_b_stored_row_major_bitwise() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        for kern in kernels() {
+            let shapes: [(usize, usize, usize); 4] =
+                [(20, 70, 27), (64, 150, 147), (200, 45, 300), (5, 33, 9)];
+            for &(m, n, k) in &shapes {
+                for seg_len in [1usize, 7, 14, 40, 1000] {
+                    let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
+                    let pa = pack_a_with(kern, m, k, &a, k, 1, 1.0);
+                    // Source: each row's segments `seg_step` apart, rows
+                    // placed in reverse with gaps of NaN (never read).
+                    let segs = n.div_ceil(seg_len);
+                    let seg_step = seg_len as isize + 3;
+                    let row_span = segs * seg_step as usize;
+                    let mut src = vec![f32::NAN; (k + 1) * row_span + 5];
+                    let row_off: Vec<i64> = (0..k)
+                        .map(|p| ((k - 1 - p) * row_span + 5) as i64)
+                        .collect();
+                    let mut b = vec![0f32; k * n];
+                    for p in 0..k {
+                        for j in 0..n {
+                            let v = val(p * n + j, 5);
+                            b[p * n + j] = v;
+                            let o = row_off[p] as usize
+                                + (j / seg_len) * seg_step as usize
+                                + j % seg_len;
+                            src[o] = v;
+                        }
+                    }
+                    let bias: Vec<f32> = (0..m).map(|i| val(i, 11)).collect();
+                    let ep = Epilogue {
+                        bias: bias.as_ptr(),
+                        res: std::ptr::null(),
+                        res_rs: 0,
+                        res_cs: 0,
+                        lo: 0.0,
+                        hi: f32::INFINITY,
+                    };
+                    let g = Gather {
+                        base: src.as_ptr(),
+                        row_off: row_off.as_ptr(),
+                        seg_len,
+                        seg_step,
+                    };
+                    // Addresses as integers: the closures run on the pool.
+                    let epp = &ep as *const Epilogue as usize;
+                    let gp = &g as *const Gather as usize;
+                    let pap = pa.as_ptr() as usize;
+                    let bp = b.as_ptr() as usize;
+                    let want = pool.install(|| {
+                        with_threads(1, || unsafe {
+                            let mut c = vec![f32::NAN; m * n];
+                            let rc = dnnc_sgemm_packed(
+                                pap as *const f32,
+                                m,
+                                n,
+                                k,
+                                bp as *const f32,
+                                n as isize,
+                                1,
+                                c.as_mut_ptr(),
+                                n as isize,
+                                1,
+                                epp,
+                            );
+                            assert_eq!(rc, 0);
+                            c
+                        })
+                    });
+                    for threads in [1, 2] {
+                        let got = pool.install(|| {
+                            with_threads(threads, || unsafe {
+                                let mut c = vec![f32::NAN; m * n];
+                                let rc = dnnc_sgemm_packed_gather(
+                                    pap as *const f32,
+                                    m,
+                                    n,
+                                    k,
+                                    gp as *const Gather,
+                                    c.as_mut_ptr(),
+                                    n as isize,
+                                    1,
+                                    epp,
+                                );
+                                assert_eq!(rc, 0);
+                                c
+                            })
+                        });
+                        for (i, (x, w)) in got.iter().zip(&want).enumerate() {
+                            assert_eq!(
+                                x.to_bits(),
+                                w.to_bits(),
+                                "{kern:?} {m}x{n}x{k} seg {seg_len} T{threads} [{i}]: {x} vs {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A gathered B with segments of no columns is refused, C untouched.
+    #[test]
+    fn gathered_b_with_empty_segments_is_refused() {
+        let pa = pack_a_with(Kernel::best(), 2, 2, &[1.0; 4], 2, 1, 1.0);
+        let src = [1.0f32; 4];
+        let offs = [0i64, 2];
+        let g = Gather {
+            base: src.as_ptr(),
+            row_off: offs.as_ptr(),
+            seg_len: 0,
+            seg_step: 2,
+        };
+        let mut c = [7.0f32; 4];
+        let rc = unsafe {
+            dnnc_sgemm_packed_gather(
+                pa.as_ptr() as *const f32,
+                2,
+                2,
+                2,
+                &g,
+                c.as_mut_ptr(),
+                2,
+                1,
+                0,
+            )
+        };
+        assert_eq!(rc, 2);
+        assert_eq!(c, [7.0; 4]);
     }
 
     /// B read in place with its full strips copied to L1 scratch (3+ A

@@ -207,7 +207,10 @@ pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec
         let geom = ConvGeom::of_node(g, k.nodes[0])?;
         let algo = choose_algo(&geom, g, k, opts);
         match algo {
-            ConvAlgo::Im2col => ws.push(im2col_ws_bytes(&geom)),
+            ConvAlgo::Im2col => ws.push(im2col_ws_bytes(
+                &geom,
+                gathered(&geom, conv_packed(g, k, algo)),
+            )),
             ConvAlgo::Fft => {
                 let (hf, wf) = geom.fft_grid();
                 ws.push(fftconv::workspace_bytes(geom.per_group().0, hf, wf));
@@ -261,7 +264,11 @@ pub(crate) fn prepared(
         let kk = cg * geom.kh * geom.kw;
         let w = f32_weight(g, anchor.inputs[1])?;
         let offs: Vec<usize> = (0..geom.g).map(|gi| gi * mg * kk).collect();
-        return Ok(vec![pack_blocks((mg, kk), &w, &offs, (kk, 1), 1.0)]);
+        let mut prep = vec![pack_blocks((mg, kk), &w, &offs, (kk, 1), 1.0)];
+        if algo == ConvAlgo::Im2col && gathered(&geom, true) {
+            prep.push(i64_buf(&gather_rows(&geom)));
+        }
+        return Ok(prep);
     }
     if algo.wino_m().is_none() && algo != ConvAlgo::Fft {
         return Ok(Vec::new());
@@ -937,6 +944,12 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
             } else {
                 None
             };
+            // The gathered B's row offsets (see `gather_rows`).
+            let rows_tab = if algo == ConvAlgo::Im2col && gathered(&geom, packed.is_some()) {
+                Some(e.bufs[*c.prep.get(1).ok_or("missing gather row table")?])
+            } else {
+                None
+            };
             let ep = match &fused {
                 Some(f) => {
                     let bias = match f.bias {
@@ -956,7 +969,16 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
                 }
                 None => None,
             };
-            conv_gemm(e, &geom, x, w, y, (col, packed), spec.as_ref(), ep)?;
+            conv_gemm(
+                e,
+                &geom,
+                x,
+                w,
+                y,
+                (col, packed, rows_tab),
+                spec.as_ref(),
+                ep,
+            )?;
             return Ok(vec![PACKED_MISMATCH.to_string()]);
         }
     }
@@ -1069,7 +1091,7 @@ fn conv_gemm(
     x: Value,
     w: Value,
     y: Value,
-    (col, packed): (Option<(usize, Value)>, Option<Value>),
+    (col, packed, rows_tab): (Option<(usize, Value)>, Option<Value>, Option<Value>),
     spec: Option<&elementwise::EwSpec<'_>>,
     ep: Option<ConvEp>,
 ) -> Result<(), String> {
@@ -1127,16 +1149,26 @@ fn conv_gemm(
     let chunk =
         |e: &mut Emit<'_>, g: (Value, AOp, Value, EpG), col: Value, r0: Value, rows: usize| {
             let (xg, a, yg, epg) = g;
-            if phased(geo) {
-                im2col_phased(e, geo, xg, col, cg, r0, rows);
-            } else {
-                im2col_rows(e, geo, xg, col, cg, r0, rows);
-            }
             let yo = e.b.ins().imul_imm_s(r0, geo.ow as i64);
             let yc = at(e, yg, yo);
             let nc = rows * geo.ow;
-            let d = desc(e, epg, Some(yo));
             let c_str = (p as i64, 1);
+            if let (Some(tab), AOp::Packed(ap)) = (rows_tab, a) {
+                // Implicit im2col: the GEMM packs B from the phase rows.
+                im2col_phased(e, geo, xg, col, cg, r0, rows, true);
+                let d = desc(e, epg, Some(yo));
+                let (rs, _) = phase_row(geo);
+                let gd = gather_desc(e, col, tab, geo.ow, 2 * rs);
+                let mode = d.unwrap_or_else(|| e.ci(0));
+                sgemm_packed_gather(e, (mg, nc, kk), ap, gd, yc, c_str, mode);
+                return;
+            }
+            if phased(geo) {
+                im2col_phased(e, geo, xg, col, cg, r0, rows, false);
+            } else {
+                im2col_rows(e, geo, xg, col, cg, r0, rows);
+            }
+            let d = desc(e, epg, Some(yo));
             let ld = col_ld(nc) as i64;
             gemm_a(e, (mg, nc, kk), a, col, (ld, 1), yc, c_str, d);
         };
@@ -1150,7 +1182,7 @@ fn conv_gemm(
         // thread). ResNet-18's 14x14 and 7x7 convs had only the GEMM split,
         // both threads reading the columns one of them packed.
         let (lo, hi) = e.task_range(2)?;
-        let col = e.task_slice(ws, col, im2col_ws_bytes(geo));
+        let col = e.task_slice(ws, col, im2col_ws_bytes(geo, rows_tab.is_some()));
         let zero = e.ci(0);
         let (xg, a, yg, _, epg) = group(e, zero, zero);
         let half = geo.oh.div_ceil(2);
@@ -1180,7 +1212,7 @@ fn conv_gemm(
     }
     if let (Some((ws, col)), None, true) = (col, spec, units >= 2) {
         let (lo, hi) = e.task_range(units)?;
-        let col = e.task_slice(ws, col, im2col_ws_bytes(geo));
+        let col = e.task_slice(ws, col, im2col_ws_bytes(geo, rows_tab.is_some()));
         e.for_range(lo, hi, 1, |e, u| {
             let ng = e.b.ins().udiv_imm_u(u, chunks as i64);
             let c = e.b.ins().urem_imm_u(u, chunks as i64);
@@ -1436,16 +1468,107 @@ fn col_ld(nc: usize) -> usize {
 
 /// Bytes of one task's im2col workspace: a chunk's columns, then (for
 /// [`phased`] convs) its padded phase rows.
-fn im2col_ws_bytes(geo: &ConvGeom) -> usize {
+fn im2col_ws_bytes(geo: &ConvGeom, gather: bool) -> usize {
     let cg = geo.c / geo.g;
     let rows = chunk_rows(geo);
+    let scratch = cg * phase_rows(geo) * phase_row(geo).0 * 4;
+    if gather {
+        return scratch;
+    }
     let col = cg * geo.kh * geo.kw * col_ld(rows * geo.ow) * 4;
     if phased(geo) {
-        let prows = 2 * (rows - 1) + geo.kh;
-        col + cg * prows * phase_row(geo).0 * 4
+        col + scratch
     } else {
         col
     }
+}
+
+/// Padded input rows a full chunk of a [`phased`] conv reads: one
+/// channel's block of its phase-row scratch.
+fn phase_rows(geo: &ConvGeom) -> usize {
+    2 * (chunk_rows(geo) - 1) + geo.kh
+}
+
+/// Whether an im2col conv runs as an implicit GEMM: the packed GEMM
+/// gathers its B panels straight from the chunk's padded phase rows
+/// ([`pgemm::Gather`]) and the column matrix is never written. Stride-2
+/// convs with a filter packed at compile time. ResNet-18's 7x7 stem wrote
+/// and re-read 147 column rows per output row.
+fn gathered(geo: &ConvGeom, packed: bool) -> bool {
+    packed && phased(geo)
+}
+
+/// The gathered B's row offsets: row `(c, i, j)` (tap `(i, j)` of input
+/// channel `c`) of output row 0 of a chunk starts at padded row `i` of
+/// channel `c`'s block of phase rows, phase `j % 2`, index `j / 2`; output
+/// row `r` of the chunk is `2r` padded rows on (the segment step).
+fn gather_rows(geo: &ConvGeom) -> Vec<i64> {
+    let (rs, l) = phase_row(geo);
+    let block = phase_rows(geo) * rs;
+    let cg = geo.c / geo.g;
+    let mut offs = Vec::with_capacity(cg * geo.kh * geo.kw);
+    for c in 0..cg {
+        for i in 0..geo.kh {
+            for j in 0..geo.kw {
+                offs.push((c * block + i * rs + (j % 2) * l + j / 2) as i64);
+            }
+        }
+    }
+    offs
+}
+
+/// A [`pgemm::Gather`] on the stack: rows at `base + tab[k]`, segments of
+/// `seg_len` floats `seg_step` apart.
+fn gather_desc(
+    e: &mut Emit<'_>,
+    base: Value,
+    tab: Value,
+    seg_len: usize,
+    seg_step: usize,
+) -> Value {
+    let size = std::mem::size_of::<pgemm::Gather>() as u32;
+    let ss =
+        e.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 3));
+    let p = e.b.ins().stack_addr(I64, ss, 0);
+    let fields = [
+        (base, std::mem::offset_of!(pgemm::Gather, base)),
+        (tab, std::mem::offset_of!(pgemm::Gather, row_off)),
+        (
+            e.ci(seg_len as i64),
+            std::mem::offset_of!(pgemm::Gather, seg_len),
+        ),
+        (
+            e.ci(seg_step as i64),
+            std::mem::offset_of!(pgemm::Gather, seg_step),
+        ),
+    ];
+    for (v, off) in fields {
+        e.b.ins().store(super::emit::mem(), v, p, off as i32);
+    }
+    p
+}
+
+/// Emits `dnnc_sgemm_packed_gather(ap, m, n, k, gather, c, .., mode)`,
+/// failing with error code 1 as [`sgemm_packed_ep`] does.
+fn sgemm_packed_gather(
+    e: &mut Emit<'_>,
+    (m, n, k): (usize, usize, usize),
+    ap: Value,
+    gather: Value,
+    cp: Value,
+    (c_rs, c_cs): (i64, i64),
+    mode: Value,
+) {
+    let mut args = vec![ap, e.ci(m as i64), e.ci(n as i64), e.ci(k as i64), gather];
+    args.push(cp);
+    args.push(e.ci(c_rs));
+    args.push(e.ci(c_cs));
+    args.push(mode);
+    let f = e.gsgemm;
+    let call = e.b.ins().call(f, &args);
+    let rc = e.b.inst_results(call)[0];
+    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+    e.fail_if(bad, 1);
 }
 
 /// Im2col for a stride-2 conv ([`phased`]), output rows `[r0, r0 +
@@ -1458,6 +1581,7 @@ fn im2col_ws_bytes(geo: &ConvGeom) -> usize {
 /// 2ow + j): padded row 2(oh - r0) + i of the scratch, phase `j % 2`,
 /// index `ow + j / 2`. ResNet-18's 7x7 stem spent 0.4 ms in the strided
 /// im2col at one thread.
+#[allow(clippy::too_many_arguments)]
 fn im2col_phased(
     e: &mut Emit<'_>,
     geo: &ConvGeom,
@@ -1466,15 +1590,23 @@ fn im2col_phased(
     cg: usize,
     r0: Value,
     rows: usize,
+    gather: bool,
 ) {
     let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
     let (rs, l) = phase_row(geo);
     let crow = chunk_rows(geo);
+    // Rows this chunk reads; each channel's block holds a full chunk's.
     let prows = 2 * (rows - 1) + geo.kh;
+    let block = phase_rows(geo);
     let taps = geo.kh * geo.kw;
     let nc = col_ld(rows * geo.ow);
-    // The scratch lies after the columns of a full chunk.
-    let scratch = cg * taps * col_ld(crow * geo.ow);
+    // The scratch lies after the columns of a full chunk (at the start
+    // for a gathered B, which has no columns).
+    let scratch = if gather {
+        0
+    } else {
+        cg * taps * col_ld(crow * geo.ow)
+    };
     let (h, w) = (geo.h as i64, geo.w);
     // Phase φ of a padded row: indices [q_lo, q_hi) hold input columns
     // 2q + φ - pl; the rest of its `l` floats are padding.
@@ -1485,7 +1617,7 @@ fn im2col_phased(
     };
     e.for_n(cg, |e, ci| {
         let xc = e.b.ins().imul_imm_s(ci, (geo.h * geo.w) as i64);
-        let pc = e.b.ins().imul_imm_s(ci, prows as i64);
+        let pc = e.b.ins().imul_imm_s(ci, block as i64);
         let ih0 = e.b.ins().imul_imm_s(r0, 2);
         let ih0 = e.b.ins().iadd_imm_s(ih0, -(pt as i64));
         e.for_n(prows, |e, t| {
@@ -1521,8 +1653,11 @@ fn im2col_phased(
             e.b.switch_to_block(done);
         });
     });
+    if gather {
+        return;
+    }
     e.for_n(cg, |e, ci| {
-        let pc = e.b.ins().imul_imm_s(ci, (prows * rs) as i64);
+        let pc = e.b.ins().imul_imm_s(ci, (block * rs) as i64);
         let pc = e.b.ins().iadd_imm_s(pc, scratch as i64);
         let rc = e.b.ins().imul_imm_s(ci, (taps * nc) as i64);
         e.for_n(rows, |e, oh| {

@@ -22,6 +22,9 @@ pub(crate) struct Emit<'a> {
     pub sgemm: FuncRef,
     /// The packed-weight GEMM helper (`dnnc_sgemm_packed`), imported.
     pub psgemm: FuncRef,
+    /// The packed-weight GEMM with a gathered B
+    /// (`dnnc_sgemm_packed_gather`, an implicit im2col), imported.
+    pub gsgemm: FuncRef,
     /// The batched packed-weight GEMM (`dnnc_sgemm_packed_batch`), which
     /// splits a batch of small GEMMs across threads, imported.
     pub bsgemm: FuncRef,

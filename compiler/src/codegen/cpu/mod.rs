@@ -377,6 +377,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let psgemm_id = module
         .declare_function("dnnc_sgemm_packed", Linkage::Import, &psg)
         .map_err(|e| backend(e.to_string()))?;
+    let mut gsg = module.make_signature();
+    for t in [ptr, I64, I64, I64, ptr, ptr, I64, I64, I64] {
+        gsg.params.push(AbiParam::new(t));
+    }
+    gsg.returns.push(AbiParam::new(I32));
+    let gsgemm_id = module
+        .declare_function("dnnc_sgemm_packed_gather", Linkage::Import, &gsg)
+        .map_err(|e| backend(e.to_string()))?;
     let mut bsg = module.make_signature();
     for t in [
         ptr, I64, I64, I64, I64, ptr, I64, I64, I64, ptr, I64, I64, I64, I64,
@@ -466,6 +474,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let sgemm = module.declare_func_in_func(sgemm_id, &mut ctx.func);
             let psgemm = module.declare_func_in_func(psgemm_id, &mut ctx.func);
             let bsgemm = module.declare_func_in_func(bsgemm_id, &mut ctx.func);
+            let gsgemm = module.declare_func_in_func(gsgemm_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -485,6 +494,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 sgemm,
                 psgemm,
                 bsgemm,
+                gsgemm,
                 fail,
                 cfg: module.target_config(),
                 task,
