@@ -65,7 +65,7 @@ const COPY_STRIP_MIN_RS: isize = 1024;
 /// 3025) the strip order measured slower (73 -> 100 us; 41 -> 95 us at 2
 /// threads), with k of 128 and more faster (fire4 squeeze 32 x 128 x
 /// 3025, fire6-8 squeezes over 729 columns: 5-10%).
-const STRIP_ORDER_MIN_K: usize = 128;
+pub const STRIP_ORDER_MIN_K: usize = 128;
 
 /// Header length in f32 slots (64 bytes, so panels stay 64-byte aligned).
 const HEADER: usize = 16;

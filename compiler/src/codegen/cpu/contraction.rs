@@ -1492,10 +1492,13 @@ fn phase_rows(geo: &ConvGeom) -> usize {
 /// Whether an im2col conv runs as an implicit GEMM: the packed GEMM
 /// gathers its B panels straight from the chunk's padded phase rows
 /// ([`pgemm::Gather`]) and the column matrix is never written. Stride-2
-/// convs with a filter packed at compile time. ResNet-18's 7x7 stem wrote
-/// and re-read 147 column rows per output row.
+/// convs with a filter packed at compile time and a k the packed GEMM
+/// copies or packs B for anyway ([`pgemm::STRIP_ORDER_MIN_K`]); with a
+/// shorter k and few A panels it reads written columns in place, which
+/// measured faster than packing them from the phase rows (SqueezeNet's
+/// stem, k = 27: 0.40 vs 0.42 ms, MobileNet-V2's 0.23 vs 0.25).
 fn gathered(geo: &ConvGeom, packed: bool) -> bool {
-    packed && phased(geo)
+    packed && phased(geo) && geo.c / geo.g * geo.kh * geo.kw >= pgemm::STRIP_ORDER_MIN_K
 }
 
 /// The gathered B's row offsets: row `(c, i, j)` (tap `(i, j)` of input
