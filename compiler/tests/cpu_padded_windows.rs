@@ -78,3 +78,49 @@ fn padded_depthwise_convs_match_the_interpreter() {
         }
     }
 }
+
+/// Stride-1 depthwise convs read their input planes in place (no padded
+/// copy): padding rows and the side padding of the edge blocks shifted in
+/// as zeros, for pads 0 to 3 on each side (asymmetric too), windows 1x1 to
+/// 7x7, heights where every output row touches the top or bottom padding,
+/// and widths from one block to past the fully unrolled rows.
+#[test]
+fn in_place_depthwise_convs_match_the_interpreter() {
+    let cases = [
+        ("[2,1,3,3]", "pads=[1,1,1,1], group=2"),
+        ("[2,1,3,3]", "pads=[0,0,0,0], group=2"),
+        ("[2,1,3,3]", "pads=[2,0,0,3], group=2"),
+        ("[2,1,5,5]", "pads=[2,2,2,2], group=2"),
+        ("[2,1,5,5]", "pads=[3,1,1,3], group=2"),
+        ("[2,1,7,7]", "pads=[3,3,3,3], group=2"),
+        ("[2,1,1,1]", "pads=[1,1,1,1], group=2"),
+        ("[2,1,3,1]", "pads=[1,0,1,0], group=2"),
+    ];
+    for (hi, h) in [1usize, 2, 3, 9].into_iter().enumerate() {
+        for (wi, w) in [4usize, 5, 7, 9, 13, 131].into_iter().enumerate() {
+            for (i, (ws, attrs)) in cases.iter().enumerate() {
+                let src = format!(
+                    "input %x: f32[1,2,{h},{w}]\nparam %w: f32{ws} = he(seed={i})\nparam %b: f32[2] = uniform(low=-1, high=1, seed=9)\n%c = Conv2d(%x, %w, %b) {{{attrs}}}\n%y = Clip(%c) {{min=-1, max=1}}\noutput %y"
+                );
+                // Windows larger than the padded input are rejected by the
+                // parser; those geometries are skipped.
+                let Ok(g) = dnnc_ir::text::parse(&format!("graph t {{\n{src}\n}}\n"), "t.dnn")
+                else {
+                    continue;
+                };
+                let seed = 900 + (hi * 100 + wi * 10 + i) as u64;
+                let x = rand_f32(&[1, 2, h, w], seed, -2.0, 2.0);
+                check_with(
+                    &g,
+                    &[("x".into(), x)],
+                    1e-4,
+                    1e-5,
+                    &CpuOptions {
+                        conv_algo: Some(ConvAlgo::Depthwise),
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+    }
+}

@@ -1787,7 +1787,9 @@ fn conv_direct(
             pt,
             pl,
         };
-        if let Some(plane) = super::direct::PadPlane::new(win) {
+        let plane =
+            super::direct::PadPlane::new_direct(win).or_else(|| super::direct::PadPlane::new(win));
+        if let Some(plane) = plane {
             return super::direct::depthwise(e, geo, plane, x, w, y, spec);
         }
     }
