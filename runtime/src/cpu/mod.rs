@@ -62,9 +62,13 @@
 //! arena plan, and every kernel's argument pointers as arena offsets or
 //! weight addresses. Each cached run state holds an arena with those
 //! pointers already resolved against it, so a run validates the inputs,
-//! copies them into the arena, calls the kernels through the prepared
-//! pointer arrays and copies the outputs out — no hashing, no planning and
-//! no allocation besides the output tensors.
+//! points the arguments that read them at the caller's tensors (copying
+//! into the arena only an input whose elements are not contiguous: no
+//! kernel writes a graph input, and no other buffer is planned over one),
+//! calls the kernels through the prepared pointer arrays and copies the
+//! outputs out — no hashing, no planning and no allocation besides the
+//! output tensors. Reading a 224x224 image in place saves copying its
+//! 0.6 MB each run.
 //!
 //! # Concurrency
 //!
@@ -107,7 +111,8 @@ pub type BufId = usize;
 /// Where a buffer's memory comes from.
 #[derive(Debug)]
 pub enum BufferKind {
-    /// A graph input, copied in at the start of each run.
+    /// A graph input: read in place from the caller's tensor when its
+    /// elements are contiguous, else copied into the arena, each run.
     Input {
         /// The input's name.
         name: String,
@@ -211,7 +216,8 @@ pub struct OutputSpec {
 /// Built by [`Executable::new`], which computes everything a run needs
 /// that does not depend on the input data — the schedule, the arena plan
 /// and every kernel's argument pointers relative to the arena — so a run
-/// only copies the inputs in, calls the kernels and copies the outputs out.
+/// only binds the inputs (in place, or copied when strided), calls the
+/// kernels and copies the outputs out.
 /// The parts are read through accessors because the cached plan must stay
 /// consistent with them.
 pub struct Executable {
@@ -298,6 +304,13 @@ struct Prepared {
     args: Vec<Loc>,
     /// Arena offset of each graph input, in declaration order.
     input_offsets: Vec<usize>,
+    /// `(argument index, graph input, byte offset)` of every step argument
+    /// inside a graph input (the input or a view of it), patched each run
+    /// to wherever that input is read from (see `Executable::run`).
+    input_args: Vec<(usize, usize, usize)>,
+    /// For each buffer inside a graph input: that input and the byte
+    /// offset (outputs that are views of an input are read from it).
+    origin: Vec<Option<(usize, usize)>>,
     /// Tasks each step runs as (1 inside concurrent waves; see
     /// [`schedule::kernel_tasks`]).
     tasks: Vec<usize>,
@@ -314,8 +327,10 @@ struct RunState {
 }
 
 // SAFETY: the pointers address the state's own arena and the executable's
-// weights; a state is used by one run at a time (it is taken out of the
-// cache for the run), and the executable outlives it.
+// weights, and during a run the caller's input tensors (re-bound at the
+// start of every run, never followed after it); a state is used by one
+// run at a time (it is taken out of the cache for the run), and the
+// executable outlives it.
 unsafe impl Send for RunState {}
 
 impl std::fmt::Debug for Executable {
@@ -573,7 +588,21 @@ impl Executable {
             temp_at[t.buf] = Some(off);
         }
         let mut loc = Vec::with_capacity(self.buffers.len());
+        let mut origin: Vec<Option<(usize, usize)>> = Vec::with_capacity(self.buffers.len());
         for (i, b) in self.buffers.iter().enumerate() {
+            origin.push(match &b.kind {
+                BufferKind::Input { .. } => self
+                    .inputs
+                    .iter()
+                    .position(|(_, _, ib)| *ib == i)
+                    .map(|k| (k, 0)),
+                BufferKind::Alias { of, offset } => origin
+                    .get(*of)
+                    .copied()
+                    .flatten()
+                    .map(|(k, o)| (k, o + offset)),
+                _ => None,
+            });
             let l = match &b.kind {
                 BufferKind::Input { .. } => input_at[i].map_or(Loc::Null, Loc::Arena),
                 // Kernels never write weights (the code generator only
@@ -591,9 +620,15 @@ impl Executable {
         }
         let mut arg_start = Vec::with_capacity(self.steps.len() + 1);
         let mut args = Vec::new();
+        let mut input_args = Vec::new();
         for s in &self.steps {
             arg_start.push(args.len());
-            args.extend(s.args.iter().map(|&b| loc[b]));
+            for &b in &s.args {
+                if let Some((k, off)) = origin[b] {
+                    input_args.push((args.len(), k, off));
+                }
+                args.push(loc[b]);
+            }
         }
         arg_start.push(args.len());
         // Nothing splits: no concurrent wave, no kernel split into tasks,
@@ -619,6 +654,8 @@ impl Executable {
             arg_start,
             args,
             input_offsets,
+            input_args,
+            origin,
             tasks,
         };
         // Cached states were laid out for the previous plan.
@@ -826,12 +863,30 @@ impl Executable {
         let mut state = self.take_state();
         let p = &self.prepared;
         let base = state.arena.as_mut_ptr();
+        // Each graph input is read where the caller's tensor holds it when
+        // its elements lie contiguously in row-major order (no kernel
+        // writes a graph input, and the planner never hands an input's
+        // memory to another buffer), else copied into its arena slot.
+        let mut at: Vec<*const u8> = Vec::with_capacity(self.inputs.len());
         for ((name, _, _), &off) in self.inputs.iter().zip(&p.input_offsets) {
-            if let Some((_, t)) = inputs.iter().find(|(n, _)| n == name) {
-                // SAFETY: the arena reserves the input's declared size at
-                // `off`, and `match_inputs` checked the tensor has that type.
-                unsafe { write_tensor(t, base.add(off)) };
-            }
+            let t = inputs.iter().find(|(n, _)| n == name).map(|(_, t)| t);
+            // SAFETY: the arena reserves the input's declared size at
+            // `off`, and `match_inputs` checked the tensor has that type.
+            let dst = unsafe { base.add(off) };
+            at.push(match t.and_then(in_place) {
+                Some(ptr) => ptr,
+                None => {
+                    if let Some(t) = t {
+                        // SAFETY: as above.
+                        unsafe { write_tensor(t, dst) };
+                    }
+                    dst
+                }
+            });
+        }
+        for &(ai, k, off) in &p.input_args {
+            // SAFETY: `off` lies inside input `k` (a view of it).
+            state.args[ai] = unsafe { at[k].add(off) } as *mut u8;
         }
         let ctx = RunCtx {
             exe: self,
@@ -868,15 +923,19 @@ impl Executable {
         let out = result.and_then(|()| {
             let mut out = Vec::with_capacity(self.outputs.len());
             for o in &self.outputs {
-                let ptr = match p.loc[o.buf] {
-                    // SAFETY: inside the arena, as planned.
-                    Loc::Arena(off) => unsafe { base.add(off) as *const u8 },
-                    Loc::Fixed(a) => a as *const u8,
-                    Loc::Null => {
-                        return Err(RunError::Output {
-                            name: o.name.clone(),
-                        })
-                    }
+                let ptr = match (p.origin[o.buf], p.loc[o.buf]) {
+                    // SAFETY: a view inside input `k`.
+                    (Some((k, off)), _) => unsafe { at[k].add(off) },
+                    (None, l) => match l {
+                        // SAFETY: inside the arena, as planned.
+                        Loc::Arena(off) => unsafe { base.add(off) as *const u8 },
+                        Loc::Fixed(a) => a as *const u8,
+                        Loc::Null => {
+                            return Err(RunError::Output {
+                                name: o.name.clone(),
+                            })
+                        }
+                    },
                 };
                 // SAFETY: the buffer holds exactly `o.ty` in row-major order.
                 out.push(unsafe { tensor_from_ptr(ptr, &o.ty) });
@@ -1019,6 +1078,17 @@ impl RunCtx<'_> {
 ///
 /// # Safety
 /// `dst` must point to `t.ty().size_bytes()` writable bytes.
+/// Where a run may read `t` in place: its first element, when its
+/// elements lie contiguously in row-major order in the layout kernels read
+/// (f32 and i64; booleans are copied as bytes).
+fn in_place(t: &Tensor) -> Option<*const u8> {
+    match t {
+        Tensor::F32(a) => a.as_slice().map(|s| s.as_ptr() as *const u8),
+        Tensor::I64(a) => a.as_slice().map(|s| s.as_ptr() as *const u8),
+        Tensor::Bool(_) => None,
+    }
+}
+
 unsafe fn write_tensor(t: &Tensor, dst: *mut u8) {
     match t {
         Tensor::F32(a) => match a.as_slice() {
