@@ -601,10 +601,7 @@ pub(crate) fn sgemm_packed_ep(
     args.push(e.ci(c_cs));
     args.push(mode);
     let f = e.psgemm;
-    let call = e.b.ins().call(f, &args);
-    let rc = e.b.inst_results(call)[0];
-    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
-    e.fail_if(bad, 1);
+    call_packed(e, f, &args);
 }
 
 /// A weight buffer holding `v`.
@@ -1568,7 +1565,13 @@ fn sgemm_packed_gather(
     args.push(e.ci(c_cs));
     args.push(mode);
     let f = e.gsgemm;
-    let call = e.b.ins().call(f, &args);
+    call_packed(e, f, &args);
+}
+
+/// Calls a packed-weight GEMM helper, failing with error code 1
+/// ([`PACKED_MISMATCH`]) when it returns non-zero.
+fn call_packed(e: &mut Emit<'_>, f: cranelift_codegen::ir::FuncRef, args: &[Value]) {
+    let call = e.b.ins().call(f, args);
     let rc = e.b.inst_results(call)[0];
     let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
     e.fail_if(bad, 1);

@@ -467,17 +467,7 @@ impl PadPlane {
         let t = e.b.ins().imul_imm_s(r, win.ow as i64);
         let t = e.b.ins().iadd(t, yo);
         let py = e.addr(y, t, 4);
-        let rows: Option<Vec<EpRow>> = match out {
-            Store::Plain => None,
-            Store::Fused(epi, p) => Some(
-                (0..rb)
-                    .map(|rho| {
-                        let row = e.b.ins().iadd_imm_s(r, rho as i64);
-                        epi.row(e, p, row)
-                    })
-                    .collect(),
-            ),
-        };
+        let rows = out.rows(e, r, rb);
         let rows = rows.as_deref();
         let mut err: Option<String> = None;
         // Block starts (output columns): whole blocks, then one ending at
@@ -601,17 +591,7 @@ impl PadPlane {
         let main = nfull / u * u;
         let offs: Vec<usize> = (0..u).map(|k| k * 16).collect();
         let mut err: Option<String> = None;
-        let rows: Option<Vec<EpRow>> = match out {
-            Store::Plain => None,
-            Store::Fused(epi, p) => Some(
-                (0..rb)
-                    .map(|rho| {
-                        let row = e.b.ins().iadd_imm_s(r, rho as i64);
-                        epi.row(e, p, row)
-                    })
-                    .collect(),
-            ),
-        };
+        let rows = out.rows(e, r, rb);
         let rows = rows.as_deref();
         counted(e, main / u, (u * 16) as i32, |e, qb, d| {
             let offs: Vec<usize> = offs.iter().map(|&o| o + d as usize).collect();
@@ -936,6 +916,23 @@ pub(crate) enum Store<'a, 'g> {
     /// Evaluate the epilogue on the block in registers and store its
     /// outputs (the accumulator itself only if it is a kernel output).
     Fused(&'a Epilogue<'a, 'g>, &'a EpPlane),
+}
+
+impl Store<'_, '_> {
+    /// A fused epilogue's per-row state for output rows `[r, r + rb)`.
+    fn rows(&self, e: &mut Emit<'_>, r: Value, rb: usize) -> Option<Vec<EpRow>> {
+        match self {
+            Store::Plain => None,
+            Store::Fused(epi, p) => Some(
+                (0..rb)
+                    .map(|rho| {
+                        let row = e.b.ins().iadd_imm_s(r, rho as i64);
+                        epi.row(e, p, row)
+                    })
+                    .collect(),
+            ),
+        }
+    }
 }
 
 /// A conv epilogue evaluated on each output block in registers, the same
