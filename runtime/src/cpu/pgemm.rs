@@ -1416,10 +1416,18 @@ mod x86 {
             let row = base.wrapping_offset(*offs.add(r) as isize);
             let d = dst.add(r * ld);
             for h in 0..halves {
-                let mut v = _mm512_setzero_ps();
-                for &(m, o) in &loads[h][..nl[h]] {
-                    v = _mm512_mask_loadu_ps(v, m, row.wrapping_offset(o));
-                }
+                let v = match &loads[h][..nl[h]] {
+                    // A whole half from one run (the common case): a plain
+                    // load.
+                    &[(0xffff, o)] => _mm512_loadu_ps(row.wrapping_offset(o)),
+                    l => {
+                        let mut v = _mm512_setzero_ps();
+                        for &(m, o) in l {
+                            v = _mm512_mask_loadu_ps(v, m, row.wrapping_offset(o));
+                        }
+                        v
+                    }
+                };
                 _mm512_storeu_ps(d.add(16 * h), v);
             }
         }
