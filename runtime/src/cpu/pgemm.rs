@@ -793,6 +793,19 @@ impl Gemm {
                 let ncols = nr.min(cols.end - j);
                 for k0 in (0..self.k).step_by(KC) {
                     let kc = KC.min(self.k - k0);
+                    // A gathered strip inside one segment is read in place
+                    // through its rows' offsets (AVX-512).
+                    let tab = self.gather.as_ref().filter(|g| {
+                        self.kern == Kernel::Avx512
+                            && ncols == nr
+                            && j % g.seg_len + nr <= g.seg_len
+                    });
+                    if let Some(g) = tab {
+                        let seg = (j / g.seg_len) as isize * g.seg_step + (j % g.seg_len) as isize;
+                        let tb = (g.base.offset(seg), g.row_off.add(k0));
+                        self.strip_tab(tb, (k0, kc), j, panels.clone());
+                        continue;
+                    }
                     let (bpan, ld) = if ncols == nr && !copy {
                         let o = k0 as isize * self.b_rs + j as isize;
                         (self.b.offset(o), self.b_rs as usize)
@@ -829,6 +842,47 @@ impl Gemm {
                 }
             }
         });
+    }
+
+    /// The tiles of A panels `panels` by the full strip at column `j` of a
+    /// gathered B read in place (`tb`: the strip's base and its rows'
+    /// offsets from `k0`), for k block `(k0, kc)`.
+    unsafe fn strip_tab(
+        &self,
+        tb: (*const f32, *const i64),
+        (k0, kc): (usize, usize),
+        j: usize,
+        panels: std::ops::Range<usize>,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (mr, nr) = (self.kern.mr(), self.kern.nr());
+            let mp = self.m.div_ceil(mr) * mr;
+            let first = k0 == 0 && !self.acc;
+            let last = k0 + kc == self.k;
+            let ablk = self.a.add(k0 * mp);
+            for p in panels {
+                let cp = self
+                    .c
+                    .offset((p * mr) as isize * self.c_rs + j as isize * self.c_cs);
+                let te = match &self.ep {
+                    Some(ep) if last => Some(tile_ep(ep, p * mr, j)),
+                    _ => None,
+                };
+                x86::micro_avx512_tab(
+                    kc,
+                    ablk.add(p * kc * mr),
+                    tb,
+                    cp,
+                    (mr.min(self.m - p * mr), nr),
+                    (self.c_rs, self.c_cs),
+                    first,
+                    te.as_ref(),
+                );
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (tb, k0, kc, j, panels);
     }
 
     /// Copies the full-width strip `B[k0..k0+kc, j..j+NR]` of a row-major
@@ -1210,6 +1264,24 @@ mod x86 {
             a = a.add(MR);
             b = b.add(ldb);
         }
+        finish_rows(&c0, &c1, c, (rows, cols), (c_rs, c_cs), first, ep);
+    }
+
+    /// Writes the `R x 32` accumulators of [`micro_avx512_rows`] (or
+    /// [`micro_avx512_rows_tab`]) to C's `rows x cols` tile.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn finish_rows<const R: usize>(
+        c0: &[__m512; R],
+        c1: &[__m512; R],
+        c: *mut f32,
+        (rows, cols): (usize, usize),
+        (c_rs, c_cs): (isize, isize),
+        first: bool,
+        ep: Option<&TileEp>,
+    ) {
+        const MR: usize = 14;
         let res_unit = ep.is_none_or(|e| e.res.is_null() || e.res_cs == 1);
         if c_cs == 1 && res_unit {
             let m0: __mmask16 = if cols >= 16 {
@@ -1237,6 +1309,62 @@ mod x86 {
             }
             store_tile(&t, 32, c, (rows, cols), (c_rs, c_cs), first, ep);
         }
+    }
+
+    /// [`micro_avx512`] with B's rows at `base + offs[k]` (a gathered B's
+    /// strip that lies inside one segment, read in place rather than
+    /// copied): the same FMAs in the same order, so bitwise the same tile.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn micro_avx512_tab(
+        kc: usize,
+        a: *const f32,
+        b: (*const f32, *const i64),
+        c: *mut f32,
+        dims: (usize, usize),
+        cs: (isize, isize),
+        first: bool,
+        ep: Option<&TileEp>,
+    ) {
+        match dims.0 {
+            0..=4 => micro_avx512_rows_tab::<4>(kc, a, b, c, dims, cs, first, ep),
+            5..=8 => micro_avx512_rows_tab::<8>(kc, a, b, c, dims, cs, first, ep),
+            _ => micro_avx512_rows_tab::<14>(kc, a, b, c, dims, cs, first, ep),
+        }
+    }
+
+    /// [`micro_avx512_rows`] reading B row `k` at `base + offs[k]`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn micro_avx512_rows_tab<const R: usize>(
+        kc: usize,
+        a: *const f32,
+        (base, offs): (*const f32, *const i64),
+        c: *mut f32,
+        dims: (usize, usize),
+        cs: (isize, isize),
+        first: bool,
+        ep: Option<&TileEp>,
+    ) {
+        const MR: usize = 14;
+        debug_assert!(dims.0 <= R && R <= MR);
+        let mut c0 = [_mm512_setzero_ps(); R];
+        let mut c1 = [_mm512_setzero_ps(); R];
+        let mut a = a;
+        for kk in 0..kc {
+            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
+            let b = base.offset(*offs.add(kk) as isize);
+            let b0 = _mm512_loadu_ps(b);
+            let b1 = _mm512_loadu_ps(b.add(16));
+            for r in 0..R {
+                let ar = _mm512_set1_ps(*a.add(r));
+                c0[r] = _mm512_fmadd_ps(ar, b0, c0[r]);
+                c1[r] = _mm512_fmadd_ps(ar, b1, c1[r]);
+            }
+            a = a.add(MR);
+        }
+        finish_rows(&c0, &c1, c, dims, cs, first, ep);
     }
 
     /// Stores the 16 lanes `m` of accumulator `v` (tile row `r`, columns
