@@ -109,7 +109,7 @@ pub enum Command {
         conv: ConvArgs,
     },
     /// Time a model as a caller sees it — one `Executable::run` per
-    /// iteration, input copy and output read-back included: median, min
+    /// iteration, input binding and output read-back included: median, min
     /// and max latency, GFLOP/s and % of peak, the per-run overhead beyond
     /// the kernels, peak activation bytes and compile time.
     Bench {
