@@ -60,7 +60,7 @@ const DIRECT_B_PANELS: usize = 8;
 const COPY_STRIP_MIN_RS: isize = 1024;
 
 /// The least `k` for which B read in place goes strip by strip through
-/// the A panels ([`Gemm::run_direct`]) instead of panel by panel: with
+/// the A panels (`Gemm::run_direct`) instead of panel by panel: with
 /// SqueezeNet's fire3 squeeze (16 x 64 x 3025) and expand1x1 (64 x 16 x
 /// 3025) the strip order measured slower (73 -> 100 us; 41 -> 95 us at 2
 /// threads), with k of 128 and more faster (fire4 squeeze 32 x 128 x
