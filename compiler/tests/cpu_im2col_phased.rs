@@ -22,8 +22,10 @@ fn im2col() -> CpuOptions {
 /// (channels, groups, out channels, kernel, pads, height, width)
 type Case = (usize, usize, usize, [usize; 2], [usize; 4], usize, usize);
 
-const CASES: [Case; 9] = [
+const CASES: [Case; 10] = [
     (3, 1, 8, [7, 7], [3, 3, 3, 3], 30, 30),
+    // Groups with k = 16 * 9 >= 128: the gathered B per group.
+    (32, 2, 8, [3, 3], [1, 1, 1, 1], 14, 15),
     (3, 1, 8, [7, 7], [3, 3, 3, 3], 29, 31),
     (3, 1, 16, [3, 3], [0, 0, 0, 0], 23, 23),
     (4, 1, 8, [3, 3], [1, 1, 1, 1], 14, 15),
@@ -74,7 +76,7 @@ fn phased_im2col_matches_the_interpreter() {
 
 #[test]
 fn phased_im2col_splits_bitwise() {
-    for i in [0, 5, 8] {
+    for i in [0, 1, 6, 9] {
         let (g, shape) = graph(i);
         let x = rand_f32(&shape, 400 + i as u64, -2.0, 2.0);
         let mut exe = compile_cpu(&g, &im2col()).expect("compile");
