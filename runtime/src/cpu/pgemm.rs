@@ -1254,17 +1254,30 @@ mod x86 {
                 _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(pf) as *const i8);
                 _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(pf + 16) as *const i8);
             }
-            let b0 = _mm512_loadu_ps(b);
-            let b1 = _mm512_loadu_ps(b.add(16));
-            for r in 0..R {
-                let ar = _mm512_set1_ps(*a.add(r));
-                c0[r] = _mm512_fmadd_ps(ar, b0, c0[r]);
-                c1[r] = _mm512_fmadd_ps(ar, b1, c1[r]);
-            }
+            step_rows(a, b, &mut c0, &mut c1);
             a = a.add(MR);
             b = b.add(ldb);
         }
         finish_rows(&c0, &c1, c, (rows, cols), (c_rs, c_cs), first, ep);
+    }
+
+    /// One k step of the 32-wide kernels: B's row `b` (32 floats) times
+    /// the `R` A elements at `a` into the accumulators. Always inlined,
+    /// as [`finish_rows`].
+    #[inline(always)]
+    unsafe fn step_rows<const R: usize>(
+        a: *const f32,
+        b: *const f32,
+        c0: &mut [__m512; R],
+        c1: &mut [__m512; R],
+    ) {
+        let b0 = _mm512_loadu_ps(b);
+        let b1 = _mm512_loadu_ps(b.add(16));
+        for r in 0..R {
+            let ar = _mm512_set1_ps(*a.add(r));
+            c0[r] = _mm512_fmadd_ps(ar, b0, c0[r]);
+            c1[r] = _mm512_fmadd_ps(ar, b1, c1[r]);
+        }
     }
 
     /// Writes the `R x 32` accumulators of [`micro_avx512_rows`] (or
@@ -1358,13 +1371,7 @@ mod x86 {
         for kk in 0..kc {
             _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
             let b = base.offset(*offs.add(kk) as isize);
-            let b0 = _mm512_loadu_ps(b);
-            let b1 = _mm512_loadu_ps(b.add(16));
-            for r in 0..R {
-                let ar = _mm512_set1_ps(*a.add(r));
-                c0[r] = _mm512_fmadd_ps(ar, b0, c0[r]);
-                c1[r] = _mm512_fmadd_ps(ar, b1, c1[r]);
-            }
+            step_rows(a, b, &mut c0, &mut c1);
             a = a.add(MR);
         }
         finish_rows(&c0, &c1, c, dims, cs, first, ep);
