@@ -97,3 +97,33 @@ fn an_output_that_is_a_view_of_an_input_reads_it() {
         xa.iter().copied().collect::<Vec<_>>()
     );
 }
+
+/// An input whose elements start 4 bytes past a 64-byte boundary (an owned
+/// array sliced from the second element) is read in place as well: no
+/// kernel assumes the arena's alignment of its operands.
+#[test]
+fn misaligned_inputs_are_read_in_place() {
+    let g = parse(
+        "input %x: f32[1,8,12,12]\n\
+         param %w: f32[8,1,3,3] = he(seed=1)\n\
+         %d = Conv2d(%x, %w) {pads=[1,1,1,1], group=8}\n\
+         param %p: f32[16,8,1,1] = he(seed=2)\n\
+         %c = Conv2d(%d, %p)\n\
+         param %s: f32[16,8,3,3] = he(seed=3)\n\
+         %e = Conv2d(%x, %s) {strides=[2,2], pads=[1,1,1,1]}\n\
+         %m = MaxPool(%x) {kernel=[3,3], strides=[2,2], pads=[1,1,1,1]}\n\
+         output %c\n\
+         output %e\n\
+         output %m",
+    );
+    let n = 8 * 12 * 12;
+    let Tensor::F32(flat) = rand_f32(&[n + 1], 7, -2.0, 2.0) else {
+        unreachable!()
+    };
+    let flat = flat.into_dimensionality::<ndarray::Ix1>().unwrap();
+    let shifted = flat.slice_move(ndarray::s![1..]);
+    let x = shifted.into_shape_with_order(vec![1, 8, 12, 12]).unwrap();
+    let addr = x.as_slice().expect("contiguous").as_ptr() as usize;
+    assert_ne!(addr % 16, 0, "the test input must be misaligned");
+    check(&g, &[("x".into(), Tensor::F32(x))]);
+}
