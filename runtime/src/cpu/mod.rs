@@ -322,6 +322,8 @@ struct Prepared {
 struct RunState {
     arena: AlignedBuf,
     args: Vec<*mut u8>,
+    /// Where each graph input is read this run (kept for reuse).
+    inputs_at: Vec<*const u8>,
     rcs: Vec<AtomicI32>,
     nanos: Vec<AtomicU64>,
 }
@@ -849,6 +851,7 @@ impl Executable {
         RunState {
             arena,
             args,
+            inputs_at: Vec::with_capacity(self.inputs.len()),
             rcs: (0..self.steps.len()).map(|_| AtomicI32::new(0)).collect(),
             nanos: (0..self.steps.len()).map(|_| AtomicU64::new(0)).collect(),
         }
@@ -867,7 +870,8 @@ impl Executable {
         // its elements lie contiguously in row-major order (no kernel
         // writes a graph input, and the planner never hands an input's
         // memory to another buffer), else copied into its arena slot.
-        let mut at: Vec<*const u8> = Vec::with_capacity(self.inputs.len());
+        let mut at = std::mem::take(&mut state.inputs_at);
+        at.clear();
         for ((name, _, _), &off) in self.inputs.iter().zip(&p.input_offsets) {
             let t = inputs.iter().find(|(n, _)| n == name).map(|(_, t)| t);
             // SAFETY: the arena reserves the input's declared size at
@@ -942,6 +946,7 @@ impl Executable {
             }
             Ok(out)
         });
+        state.inputs_at = at;
         let nanos = if profile {
             state
                 .nanos

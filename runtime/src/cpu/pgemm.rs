@@ -791,19 +791,24 @@ impl Gemm {
             let bp = s.as_mut_ptr().add(off);
             for j in cols.clone().step_by(nr) {
                 let ncols = nr.min(cols.end - j);
-                for k0 in (0..self.k).step_by(KC) {
-                    let kc = KC.min(self.k - k0);
-                    // A gathered strip inside one segment is read in place
-                    // through its rows' offsets (AVX-512).
-                    let tab = self.gather.as_ref().filter(|g| {
+                // A gathered strip inside one segment is read in place
+                // through its rows' offsets (AVX-512): its first element.
+                let tab = self
+                    .gather
+                    .as_ref()
+                    .filter(|g| {
                         self.kern == Kernel::Avx512
                             && ncols == nr
                             && j % g.seg_len + nr <= g.seg_len
+                    })
+                    .map(|g| {
+                        let seg = (j / g.seg_len) as isize * g.seg_step;
+                        (g.base.offset(seg + (j % g.seg_len) as isize), g.row_off)
                     });
-                    if let Some(g) = tab {
-                        let seg = (j / g.seg_len) as isize * g.seg_step + (j % g.seg_len) as isize;
-                        let tb = (g.base.offset(seg), g.row_off.add(k0));
-                        self.strip_tab(tb, (k0, kc), j, panels.clone());
+                for k0 in (0..self.k).step_by(KC) {
+                    let kc = KC.min(self.k - k0);
+                    if let Some((base, offs)) = tab {
+                        self.strip_tab((base, offs.add(k0)), (k0, kc), j, panels.clone());
                         continue;
                     }
                     let (bpan, ld) = if ncols == nr && !copy {
@@ -1204,14 +1209,105 @@ mod x86 {
         first: bool,
         ep: Option<&TileEp>,
     ) {
+        let (b, ldb) = b;
+        micro_avx512_src(kc, a, Strided::new(b, ldb, kc), c, dims, cs, first, ep)
+    }
+
+    /// Where the 32-wide kernel reads B's rows, one after another.
+    trait BRows: Copy {
+        /// The current row (32 floats).
+        unsafe fn row(&self) -> *const f32;
+        /// Moves to the next row, after hinting rows to come.
+        unsafe fn advance(&mut self);
+    }
+
+    /// Rows `ldb` apart (a packed panel, an L1 strip, or B in place).
+    #[derive(Clone, Copy)]
+    struct Strided {
+        b: *const f32,
+        ldb: usize,
+        /// Prefetch distance in floats, when B is read in place.
+        pf: Option<usize>,
+    }
+
+    impl Strided {
+        /// B read in place (rows `ldb` apart, often on different pages):
+        /// fetch row k + `B_PREFETCH_ROWS` of the *next* strip (32
+        /// columns on, which the callers run next), which no hardware
+        /// prefetcher predicts. Fetching the current strip's rows instead
+        /// left B arriving from L3 late: with B out of L2, as a conv's
+        /// input usually is, SqueezeNet's 16 x 3025 x 128 squeeze went
+        /// from 141 to 109 us, 32 x 729 x 256 from 106 to 84,
+        /// MobileNet-V2's 24 x 3136 x 144 projection from 199 to 172. Not
+        /// for short k blocks, whose last rows' prefetches are wasted (96
+        /// x 24 x 12544: 372 -> 404).
+        fn new(b: *const f32, ldb: usize, kc: usize) -> Self {
+            let on = ldb != 32 && kc >= B_PREFETCH_MIN_KC;
+            Strided {
+                b,
+                ldb,
+                pf: on.then_some(B_PREFETCH_ROWS * ldb + 32),
+            }
+        }
+    }
+
+    impl BRows for Strided {
+        #[inline(always)]
+        unsafe fn row(&self) -> *const f32 {
+            self.b
+        }
+        #[inline(always)]
+        unsafe fn advance(&mut self) {
+            if let Some(pf) = self.pf {
+                _mm_prefetch::<_MM_HINT_T0>(self.b.wrapping_add(pf) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(self.b.wrapping_add(pf + 16) as *const i8);
+            }
+            self.b = self.b.add(self.ldb);
+        }
+    }
+
+    /// Row `k` at `base + offs[k]` (a gathered B's strip inside one
+    /// segment, read in place).
+    #[derive(Clone, Copy)]
+    struct Table {
+        base: *const f32,
+        offs: *const i64,
+    }
+
+    impl BRows for Table {
+        #[inline(always)]
+        unsafe fn row(&self) -> *const f32 {
+            self.base.offset(*self.offs as isize)
+        }
+        #[inline(always)]
+        unsafe fn advance(&mut self) {
+            self.offs = self.offs.add(1);
+        }
+    }
+
+    /// [`micro_avx512`] over any [`BRows`]: the kernel for the panel's
+    /// rows, rounded up to even.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn micro_avx512_src<S: BRows>(
+        kc: usize,
+        a: *const f32,
+        b: S,
+        c: *mut f32,
+        dims: (usize, usize),
+        cs: (isize, isize),
+        first: bool,
+        ep: Option<&TileEp>,
+    ) {
         match dims.0 {
-            0..=2 => micro_avx512_rows::<2>(kc, a, b, c, dims, cs, first, ep),
-            3..=4 => micro_avx512_rows::<4>(kc, a, b, c, dims, cs, first, ep),
-            5..=6 => micro_avx512_rows::<6>(kc, a, b, c, dims, cs, first, ep),
-            7..=8 => micro_avx512_rows::<8>(kc, a, b, c, dims, cs, first, ep),
-            9..=10 => micro_avx512_rows::<10>(kc, a, b, c, dims, cs, first, ep),
-            11..=12 => micro_avx512_rows::<12>(kc, a, b, c, dims, cs, first, ep),
-            _ => micro_avx512_rows::<14>(kc, a, b, c, dims, cs, first, ep),
+            0..=2 => micro_avx512_rows::<2, S>(kc, a, b, c, dims, cs, first, ep),
+            3..=4 => micro_avx512_rows::<4, S>(kc, a, b, c, dims, cs, first, ep),
+            5..=6 => micro_avx512_rows::<6, S>(kc, a, b, c, dims, cs, first, ep),
+            7..=8 => micro_avx512_rows::<8, S>(kc, a, b, c, dims, cs, first, ep),
+            9..=10 => micro_avx512_rows::<10, S>(kc, a, b, c, dims, cs, first, ep),
+            11..=12 => micro_avx512_rows::<12, S>(kc, a, b, c, dims, cs, first, ep),
+            _ => micro_avx512_rows::<14, S>(kc, a, b, c, dims, cs, first, ep),
         }
     }
 
@@ -1219,46 +1315,30 @@ mod x86 {
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn micro_avx512_rows<const R: usize>(
+    unsafe fn micro_avx512_rows<const R: usize, S: BRows>(
         kc: usize,
         a: *const f32,
-        (b, ldb): (*const f32, usize),
+        mut b: S,
         c: *mut f32,
-        (rows, cols): (usize, usize),
-        (c_rs, c_cs): (isize, isize),
+        dims: (usize, usize),
+        cs: (isize, isize),
         first: bool,
         ep: Option<&TileEp>,
     ) {
         const MR: usize = 14;
-        debug_assert!(rows <= R && R <= MR);
+        debug_assert!(dims.0 <= R && R <= MR);
         let mut c0 = [_mm512_setzero_ps(); R];
         let mut c1 = [_mm512_setzero_ps(); R];
-        let (mut a, mut b) = (a, b);
-        // B read in place (rows `ldb` apart, often on different pages):
-        // fetch row k + `B_PREFETCH_ROWS` of the *next* strip (32 columns
-        // on, which the callers run next), which no hardware prefetcher
-        // predicts. Fetching the current strip's rows instead left B
-        // arriving from L3 late: with B out of L2, as a conv's input
-        // usually is, SqueezeNet's 16 x 3025 x 128 squeeze went from 141
-        // to 109 us, 32 x 729 x 256 from 106 to 84, MobileNet-V2's
-        // 24 x 3136 x 144 projection from 199 to 172. Not for short k
-        // blocks, whose last rows' prefetches are wasted (96 x 24 x 12544:
-        // 372 -> 404).
-        let pf = B_PREFETCH_ROWS * ldb + 32;
-        let pf_b = ldb != 32 && kc >= B_PREFETCH_MIN_KC;
+        let mut a = a;
         for _ in 0..kc {
             // A streams from memory for large weights: fetch ~4 KiB ahead
             // (the next panels follow contiguously) so it overlaps compute.
             _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
-            if pf_b {
-                _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(pf) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(pf + 16) as *const i8);
-            }
-            step_rows(a, b, &mut c0, &mut c1);
+            step_rows(a, b.row(), &mut c0, &mut c1);
             a = a.add(MR);
-            b = b.add(ldb);
+            b.advance();
         }
-        finish_rows(&c0, &c1, c, (rows, cols), (c_rs, c_cs), first, ep);
+        finish_rows(&c0, &c1, c, dims, cs, first, ep);
     }
 
     /// One k step of the 32-wide kernels: B's row `b` (32 floats) times
@@ -1280,8 +1360,8 @@ mod x86 {
         }
     }
 
-    /// Writes the `R x 32` accumulators of [`micro_avx512_rows`] (or
-    /// [`micro_avx512_rows_tab`]) to C's `rows x cols` tile.
+    /// Writes the `R x 32` accumulators of [`micro_avx512_rows`] to C's
+    /// `rows x cols` tile.
     ///
     /// Always inlined (no `target_feature` of its own, which would forbid
     /// that): as a call it made the kernels spill their accumulators to
@@ -1335,27 +1415,6 @@ mod x86 {
     pub(super) unsafe fn micro_avx512_tab(
         kc: usize,
         a: *const f32,
-        b: (*const f32, *const i64),
-        c: *mut f32,
-        dims: (usize, usize),
-        cs: (isize, isize),
-        first: bool,
-        ep: Option<&TileEp>,
-    ) {
-        match dims.0 {
-            0..=4 => micro_avx512_rows_tab::<4>(kc, a, b, c, dims, cs, first, ep),
-            5..=8 => micro_avx512_rows_tab::<8>(kc, a, b, c, dims, cs, first, ep),
-            _ => micro_avx512_rows_tab::<14>(kc, a, b, c, dims, cs, first, ep),
-        }
-    }
-
-    /// [`micro_avx512_rows`] reading B row `k` at `base + offs[k]`.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn micro_avx512_rows_tab<const R: usize>(
-        kc: usize,
-        a: *const f32,
         (base, offs): (*const f32, *const i64),
         c: *mut f32,
         dims: (usize, usize),
@@ -1363,18 +1422,7 @@ mod x86 {
         first: bool,
         ep: Option<&TileEp>,
     ) {
-        const MR: usize = 14;
-        debug_assert!(dims.0 <= R && R <= MR);
-        let mut c0 = [_mm512_setzero_ps(); R];
-        let mut c1 = [_mm512_setzero_ps(); R];
-        let mut a = a;
-        for kk in 0..kc {
-            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
-            let b = base.offset(*offs.add(kk) as isize);
-            step_rows(a, b, &mut c0, &mut c1);
-            a = a.add(MR);
-        }
-        finish_rows(&c0, &c1, c, dims, cs, first, ep);
+        micro_avx512_src(kc, a, Table { base, offs }, c, dims, cs, first, ep)
     }
 
     /// Stores the 16 lanes `m` of accumulator `v` (tile row `r`, columns

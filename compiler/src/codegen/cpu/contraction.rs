@@ -207,10 +207,7 @@ pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec
         let geom = ConvGeom::of_node(g, k.nodes[0])?;
         let algo = choose_algo(&geom, g, k, opts);
         match algo {
-            ConvAlgo::Im2col => ws.push(im2col_ws_bytes(
-                &geom,
-                gathered(&geom, conv_packed(g, k, algo)),
-            )),
+            ConvAlgo::Im2col => ws.push(im2col_ws_bytes(&geom, gathered(&geom, g, k, algo))),
             ConvAlgo::Fft => {
                 let (hf, wf) = geom.fft_grid();
                 ws.push(fftconv::workspace_bytes(geom.per_group().0, hf, wf));
@@ -265,7 +262,7 @@ pub(crate) fn prepared(
         let w = f32_weight(g, anchor.inputs[1])?;
         let offs: Vec<usize> = (0..geom.g).map(|gi| gi * mg * kk).collect();
         let mut prep = vec![pack_blocks((mg, kk), &w, &offs, (kk, 1), 1.0)];
-        if algo == ConvAlgo::Im2col && gathered(&geom, true) {
+        if gathered(&geom, g, k, algo) {
             prep.push(i64_buf(&gather_rows(&geom)));
         }
         return Ok(prep);
@@ -942,7 +939,7 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
                 None
             };
             // The gathered B's row offsets (see `gather_rows`).
-            let rows_tab = if algo == ConvAlgo::Im2col && gathered(&geom, packed.is_some()) {
+            let rows_tab = if gathered(&geom, c.g, c.k, algo) {
                 Some(e.bufs[*c.prep.get(1).ok_or("missing gather row table")?])
             } else {
                 None
@@ -1464,7 +1461,8 @@ fn col_ld(nc: usize) -> usize {
 }
 
 /// Bytes of one task's im2col workspace: a chunk's columns, then (for
-/// [`phased`] convs) its padded phase rows.
+/// [`phased`] convs) its padded phase rows; only the phase rows when
+/// `gather` ([`gathered`]: the GEMM reads B from them).
 fn im2col_ws_bytes(geo: &ConvGeom, gather: bool) -> usize {
     let cg = geo.c / geo.g;
     let rows = chunk_rows(geo);
@@ -1489,13 +1487,17 @@ fn phase_rows(geo: &ConvGeom) -> usize {
 /// Whether an im2col conv runs as an implicit GEMM: the packed GEMM
 /// gathers its B panels straight from the chunk's padded phase rows
 /// ([`pgemm::Gather`]) and the column matrix is never written. Stride-2
-/// convs with a filter packed at compile time and a k the packed GEMM
-/// copies or packs B for anyway ([`pgemm::STRIP_ORDER_MIN_K`]); with a
-/// shorter k and few A panels it reads written columns in place, which
-/// measured faster than packing them from the phase rows (SqueezeNet's
-/// stem, k = 27: 0.40 vs 0.42 ms, MobileNet-V2's 0.23 vs 0.25).
-fn gathered(geo: &ConvGeom, packed: bool) -> bool {
-    packed && phased(geo) && geo.c / geo.g * geo.kh * geo.kw >= pgemm::STRIP_ORDER_MIN_K
+/// convs with a filter packed at compile time and a k from which the
+/// packed GEMM goes strip by strip ([`pgemm::STRIP_ORDER_MIN_K`]); below
+/// it, with few A panels, the GEMM reads written columns in place panel
+/// by panel, which measured faster than packing them from the phase rows
+/// (SqueezeNet's stem, k = 27: 0.40 vs 0.42 ms, MobileNet-V2's 0.23 vs
+/// 0.25).
+fn gathered(geo: &ConvGeom, g: &Graph, k: &Kernel, algo: ConvAlgo) -> bool {
+    algo == ConvAlgo::Im2col
+        && conv_packed(g, k, algo)
+        && phased(geo)
+        && geo.c / geo.g * geo.kh * geo.kw >= pgemm::STRIP_ORDER_MIN_K
 }
 
 /// The gathered B's row offsets: row `(c, i, j)` (tap `(i, j)` of input

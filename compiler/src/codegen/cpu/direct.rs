@@ -486,8 +486,6 @@ impl PadPlane {
             }
             _ => (0, 0),
         };
-        let u = u.clamp(1, n_in.max(1));
-        let main = n_in / u * u;
         // Edge blocks before and after the run (every block when the
         // inner ones are no single run); at static columns, any block is
         // computed right.
@@ -507,17 +505,9 @@ impl PadPlane {
         for &j in &left {
             emit(e, z, &[j * 4], true);
         }
-        if main > 0 {
-            let offs: Vec<usize> = (0..u).map(|k| (j0 + 4 * k) * 4).collect();
-            counted(e, main / u, (u * 16) as i32, |e, qb, d| {
-                let offs: Vec<usize> = offs.iter().map(|&o| o + d as usize).collect();
-                emit(e, qb, &offs, false);
-            });
-        }
-        let rest: Vec<usize> = (main..n_in).map(|k| (j0 + 4 * k) * 4).collect();
-        if !rest.is_empty() {
-            emit(e, z, &rest, false);
-        }
+        blocks_run(e, (j0, n_in), u, &[], |e, qb, offs| {
+            emit(e, qb, offs, false)
+        });
         for &j in &right {
             emit(e, z, &[j * 4], true);
         }
@@ -586,31 +576,21 @@ impl PadPlane {
         let t = e.b.ins().imul_imm_s(r, win.ow as i64);
         let t = e.b.ins().iadd(t, yo);
         let py = e.addr(y, t, 4);
-        let nfull = win.ow / 4;
-        let u = u.clamp(1, nfull);
-        let main = nfull / u * u;
-        let offs: Vec<usize> = (0..u).map(|k| k * 16).collect();
         let mut err: Option<String> = None;
         let rows = out.rows(e, r, rb);
         let rows = rows.as_deref();
-        counted(e, main / u, (u * 16) as i32, |e, qb, d| {
-            let offs: Vec<usize> = offs.iter().map(|&o| o + d as usize).collect();
-            if let Err(m) = self.block(e, pb, py, qb, rb, &offs, op, (out, rows), None) {
+        // Whole blocks, then one block overlapping the last columns
+        // (recomputing a few outputs to the same values).
+        let last: &[usize] = if win.ow.is_multiple_of(4) {
+            &[]
+        } else {
+            &[(win.ow - 4) * 4]
+        };
+        blocks_run(e, (0, win.ow / 4), u, last, |e, qb, offs| {
+            if let Err(m) = self.block(e, pb, py, qb, rb, offs, op, (out, rows), None) {
                 err.get_or_insert(m);
             }
         });
-        // Leftover whole blocks, then one block overlapping the last
-        // columns (recomputing a few outputs to the same values).
-        let mut rest: Vec<usize> = (main..nfull).map(|k| k * 16).collect();
-        if !win.ow.is_multiple_of(4) {
-            rest.push((win.ow - 4) * 4);
-        }
-        if !rest.is_empty() {
-            let z = e.ci(0);
-            if let Err(m) = self.block(e, pb, py, z, rb, &rest, op, (out, rows), None) {
-                err.get_or_insert(m);
-            }
-        }
         err.map_or(Ok(()), Err)
     }
 
@@ -751,6 +731,34 @@ impl PadPlane {
             }
         }
         Ok(())
+    }
+}
+
+/// The `n` whole f32x4 blocks of a row from output column `j0`, `u` per
+/// step through [`counted`] (`step(e, qb, offs)`: byte offsets `qb +
+/// offs[k]`), then the leftover blocks together with `extra` (byte offsets
+/// of further blocks) as one step at `qb` = 0.
+fn blocks_run(
+    e: &mut Emit<'_>,
+    (j0, n): (usize, usize),
+    u: usize,
+    extra: &[usize],
+    mut step: impl FnMut(&mut Emit<'_>, Value, &[usize]),
+) {
+    let u = u.clamp(1, n.max(1));
+    let main = n / u * u;
+    if main > 0 {
+        let offs: Vec<usize> = (0..u).map(|k| (j0 + 4 * k) * 4).collect();
+        counted(e, main / u, (u * 16) as i32, |e, qb, d| {
+            let offs: Vec<usize> = offs.iter().map(|&o| o + d as usize).collect();
+            step(e, qb, &offs);
+        });
+    }
+    let mut rest: Vec<usize> = (main..n).map(|k| (j0 + 4 * k) * 4).collect();
+    rest.extend_from_slice(extra);
+    if !rest.is_empty() {
+        let z = e.ci(0);
+        step(e, z, &rest);
     }
 }
 
