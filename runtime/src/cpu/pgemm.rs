@@ -1881,7 +1881,8 @@ mod tests {
 
     /// A gathered B (rows at scattered offsets of a source buffer, in
     /// segments of `seg_len` columns `seg_step` apart, the layout of an
-    /// implicit im2col) gives bitwise the C of the same B stored row-major,
+    /// implicit im2col) matches the f64 reference and gives bitwise the C
+    /// of the same B stored row-major,
     /// for every kernel: few and many A panels, k below and above the
     /// strip-order threshold and past one k block, segments of 1, 7, 14,
     /// 40 and more columns than the GEMM has, with a fused epilogue and at
@@ -1983,6 +1984,16 @@ mod tests {
                                 x.to_bits(),
                                 w.to_bits(),
                                 "{kern:?} {m}x{n}x{k} seg {seg_len} T{threads} [{i}]: {x} vs {w}"
+                            );
+                            // And the f64 reference: relu(A·B + bias).
+                            let (r, j) = (i / n, i % n);
+                            let dot: f64 = (0..k)
+                                .map(|p| a[r * k + p] as f64 * b[p * n + j] as f64)
+                                .sum();
+                            let f = (dot + bias[r] as f64).max(0.0);
+                            assert!(
+                                (*x as f64 - f).abs() <= 1e-4 * (k as f64).sqrt() * (1.0 + f.abs()),
+                                "{kern:?} {m}x{n}x{k} seg {seg_len} [{i}]: {x} vs f64 {f}"
                             );
                         }
                     }
