@@ -8,12 +8,13 @@
 //! another thread just before each run, as a split producer kernel leaves
 //! it in the other core's cache. `GATHER=1`: B goes through the gathered
 //! path (`dnnc_sgemm_packed_gather`, every panel packed from its rows), as
-//! an implicit-im2col conv's does.
+//! an implicit-im2col conv's does. `LAYOUT=lanes` (or `auto`,
+//! [`Layout::choose`]) packs A for the lanes kernel.
 //!
 //! `cargo run --release -p dnnc-runtime --example pgemm_shapes -- M N K`
 
 use dnnc_runtime::cpu::pgemm::{
-    dnnc_sgemm_packed, dnnc_sgemm_packed_gather, pack_a_with, Gather, Kernel,
+    dnnc_sgemm_packed, dnnc_sgemm_packed_gather, pack_a_for, pack_a_with, Gather, Kernel, Layout,
 };
 use std::time::Instant;
 
@@ -53,7 +54,11 @@ fn measure() {
         .collect();
     let mut c = vec![0.0f32; m * n];
     let mut sweep = vec![0u8; 8 << 20];
-    let pa = pack_a_with(Kernel::best(), m, k, &a, k, 1, 1.0);
+    let pa = match std::env::var("LAYOUT").as_deref() {
+        Ok("lanes") => pack_a_for(Layout::Lanes, m, k, &a, k, 1, 1.0),
+        Ok("auto") => pack_a_for(Layout::choose(m, n, k), m, k, &a, k, 1, 1.0),
+        _ => pack_a_with(Kernel::best(), m, k, &a, k, 1, 1.0),
+    };
     let flops = 2.0 * (m * n * k) as f64;
     let gather_rows: Vec<i64> = (0..k).map(|p| (p * n) as i64).collect();
     let gather = Gather {

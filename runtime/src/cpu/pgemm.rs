@@ -177,6 +177,128 @@ pub fn packed_bytes(m: usize, k: usize) -> usize {
     (HEADER + packed_len(Kernel::best(), m, k)) * 4
 }
 
+/// How a packed A is laid out, which fixes how the GEMM reads it.
+///
+/// With [`Layout::Panels`] the micro-kernel's vector lanes run along C's
+/// columns (B's columns, a conv's output pixels): a 7x7 map's 49 columns
+/// fill 32 + 16 + 16 lanes, one of them with a single live lane. With
+/// [`Layout::Lanes`] they run along C's rows (A's rows, a conv's output
+/// channels), 32 at a time, and each C column is one broadcast, so 49
+/// columns cost 49 rows of a `14 x 32` tile with no lane idle; each tile
+/// is transposed as it is stored. That is how onnxruntime's blocked
+/// (NCHWc) kernels avoid the waste, without changing the tensors' layout.
+/// [`Layout::choose`] picks per GEMM shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `MR`-row panels, k-major (the micro-kernel of [`Kernel::best`]).
+    Panels,
+    /// [`LANES`]-row panels, k-major over the whole of k, read by the
+    /// AVX-512 lanes kernel (C tiles of `LANES` rows by up to
+    /// [`LANE_COLS`] columns).
+    Lanes,
+}
+
+/// Rows of A (lanes) per [`Layout::Lanes`] panel: two zmm registers.
+pub const LANES: usize = 32;
+
+/// Columns of C (broadcast B elements) per [`Layout::Lanes`] tile.
+pub const LANE_COLS: usize = 14;
+
+/// The estimated cost of storing one transposed [`Layout::Lanes`] tile,
+/// in units of one zmm FMA issue slot (two per cycle): 32 lane gathers of
+/// ~10 cycles each.
+const LANE_STORE_COST: usize = 640;
+
+impl Layout {
+    /// The layout whose kernel issues fewer vector FMAs for an `m x n x
+    /// k` GEMM whose B is a row-major matrix read as it is (not gathered):
+    /// [`Layout::Lanes`] when it saves at least 10% of the
+    /// [`Layout::Panels`] kernel's FMA slots, its tile stores counted.
+    /// Both sum each element's products in the same order, so the choice
+    /// never changes results. Needs the AVX-512 kernel.
+    pub fn choose(m: usize, n: usize, k: usize) -> Layout {
+        if Kernel::best() != Kernel::Avx512 || n < 2 || m == 0 || k == 0 {
+            return Layout::Panels;
+        }
+        // Panels: each panel's rows (rounded up to even) times the zmm
+        // per row its column tiles take (32 wide: 2, a tail of up to 16:
+        // 1, else 2).
+        let rows = m / 14 * 14 + (m % 14).next_multiple_of(2);
+        let tail = match n % 32 {
+            0 => 0,
+            1..=16 => 1,
+            _ => 2,
+        };
+        let panels = rows * (2 * (n / 32) + tail);
+        // Lanes: two zmm per column per 32-row panel, plus the stores.
+        let tiles = m.div_ceil(LANES) * n.div_ceil(LANE_COLS);
+        let lanes = m.div_ceil(LANES) * 2 * n + tiles * LANE_STORE_COST / k;
+        if lanes * 10 < panels * 9 {
+            Layout::Lanes
+        } else {
+            Layout::Panels
+        }
+    }
+
+    fn id(self) -> u64 {
+        match self {
+            Layout::Panels => 0,
+            Layout::Lanes => 1,
+        }
+    }
+}
+
+/// Bytes of a buffer [`pack_a_for`] makes for an `m x k` A in `layout`
+/// (header included).
+pub fn packed_bytes_for(layout: Layout, m: usize, k: usize) -> usize {
+    match layout {
+        Layout::Panels => packed_bytes(m, k),
+        Layout::Lanes => (HEADER + m.div_ceil(LANES) * LANES * k) * 4,
+    }
+}
+
+/// [`pack_a`] in `layout` ([`Layout::Lanes`] needs the AVX-512 kernel to
+/// run; a call on another machine returns the mismatch error code).
+pub fn pack_a_for(
+    layout: Layout,
+    m: usize,
+    k: usize,
+    a: &[f32],
+    a_rs: usize,
+    a_cs: usize,
+    alpha: f32,
+) -> AlignedBuf {
+    if layout == Layout::Panels {
+        return pack_a(m, k, a, a_rs, a_cs, alpha);
+    }
+    let len = m.div_ceil(LANES) * LANES * k;
+    let mut buf = AlignedBuf::zeroed((HEADER + len) * 4);
+    let hdr = [
+        MAGIC,
+        Kernel::Avx512.id(),
+        LANES as u64,
+        KC as u64,
+        m as u64,
+        k as u64,
+        len as u64,
+        Layout::Lanes.id(),
+    ];
+    for (d, v) in buf.as_bytes_mut().chunks_exact_mut(8).zip(hdr) {
+        d.copy_from_slice(&v.to_ne_bytes());
+    }
+    let data = &mut buf.as_bytes_mut()[HEADER * 4..];
+    for p in 0..m.div_ceil(LANES) {
+        for kk in 0..k {
+            for l in 0..LANES.min(m - p * LANES) {
+                let v = alpha * a[(p * LANES + l) * a_rs + kk * a_cs];
+                let o = ((p * k + kk) * LANES + l) * 4;
+                data[o..o + 4].copy_from_slice(&v.to_ne_bytes());
+            }
+        }
+    }
+    buf
+}
+
 /// Packs `alpha * A` (`m x k`, element `(i, j)` at `a[i*a_rs + j*a_cs]`)
 /// for [`Kernel::best`]: done once per weight at compile time.
 pub fn pack_a(m: usize, k: usize, a: &[f32], a_rs: usize, a_cs: usize, alpha: f32) -> AlignedBuf {
@@ -388,6 +510,9 @@ unsafe fn packed_call(
     ep: usize,
 ) -> i32 {
     let h = |i: usize| (ap as *const u64).add(i).read();
+    if h(0) == MAGIC && h(7) == Layout::Lanes.id() {
+        return lanes_call(ap, (m, n, k), (b, b_rs, b_cs, gather), (c, c_rs, c_cs), ep);
+    }
     let kern = match Kernel::from_id(h(1)) {
         Some(kn) if h(0) == MAGIC && kn.supported() => kn,
         _ => return 1,
@@ -397,6 +522,7 @@ unsafe fn packed_call(
         || h(4) != m as u64
         || h(5) != k as u64
         || h(6) != packed_len(kern, m, k) as u64
+        || h(7) != Layout::Panels.id()
     {
         return 1;
     }
@@ -480,6 +606,130 @@ fn balanced_bounds(extent: usize, unit: usize, tasks: usize) -> Vec<usize> {
     }
     b.push(extent);
     b
+}
+
+/// The body of [`dnnc_sgemm_packed`] for an A packed in [`Layout::Lanes`]:
+/// checks the header, then splits C's tiles over threads by whichever of
+/// the row panels or column strips has more (balanced as
+/// [`balanced_bounds`]). B must be a row-major matrix read in place
+/// (`b_cs == 1`, not gathered); anything else is the mismatch error 1.
+#[allow(clippy::type_complexity)]
+unsafe fn lanes_call(
+    ap: *const f32,
+    (m, n, k): (usize, usize, usize),
+    (b, b_rs, b_cs, gather): (*const f32, isize, isize, Option<Gather>),
+    (c, c_rs, c_cs): (*mut f32, isize, isize),
+    ep: usize,
+) -> i32 {
+    let h = |i: usize| (ap as *const u64).add(i).read();
+    let len = m.div_ceil(LANES) * LANES * k;
+    if !Kernel::Avx512.supported()
+        || h(1) != Kernel::Avx512.id()
+        || h(2) != LANES as u64
+        || h(3) != KC as u64
+        || h(4) != m as u64
+        || h(5) != k as u64
+        || h(6) != len as u64
+        || gather.is_some()
+        || b_cs != 1
+    {
+        return 1;
+    }
+    if m == 0 || n == 0 {
+        return 0;
+    }
+    let g = Lanes {
+        a: ap.add(HEADER),
+        m,
+        n,
+        k,
+        b,
+        b_rs,
+        c,
+        c_rs,
+        c_cs,
+        acc: ep == 1,
+        ep: (ep > 1).then(|| (ep as *const Epilogue).read()),
+    };
+    let (panels, strips) = (m.div_ceil(LANES), n.div_ceil(LANE_COLS));
+    let tasks = gemm_tasks(m, n, k, threads());
+    if tasks <= 1 {
+        g.run(0..panels, 0..strips);
+        return 0;
+    }
+    let split_m = panels >= strips;
+    let bounds = if split_m {
+        balanced_bounds(m, LANES, tasks)
+    } else {
+        balanced_bounds(n, LANE_COLS, tasks)
+    };
+    let slice = |i: usize| {
+        let (lo, hi) = (bounds[i], bounds[i + 1]);
+        // SAFETY: slices write disjoint tiles of C.
+        unsafe {
+            if split_m {
+                g.run(lo / LANES..hi.div_ceil(LANES), 0..strips);
+            } else {
+                g.run(0..panels, lo / LANE_COLS..hi.div_ceil(LANE_COLS));
+            }
+        }
+    };
+    super::spin::par_for(bounds.len() - 1, &slice);
+    0
+}
+
+/// One validated [`Layout::Lanes`] call's operands.
+struct Lanes {
+    /// Packed data (after the header): panel `p`, row `kk` at
+    /// `(p*k + kk) * LANES`.
+    a: *const f32,
+    m: usize,
+    n: usize,
+    k: usize,
+    b: *const f32,
+    b_rs: isize,
+    c: *mut f32,
+    c_rs: isize,
+    c_cs: isize,
+    /// `C += A·B` (the tile starts from C's old values).
+    acc: bool,
+    ep: Option<Epilogue>,
+}
+
+// SAFETY: as for `Gemm`: tasks read A and B and write disjoint C tiles.
+unsafe impl Sync for Lanes {}
+
+impl Lanes {
+    /// Computes the tiles of row panels `panels` by column strips
+    /// `strips`, panel by panel, so each panel's A (up to `k * 128`
+    /// bytes) is read from memory once and from L2 for its other strips.
+    unsafe fn run(&self, panels: std::ops::Range<usize>, strips: std::ops::Range<usize>) {
+        for p in panels {
+            let i = p * LANES;
+            let rows = LANES.min(self.m - i);
+            for s in strips.clone() {
+                let j = s * LANE_COLS;
+                let cols = LANE_COLS.min(self.n - j);
+                let cp = self
+                    .c
+                    .offset(i as isize * self.c_rs + j as isize * self.c_cs);
+                let te = self.ep.as_ref().map(|e| tile_ep(e, i, j));
+                #[cfg(target_arch = "x86_64")]
+                x86::lanes_tile(
+                    self.k,
+                    self.a.add(p * self.k * LANES),
+                    (self.b.add(j), self.b_rs),
+                    cp,
+                    (rows, cols),
+                    (self.c_rs, self.c_cs),
+                    self.acc,
+                    te.as_ref(),
+                );
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (cp, rows, cols, te);
+            }
+        }
+    }
 }
 
 /// `count` independent [`dnnc_sgemm_packed`] calls (no epilogue,
@@ -1511,6 +1761,128 @@ mod x86 {
         }
     }
 
+    /// One [`Layout::Lanes`](super::Layout::Lanes) tile: C rows `i..i +
+    /// rows` (`rows <= 32`, the lanes) by columns `j..j + cols` (`cols <=
+    /// 14`, one accumulator pair each), from the panel `a` (32 floats per
+    /// k) and B's rows at `b` (`b_rs` apart, the tile's columns
+    /// contiguous). k runs in `KC` blocks as in the panels kernels; each
+    /// block's sums are added to the tile's running total (`C = acc`
+    /// after the first block, `C += acc` after the others, or from C's
+    /// old values when `acc`), so every element gets the additions, in
+    /// the order, that [`micro_avx512`] gives it. The total is then
+    /// transposed into C, each C row through [`store16`]'s epilogue.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn lanes_tile(
+        k: usize,
+        a: *const f32,
+        b: (*const f32, isize),
+        c: *mut f32,
+        dims: (usize, usize),
+        cs: (isize, isize),
+        acc: bool,
+        ep: Option<&TileEp>,
+    ) {
+        macro_rules! by_cols {
+            ($($n:literal)*) => {
+                match dims.1 {
+                    $($n => lanes_cols::<$n>(k, a, b, c, dims, cs, acc, ep),)*
+                    _ => unreachable!("lanes tiles have 1 to 14 columns"),
+                }
+            };
+        }
+        by_cols!(1 2 3 4 5 6 7 8 9 10 11 12 13 14)
+    }
+
+    /// [`lanes_tile`] for `N` columns.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn lanes_cols<const N: usize>(
+        k: usize,
+        a: *const f32,
+        (b, b_rs): (*const f32, isize),
+        c: *mut f32,
+        (rows, cols): (usize, usize),
+        (c_rs, c_cs): (isize, isize),
+        acc: bool,
+        ep: Option<&TileEp>,
+    ) {
+        const MR: usize = 14;
+        debug_assert!(cols == N && N <= MR && rows <= 32);
+        // The running total, column-major as the accumulators hold it:
+        // `t[2j]`, `t[2j + 1]` = C rows 0-15 and 16-31 of column j.
+        let mut t = [_mm512_setzero_ps(); 2 * MR];
+        let tp = t.as_mut_ptr() as *mut f32;
+        if acc {
+            for j in 0..N {
+                for l in 0..rows {
+                    *tp.add(j * 32 + l) = *c.offset(l as isize * c_rs + j as isize * c_cs);
+                }
+            }
+        }
+        let mut k0 = 0;
+        while k0 < k {
+            let kc = KC.min(k - k0);
+            let mut c0 = [_mm512_setzero_ps(); N];
+            let mut c1 = [_mm512_setzero_ps(); N];
+            let mut ap = a.add(k0 * 32);
+            let mut bp = b.offset(k0 as isize * b_rs);
+            for _ in 0..kc {
+                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_offset(8 * b_rs) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(A_PREFETCH) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(A_PREFETCH + 16) as *const i8);
+                let a0 = _mm512_loadu_ps(ap);
+                let a1 = _mm512_loadu_ps(ap.add(16));
+                for j in 0..N {
+                    let bj = _mm512_set1_ps(*bp.add(j));
+                    c0[j] = _mm512_fmadd_ps(bj, a0, c0[j]);
+                    c1[j] = _mm512_fmadd_ps(bj, a1, c1[j]);
+                }
+                ap = ap.add(32);
+                bp = bp.offset(b_rs);
+            }
+            for j in 0..N {
+                if k0 == 0 && !acc {
+                    t[2 * j] = c0[j];
+                    t[2 * j + 1] = c1[j];
+                } else {
+                    t[2 * j] = _mm512_add_ps(t[2 * j], c0[j]);
+                    t[2 * j + 1] = _mm512_add_ps(t[2 * j + 1], c1[j]);
+                }
+            }
+            k0 += kc;
+        }
+        // Transpose: C row l is lane l of every column's accumulator.
+        let res_unit = ep.is_none_or(|e| e.res.is_null() || e.res_cs == 1);
+        if c_cs == 1 && res_unit {
+            let idx = _mm512_setr_epi32(
+                0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480,
+            );
+            let cm: __mmask16 = (1u32 << N) as u16 - 1;
+            for l in 0..rows {
+                let v = _mm512_mask_i32gather_ps::<4>(
+                    _mm512_setzero_ps(),
+                    cm,
+                    idx,
+                    tp.add(l) as *const f32,
+                );
+                store16(v, c.offset(l as isize * c_rs), cm, l, 0, true, ep);
+            }
+        } else {
+            for l in 0..rows {
+                for j in 0..N {
+                    let v = *tp.add(j * 32 + l);
+                    let p = c.offset(l as isize * c_rs + j as isize * c_cs);
+                    *p = match ep {
+                        Some(e) => e.apply(l, j, v),
+                        None => v,
+                    };
+                }
+            }
+        }
+    }
+
     /// `rows` rows of 32 floats, `src_rs` apart, to `dst` (rows 32 apart),
     /// prefetching the next strip (the next 32 floats) 8 rows ahead, as
     /// the micro-kernels do for B read in place (a prefetch past the end
@@ -2365,6 +2737,148 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The lanes layout against the panels layout, which the other tests
+    /// check against f64 references: bitwise equal C for m around the
+    /// 16- and 32-lane boundaries, n around the 14-column tiles, k below,
+    /// at and past one `KC` block; plain, accumulating and with the fused
+    /// epilogue (bias with NaN and -0.0, residual with NaN, clamps), C
+    /// and R row-major or transposed, 1 and 2 threads. A B that is not
+    /// row-major, or gathered, is the mismatch error.
+    #[test]
+    fn lanes_layout_matches_panels_layout_bitwise() {
+        if !Kernel::Avx512.supported() {
+            eprintln!("skipped: the lanes layout needs AVX-512F, which this machine lacks");
+            return;
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let mut cases = 0;
+        for m in [1usize, 5, 16, 17, 32, 33, 70] {
+            for n in [2usize, 7, 14, 15, 29, 49] {
+                for k in [1usize, 7, 256, 300, 600] {
+                    let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
+                    let b: Vec<f32> = (0..k * n).map(|i| val(i, 5)).collect();
+                    let bias: Vec<f32> = (0..m)
+                        .map(|i| match i % 5 {
+                            3 => f32::NAN,
+                            4 => -0.0,
+                            _ => val(i, 11),
+                        })
+                        .collect();
+                    let res: Vec<f32> = (0..m * n)
+                        .map(|i| if i % 29 == 7 { f32::NAN } else { val(i, 13) })
+                        .collect();
+                    let packs = [
+                        pack_a_with(Kernel::Avx512, m, k, &a, k, 1, 1.0),
+                        pack_a_for(Layout::Lanes, m, k, &a, k, 1, 1.0),
+                    ];
+                    for mode in 0..4 {
+                        let tc = mode == 3;
+                        let (c_rs, c_cs) = if tc { (1, m as isize) } else { (n as isize, 1) };
+                        let ep = Epilogue {
+                            bias: bias.as_ptr(),
+                            res: res.as_ptr(),
+                            res_rs: if tc { 1 } else { n as isize },
+                            res_cs: if tc { m as isize } else { 1 },
+                            lo: if mode == 2 { 0.0 } else { -0.5 },
+                            hi: if mode == 2 { f32::INFINITY } else { 0.25 },
+                        };
+                        let epv = match mode {
+                            0 | 1 => mode,
+                            _ => &ep as *const Epilogue as usize,
+                        };
+                        let run = |pa: &AlignedBuf, threads: usize| {
+                            let mut c: Vec<f32> = (0..m * n).map(|i| val(i, 3)).collect();
+                            let rc = pool.install(|| {
+                                with_threads(threads, || unsafe {
+                                    dnnc_sgemm_packed(
+                                        pa.as_ptr() as *const f32,
+                                        m,
+                                        n,
+                                        k,
+                                        b.as_ptr(),
+                                        n as isize,
+                                        1,
+                                        c.as_mut_ptr(),
+                                        c_rs,
+                                        c_cs,
+                                        epv,
+                                    )
+                                })
+                            });
+                            assert_eq!(rc, 0, "{m}x{n}x{k} mode {mode}");
+                            c
+                        };
+                        let want = run(&packs[0], 1);
+                        for threads in [1, 2] {
+                            let got = run(&packs[1], threads);
+                            for (q, (x, w)) in got.iter().zip(&want).enumerate() {
+                                assert!(
+                                    x.to_bits() == w.to_bits() || (x.is_nan() && w.is_nan()),
+                                    "{m}x{n}x{k} mode {mode} t={threads} at {q}: {x} vs {w}"
+                                );
+                            }
+                        }
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 7 * 6 * 5 * 4);
+        // B transposed (column stride not 1) or gathered: refused.
+        let (m, n, k) = (40, 9, 20);
+        let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
+        let b = vec![1f32; k * n];
+        let mut c = vec![0f32; m * n];
+        let pa = pack_a_for(Layout::Lanes, m, k, &a, k, 1, 1.0);
+        let ap = pa.as_ptr() as *const f32;
+        let rc = unsafe {
+            dnnc_sgemm_packed(
+                ap,
+                m,
+                n,
+                k,
+                b.as_ptr(),
+                1,
+                k as isize,
+                c.as_mut_ptr(),
+                n as isize,
+                1,
+                0,
+            )
+        };
+        assert_eq!(rc, 1, "a transposed B must be refused");
+        let rows: Vec<i64> = (0..k as i64).map(|p| p * n as i64).collect();
+        let gather = Gather {
+            base: b.as_ptr(),
+            row_off: rows.as_ptr(),
+            seg_len: n,
+            seg_step: 0,
+        };
+        let rc = unsafe {
+            dnnc_sgemm_packed_gather(ap, m, n, k, &gather, c.as_mut_ptr(), n as isize, 1, 0)
+        };
+        assert_eq!(rc, 1, "a gathered B must be refused");
+        let rc = unsafe {
+            dnnc_sgemm_packed(
+                ap,
+                m + 1,
+                n,
+                k,
+                b.as_ptr(),
+                n as isize,
+                1,
+                c.as_mut_ptr(),
+                n as isize,
+                1,
+                0,
+            )
+        };
+        assert_eq!(rc, 1, "a header for another m must be refused");
     }
 
     /// N = 1..=48 around the 16 and 32 column-block boundaries: the

@@ -261,7 +261,8 @@ pub(crate) fn prepared(
         let kk = cg * geom.kh * geom.kw;
         let w = f32_weight(g, anchor.inputs[1])?;
         let offs: Vec<usize> = (0..geom.g).map(|gi| gi * mg * kk).collect();
-        let mut prep = vec![pack_blocks((mg, kk), &w, &offs, (kk, 1), 1.0)];
+        let layout = conv_layout(&geom, g, k, algo);
+        let mut prep = vec![pack_blocks_in(layout, (mg, kk), &w, &offs, (kk, 1), 1.0)];
         if gathered(&geom, g, k, algo) {
             prep.push(i64_buf(&gather_rows(&geom)));
         }
@@ -341,6 +342,24 @@ fn f32_weight(g: &Graph, v: ValueId) -> Result<Vec<f32>, String> {
 fn conv_packed(g: &Graph, k: &Kernel, algo: ConvAlgo) -> bool {
     matches!(algo, ConvAlgo::Im2col | ConvAlgo::Pointwise)
         && is_weight(g, g.node(k.nodes[0]).inputs[1])
+}
+
+/// How a packed filter is laid out ([`pgemm::Layout::choose`] for the
+/// conv's per-group GEMM: `m = M/G`, `k = C/G·KH·KW`, `n` the columns of
+/// one image (pointwise) or of one full im2col chunk). A gathered B is
+/// read only by the panels kernel. The lanes layout pays off on small
+/// maps: MobileNet-V2's 7x7 pointwise convs (e.g. 320 x 49 x 960, hot:
+/// 137 → 182 GFLOP/s).
+fn conv_layout(geo: &ConvGeom, g: &Graph, k: &Kernel, algo: ConvAlgo) -> pgemm::Layout {
+    if !conv_packed(g, k, algo) || gathered(geo, g, k, algo) {
+        return pgemm::Layout::Panels;
+    }
+    let (cg, mg) = geo.per_group();
+    let n = match algo {
+        ConvAlgo::Pointwise => geo.oh * geo.ow,
+        _ => chunk_rows(geo) * geo.ow,
+    };
+    pgemm::Layout::choose(mg, n, cg * geo.kh * geo.kw)
 }
 
 /// A Gemm/MatMul operand that is a weight, as the packed A of
@@ -432,7 +451,12 @@ fn gemm_pack(g: &Graph, k: &Kernel) -> Option<GemmPack> {
 /// Floats from one packed block to the next in a buffer of several
 /// (whole cache lines, so every block starts 64-byte aligned).
 pub(crate) fn packed_stride(m: usize, k: usize) -> usize {
-    pgemm::packed_bytes(m, k).div_ceil(64) * 16
+    packed_stride_in(pgemm::Layout::Panels, m, k)
+}
+
+/// [`packed_stride`] for blocks packed in `layout`.
+pub(crate) fn packed_stride_in(layout: pgemm::Layout, m: usize, k: usize) -> usize {
+    pgemm::packed_bytes_for(layout, m, k).div_ceil(64) * 16
 }
 
 /// One weight buffer holding `offs.len()` `m x k` matrices packed for
@@ -445,10 +469,22 @@ pub(crate) fn pack_blocks(
     (rs, cs): (usize, usize),
     alpha: f32,
 ) -> AlignedBuf {
-    let stride = packed_stride(m, k) * 4;
+    pack_blocks_in(pgemm::Layout::Panels, (m, k), src, offs, (rs, cs), alpha)
+}
+
+/// [`pack_blocks`] in `layout` ([`packed_stride_in`] apart).
+pub(crate) fn pack_blocks_in(
+    layout: pgemm::Layout,
+    (m, k): (usize, usize),
+    src: &[f32],
+    offs: &[usize],
+    (rs, cs): (usize, usize),
+    alpha: f32,
+) -> AlignedBuf {
+    let stride = packed_stride_in(layout, m, k) * 4;
     let mut out = AlignedBuf::zeroed(stride * offs.len());
     for (i, &o) in offs.iter().enumerate() {
-        let pb = pgemm::pack_a(m, k, &src[o..], rs, cs, alpha);
+        let pb = pgemm::pack_a_for(layout, m, k, &src[o..], rs, cs, alpha);
         out.as_bytes_mut()[i * stride..i * stride + pb.len()].copy_from_slice(pb.as_bytes());
     }
     out
@@ -934,7 +970,13 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
                 _ => None,
             };
             let packed = if conv_packed(c.g, c.k, algo) {
-                Some(e.bufs[*c.prep.first().ok_or("missing packed filter")?])
+                let (cg, mg) = geom.per_group();
+                let layout = conv_layout(&geom, c.g, c.k, algo);
+                let stride = packed_stride_in(layout, mg, cg * geom.kh * geom.kw);
+                Some((
+                    e.bufs[*c.prep.first().ok_or("missing packed filter")?],
+                    stride,
+                ))
             } else {
                 None
             };
@@ -1059,6 +1101,15 @@ fn gemm_a(
     }
 }
 
+/// [`conv_gemm`]'s operands besides the input: the im2col workspace (id,
+/// buffer), the packed filter with its per-group stride in floats, and
+/// the gathered B's row-offset table.
+type GemmOperands = (
+    Option<(usize, Value)>,
+    Option<(Value, usize)>,
+    Option<Value>,
+);
+
 /// Im2col (or pointwise, with `col == None`) + GEMM per (image, group),
 /// each followed by its epilogue. Im2col runs in chunks of whole output
 /// rows ([`chunk_rows`]): pack the chunk's columns, GEMM them straight into
@@ -1085,7 +1136,7 @@ fn conv_gemm(
     x: Value,
     w: Value,
     y: Value,
-    (col, packed, rows_tab): (Option<(usize, Value)>, Option<Value>, Option<Value>),
+    (col, packed, rows_tab): GemmOperands,
     spec: Option<&elementwise::EwSpec<'_>>,
     ep: Option<ConvEp>,
 ) -> Result<(), String> {
@@ -1093,7 +1144,6 @@ fn conv_gemm(
     let kk = cg * geo.kh * geo.kw;
     let p = geo.oh * geo.ow;
     let hw = (geo.h * geo.w) as i64;
-    let pstride = packed_stride(mg, kk) as i64;
     let rows = chunk_rows(geo);
     // Per (image, group): its input, filter, output rows and fused
     // epilogue operands.
@@ -1105,8 +1155,8 @@ fn conv_gemm(
         let xoff = e.b.ins().imul_imm_s(cbase, hw);
         let xg = at(e, x, xoff);
         let a = match packed {
-            Some(pb) => {
-                let off = e.b.ins().imul_imm_s(gi, pstride);
+            Some((pb, pstride)) => {
+                let off = e.b.ins().imul_imm_s(gi, pstride as i64);
                 AOp::Packed(at(e, pb, off))
             }
             None => {
