@@ -212,8 +212,8 @@ const LANE_STORE_COST: usize = 640;
 impl Layout {
     /// The layout whose kernel issues fewer vector FMAs for an `m x n x
     /// k` GEMM whose B is a row-major matrix read as it is (not gathered):
-    /// [`Layout::Lanes`] when it saves at least 10% of the
-    /// [`Layout::Panels`] kernel's FMA slots, its tile stores counted.
+    /// [`Layout::Lanes`] when it takes fewer FMA issue slots than the
+    /// [`Layout::Panels`] kernel, its tile stores counted.
     /// Both sum each element's products in the same order, so the choice
     /// never changes results. Needs the AVX-512 kernel.
     pub fn choose(m: usize, n: usize, k: usize) -> Layout {
@@ -233,7 +233,7 @@ impl Layout {
         // Lanes: two zmm per column per 32-row panel, plus the stores.
         let tiles = m.div_ceil(LANES) * n.div_ceil(LANE_COLS);
         let lanes = m.div_ceil(LANES) * 2 * n + tiles * LANE_STORE_COST / k;
-        if lanes * 10 < panels * 9 {
+        if lanes < panels {
             Layout::Lanes
         } else {
             Layout::Panels
@@ -2879,6 +2879,41 @@ mod tests {
             )
         };
         assert_eq!(rc, 1, "a header for another m must be refused");
+    }
+
+    /// The layout rule on shapes measured both ways (`LAYOUT=lanes
+    /// pgemm_shapes`, hot, GFLOP/s panels → lanes): lanes where the panels
+    /// kernel wastes lanes on a small map, panels where it wastes none or
+    /// k is too short to pay for the transposed stores; panels always
+    /// without AVX-512.
+    #[test]
+    fn layout_rule_follows_the_measured_shapes() {
+        let lanes = [
+            (320, 49, 960),  // 137 → 182
+            (1280, 49, 320), // 141 → 169
+            (128, 49, 128),  // 152 → 186
+            (256, 49, 256),  // 167 → 209
+        ];
+        let panels = [
+            (144, 3136, 24), // 140 → 99
+            (384, 196, 64),  // 165 → 154
+            (96, 169, 64),   // 187 → 168
+            (512, 16, 512),  // 208 → 190
+            (64, 784, 64),   // 189 → 168
+            (1000, 1, 512),  // a matrix-vector product
+        ];
+        let avx512 = Kernel::best() == Kernel::Avx512;
+        for (m, n, k) in lanes {
+            let want = if avx512 {
+                Layout::Lanes
+            } else {
+                Layout::Panels
+            };
+            assert_eq!(Layout::choose(m, n, k), want, "{m}x{n}x{k}");
+        }
+        for (m, n, k) in panels {
+            assert_eq!(Layout::choose(m, n, k), Layout::Panels, "{m}x{n}x{k}");
+        }
     }
 
     /// N = 1..=48 around the 16 and 32 column-block boundaries: the

@@ -450,17 +450,12 @@ fn gemm_pack(g: &Graph, k: &Kernel) -> Option<GemmPack> {
 
 /// Floats from one packed block to the next in a buffer of several
 /// (whole cache lines, so every block starts 64-byte aligned).
-pub(crate) fn packed_stride(m: usize, k: usize) -> usize {
-    packed_stride_in(pgemm::Layout::Panels, m, k)
-}
-
-/// [`packed_stride`] for blocks packed in `layout`.
 pub(crate) fn packed_stride_in(layout: pgemm::Layout, m: usize, k: usize) -> usize {
     pgemm::packed_bytes_for(layout, m, k).div_ceil(64) * 16
 }
 
 /// One weight buffer holding `offs.len()` `m x k` matrices packed for
-/// `dnnc_sgemm_packed`, [`packed_stride`] floats apart: block `b` has
+/// `dnnc_sgemm_packed`, [`packed_stride_in`] floats apart: block `b` has
 /// element `(i, p)` at `src[offs[b] + i*rs + p*cs]`, times `alpha`.
 pub(crate) fn pack_blocks(
     (m, k): (usize, usize),
@@ -1114,7 +1109,7 @@ type GemmOperands = (
 /// each followed by its epilogue. Im2col runs in chunks of whole output
 /// rows ([`chunk_rows`]): pack the chunk's columns, GEMM them straight into
 /// their columns of the output, next chunk. `packed`: the filter packed at
-/// compile time, one block per group ([`packed_stride`] apart). `ep`: the
+/// compile time, one block per group ([`packed_stride_in`] apart). `ep`: the
 /// epilogue fused into the packed GEMM (each GEMM, a chunk of columns of
 /// one group's rows, applies it to exactly the elements it writes), with
 /// `spec` then `None`.

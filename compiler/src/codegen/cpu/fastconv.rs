@@ -60,7 +60,7 @@
 //! then the usual epilogue on the group's output.
 
 use super::contraction::{
-    at, copy_run, pack_blocks, packed_stride, tile_epilogue, zero_run, ConvGeom,
+    at, copy_run, pack_blocks_in, packed_stride_in, tile_epilogue, zero_run, ConvGeom,
 };
 use super::elementwise::{self, bcast_strides, Operand, SubDomain};
 use super::emit::{mem, Emit};
@@ -69,7 +69,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{F32X4, I32, I64};
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, Value};
 use dnnc_ir::DType;
-use dnnc_runtime::cpu::{fftconv, AlignedBuf};
+use dnnc_runtime::cpu::{fftconv, pgemm, AlignedBuf};
 
 /// The matrices of one Winograd algorithm F(m x m, r x r): output tile `m`,
 /// input tile `α = m + r - 1`; `y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`.
@@ -241,7 +241,23 @@ pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
         }
     }
     let offs: Vec<usize> = (0..geo.g * a * a).map(|b| b * mg * cg).collect();
-    vec![pack_blocks((mg, cg), &u, &offs, (cg, 1), 1.0)]
+    vec![pack_blocks_in(
+        u_layout(geo, m),
+        (mg, cg),
+        &u,
+        &offs,
+        (cg, 1),
+        1.0,
+    )]
+}
+
+/// The layout of the packed `U` blocks: [`pgemm::Layout::choose`] for one
+/// frequency GEMM (`M/G x tiles x C/G`). ResNet-18's 28x28 convs in
+/// F(4x4) have 49 tiles, where the lanes layout wastes no lanes (128 x 49
+/// x 128, hot: 152 → 186 GFLOP/s).
+fn u_layout(geo: &ConvGeom, m: usize) -> pgemm::Layout {
+    let (cg, mg) = geo.per_group();
+    pgemm::Layout::choose(mg, tiling(geo, m).p, cg)
 }
 
 /// `sum_k coef[k] * xs[k]` on f32x4 values: zero coefficients skipped,
@@ -579,7 +595,7 @@ impl Wino<'_> {
     fn gemm(&self, e: &mut Emit<'_>, gi: Value) {
         let (al, t) = (self.wn.alpha, self.t);
         let (cg, mg) = self.geo.per_group();
-        let ustride = packed_stride(mg, cg) as i64;
+        let ustride = packed_stride_in(u_layout(self.geo, self.wn.m), mg, cg) as i64;
         let ug = e.b.ins().imul_imm_s(gi, al as i64 * al as i64 * ustride);
         let ub = e.bufs[self.u];
         let ua = at(e, ub, ug);
