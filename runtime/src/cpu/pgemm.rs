@@ -204,10 +204,15 @@ pub const LANES: usize = 32;
 /// Columns of C (broadcast B elements) per [`Layout::Lanes`] tile.
 pub const LANE_COLS: usize = 14;
 
-/// The estimated cost of storing one transposed [`Layout::Lanes`] tile,
-/// in units of one zmm FMA issue slot (two per cycle): 32 lane gathers of
-/// ~10 cycles each.
-const LANE_STORE_COST: usize = 640;
+/// The cost of storing one transposed [`Layout::Lanes`] tile, in zmm FMA
+/// issue slots, calibrated on hot GEMMs (`LAYOUT=lanes pgemm_shapes`,
+/// GFLOP/s panels vs lanes): it must exceed ~110 for 384 x 196 x 64 (180
+/// vs 177) and ~70 for 256 x 169 x 64 (188 vs 173) to keep panels, and
+/// stay below ~165 for 576 x 196 x 96 (184 vs 189) and ~220 for 128 x
+/// 196 x 128 (182 vs 202) to take lanes. (The slot counts leave out the
+/// panels kernel's own per-tile costs, hence a figure below the store's
+/// ~128 shuffle cycles.)
+const LANE_STORE_COST: usize = 128;
 
 impl Layout {
     /// The layout whose kernel issues fewer vector FMAs for an `m x n x
@@ -1856,18 +1861,17 @@ mod x86 {
         // Transpose: C row l is lane l of every column's accumulator.
         let res_unit = ep.is_none_or(|e| e.res.is_null() || e.res_cs == 1);
         if c_cs == 1 && res_unit {
-            let idx = _mm512_setr_epi32(
-                0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480,
-            );
             let cm: __mmask16 = (1u32 << N) as u16 - 1;
-            for l in 0..rows {
-                let v = _mm512_mask_i32gather_ps::<4>(
-                    _mm512_setzero_ps(),
-                    cm,
-                    idx,
-                    tp.add(l) as *const f32,
-                );
-                store16(v, c.offset(l as isize * c_rs), cm, l, 0, true, ep);
+            for half in 0..rows.div_ceil(16) {
+                let mut r = [_mm512_setzero_ps(); 16];
+                for (j, v) in r.iter_mut().enumerate().take(N) {
+                    *v = t[2 * j + half];
+                }
+                transpose16(&mut r);
+                for (q, &v) in r.iter().enumerate().take(rows - 16 * half) {
+                    let l = 16 * half + q;
+                    store16(v, c.offset(l as isize * c_rs), cm, l, 0, true, ep);
+                }
             }
         } else {
             for l in 0..rows {
@@ -1880,6 +1884,45 @@ mod x86 {
                     };
                 }
             }
+        }
+    }
+
+    /// Transposes the 16 x 16 matrix whose row `i` is `r[i]` in place
+    /// (row `i` becomes column `i`): 64 shuffles in four stages (32-bit
+    /// and 64-bit interleaves within 128-bit lanes, then two rounds of
+    /// 128-bit lane shuffles). [`lanes_cols`] stores its tiles with it: 32
+    /// lane gathers a tile took ~2.5x as long.
+    #[inline(always)]
+    unsafe fn transpose16(r: &mut [__m512; 16]) {
+        let mut t = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        // u[4g + k]: rows 4g..4g + 4 of columns k, k + 4, k + 8, k + 12.
+        let mut u = [_mm512_setzero_ps(); 16];
+        for g in 0..4 {
+            let (t0, t1, t2, t3) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+            u[4 * g] = _mm512_shuffle_ps::<0x44>(t0, t2);
+            u[4 * g + 1] = _mm512_shuffle_ps::<0xEE>(t0, t2);
+            u[4 * g + 2] = _mm512_shuffle_ps::<0x44>(t1, t3);
+            u[4 * g + 3] = _mm512_shuffle_ps::<0xEE>(t1, t3);
+        }
+        // v[8h + k] (k < 4): rows 8h..8h + 8 of columns k and k + 8;
+        // v[8h + 4 + k]: of columns k + 4 and k + 12.
+        let mut v = [_mm512_setzero_ps(); 16];
+        for h in 0..2 {
+            for k in 0..4 {
+                let (a, b) = (u[8 * h + k], u[8 * h + 4 + k]);
+                v[8 * h + k] = _mm512_shuffle_f32x4::<0x88>(a, b);
+                v[8 * h + 4 + k] = _mm512_shuffle_f32x4::<0xDD>(a, b);
+            }
+        }
+        for k in 0..8 {
+            let (a, b) = (v[k], v[8 + k]);
+            // v[k] and v[8 + k]: rows 0-7 and 8-15 of columns k and k + 8.
+            r[k] = _mm512_shuffle_f32x4::<0x88>(a, b);
+            r[k + 8] = _mm512_shuffle_f32x4::<0xDD>(a, b);
         }
     }
 
@@ -2889,17 +2932,20 @@ mod tests {
     #[test]
     fn layout_rule_follows_the_measured_shapes() {
         let lanes = [
-            (320, 49, 960),  // 137 → 182
-            (1280, 49, 320), // 141 → 169
-            (128, 49, 128),  // 152 → 186
-            (256, 49, 256),  // 167 → 209
+            (320, 49, 960),  // 166 → 211
+            (960, 49, 160),  // 171 → 201
+            (128, 49, 128),  // 155 → 191
+            (64, 49, 64),    // 151 → 171
+            (96, 196, 576),  // 197 → 223
+            (128, 196, 128), // 182 → 202
         ];
         let panels = [
-            (144, 3136, 24), // 140 → 99
-            (384, 196, 64),  // 165 → 154
-            (96, 169, 64),   // 187 → 168
+            (144, 3136, 24), // 148 → 110
+            (144, 784, 32),  // 160 → 135
+            (256, 169, 64),  // 188 → 173
+            (96, 169, 64),   // 185 → 176
+            (64, 784, 64),   // 189 → 178
             (512, 16, 512),  // 208 → 190
-            (64, 784, 64),   // 189 → 168
             (1000, 1, 512),  // a matrix-vector product
         ];
         let avx512 = Kernel::best() == Kernel::Avx512;
