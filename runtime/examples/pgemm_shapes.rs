@@ -8,7 +8,7 @@
 //! another thread just before each run, as a split producer kernel leaves
 //! it in the other core's cache. `GATHER=1`: B goes through the gathered
 //! path (`dnnc_sgemm_packed_gather`, every panel packed from its rows), as
-//! an implicit-im2col conv's does. `LAYOUT=lanes` (or `auto`,
+//! an implicit-im2col conv's does (`SEG=L`: in segments of L columns). `LAYOUT=lanes` (or `auto`,
 //! [`Layout::choose`]) packs A for the lanes kernel.
 //!
 //! `cargo run --release -p dnnc-runtime --example pgemm_shapes -- M N K`
@@ -61,11 +61,17 @@ fn measure() {
     };
     let flops = 2.0 * (m * n * k) as f64;
     let gather_rows: Vec<i64> = (0..k).map(|p| (p * n) as i64).collect();
+    // `SEG=L`: the gathered rows in segments of L columns (as a conv's
+    // output rows), laid end to end.
+    let seg: usize = std::env::var("SEG")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(n.max(1));
     let gather = Gather {
         base: b.as_ptr(),
         row_off: gather_rows.as_ptr(),
-        seg_len: n.max(1),
-        seg_step: 0,
+        seg_len: seg,
+        seg_step: seg as isize,
     };
     let mut gemm = || {
         if gathered {

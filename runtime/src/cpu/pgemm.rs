@@ -214,6 +214,25 @@ pub const LANE_COLS: usize = 14;
 /// ~128 shuffle cycles.)
 const LANE_STORE_COST: usize = 128;
 
+/// Column strips of the lanes kernel over `n` columns in segments of
+/// `seg_len` (`n` itself when B is not gathered): `(count, per_segment)`,
+/// strip `s` described by [`lane_strip`].
+fn lane_strips(n: usize, seg_len: usize) -> (usize, usize) {
+    let per = seg_len.div_ceil(LANE_COLS);
+    (n.div_ceil(seg_len) * per, per)
+}
+
+/// Strip `s` of [`lane_strips`]: its segment, its first column within
+/// the segment, and its width (0 past the end of a partial last segment).
+fn lane_strip(s: usize, n: usize, seg_len: usize, per: usize) -> (usize, usize, usize) {
+    let (seg, q) = (s / per, s % per);
+    let j = q * LANE_COLS;
+    let w = LANE_COLS
+        .min(seg_len - j)
+        .min(n.saturating_sub(seg * seg_len + j));
+    (seg, j, w)
+}
+
 impl Layout {
     /// The layout whose kernel issues fewer vector FMAs for an `m x n x
     /// k` GEMM whose B is a row-major matrix read as it is (not gathered):
@@ -222,7 +241,15 @@ impl Layout {
     /// Both sum each element's products in the same order, so the choice
     /// never changes results. Needs the AVX-512 kernel.
     pub fn choose(m: usize, n: usize, k: usize) -> Layout {
-        if Kernel::best() != Kernel::Avx512 || n < 2 || m == 0 || k == 0 {
+        Layout::choose_segments(m, n, k, n)
+    }
+
+    /// [`Layout::choose`] for a B gathered in segments of `seg_len`
+    /// columns ([`Gather`]): a lanes tile then never crosses a segment,
+    /// so each segment has its own tiles (a 7x7 map's rows of 7 columns:
+    /// tiles of 7, twice as many stores).
+    pub fn choose_segments(m: usize, n: usize, k: usize, seg_len: usize) -> Layout {
+        if Kernel::best() != Kernel::Avx512 || n < 2 || m == 0 || k == 0 || seg_len == 0 {
             return Layout::Panels;
         }
         // Panels: each panel's rows (rounded up to even) times the zmm
@@ -236,7 +263,7 @@ impl Layout {
         };
         let panels = rows * (2 * (n / 32) + tail);
         // Lanes: two zmm per column per 32-row panel, plus the stores.
-        let tiles = m.div_ceil(LANES) * n.div_ceil(LANE_COLS);
+        let tiles = m.div_ceil(LANES) * lane_strips(n, seg_len).0;
         let lanes = m.div_ceil(LANES) * 2 * n + tiles * LANE_STORE_COST / k;
         if lanes < panels {
             Layout::Lanes
@@ -616,8 +643,9 @@ fn balanced_bounds(extent: usize, unit: usize, tasks: usize) -> Vec<usize> {
 /// The body of [`dnnc_sgemm_packed`] for an A packed in [`Layout::Lanes`]:
 /// checks the header, then splits C's tiles over threads by whichever of
 /// the row panels or column strips has more (balanced as
-/// [`balanced_bounds`]). B must be a row-major matrix read in place
-/// (`b_cs == 1`, not gathered); anything else is the mismatch error 1.
+/// [`balanced_bounds`]). B is read in place: a row-major matrix (`b_cs ==
+/// 1`, else the mismatch error 1) or gathered, each tile inside one
+/// segment.
 #[allow(clippy::type_complexity)]
 unsafe fn lanes_call(
     ap: *const f32,
@@ -635,8 +663,7 @@ unsafe fn lanes_call(
         || h(4) != m as u64
         || h(5) != k as u64
         || h(6) != len as u64
-        || gather.is_some()
-        || b_cs != 1
+        || (gather.is_none() && b_cs != 1)
     {
         return 1;
     }
@@ -650,13 +677,15 @@ unsafe fn lanes_call(
         k,
         b,
         b_rs,
+        gather,
         c,
         c_rs,
         c_cs,
         acc: ep == 1,
         ep: (ep > 1).then(|| (ep as *const Epilogue).read()),
     };
-    let (panels, strips) = (m.div_ceil(LANES), n.div_ceil(LANE_COLS));
+    let panels = m.div_ceil(LANES);
+    let strips = lane_strips(n, g.seg_len()).0;
     let tasks = gemm_tasks(m, n, k, threads());
     if tasks <= 1 {
         g.run(0..panels, 0..strips);
@@ -666,7 +695,7 @@ unsafe fn lanes_call(
     let bounds = if split_m {
         balanced_bounds(m, LANES, tasks)
     } else {
-        balanced_bounds(n, LANE_COLS, tasks)
+        balanced_bounds(strips, 1, tasks)
     };
     let slice = |i: usize| {
         let (lo, hi) = (bounds[i], bounds[i + 1]);
@@ -675,7 +704,7 @@ unsafe fn lanes_call(
             if split_m {
                 g.run(lo / LANES..hi.div_ceil(LANES), 0..strips);
             } else {
-                g.run(0..panels, lo / LANE_COLS..hi.div_ceil(LANE_COLS));
+                g.run(0..panels, lo..hi);
             }
         }
     };
@@ -693,6 +722,8 @@ struct Lanes {
     k: usize,
     b: *const f32,
     b_rs: isize,
+    /// B gathered from rows of another buffer (`b`, `b_rs` then unused).
+    gather: Option<Gather>,
     c: *mut f32,
     c_rs: isize,
     c_cs: isize,
@@ -709,21 +740,34 @@ impl Lanes {
     /// `strips`, panel by panel, so each panel's A (up to `k * 128`
     /// bytes) is read from memory once and from L2 for its other strips.
     unsafe fn run(&self, panels: std::ops::Range<usize>, strips: std::ops::Range<usize>) {
+        let seg_len = self.seg_len();
+        let per = lane_strips(self.n, seg_len).1;
         for p in panels {
             let i = p * LANES;
             let rows = LANES.min(self.m - i);
             for s in strips.clone() {
-                let j = s * LANE_COLS;
-                let cols = LANE_COLS.min(self.n - j);
+                let (seg, jj, cols) = lane_strip(s, self.n, seg_len, per);
+                if cols == 0 {
+                    continue;
+                }
+                let j = seg * seg_len + jj;
                 let cp = self
                     .c
                     .offset(i as isize * self.c_rs + j as isize * self.c_cs);
                 let te = self.ep.as_ref().map(|e| tile_ep(e, i, j));
                 #[cfg(target_arch = "x86_64")]
+                let src = match &self.gather {
+                    Some(g) => x86::LaneRows::Table(
+                        g.base.offset(seg as isize * g.seg_step + jj as isize),
+                        g.row_off,
+                    ),
+                    None => x86::LaneRows::Strided(self.b.add(j), self.b_rs),
+                };
+                #[cfg(target_arch = "x86_64")]
                 x86::lanes_tile(
                     self.k,
                     self.a.add(p * self.k * LANES),
-                    (self.b.add(j), self.b_rs),
+                    src,
                     cp,
                     (rows, cols),
                     (self.c_rs, self.c_cs),
@@ -734,6 +778,11 @@ impl Lanes {
                 let _ = (cp, rows, cols, te);
             }
         }
+    }
+
+    /// Columns per segment of B (all `n` when B is not gathered).
+    fn seg_len(&self) -> usize {
+        self.gather.map_or(self.n, |g| g.seg_len)
     }
 }
 
@@ -1781,7 +1830,7 @@ mod x86 {
     pub(super) unsafe fn lanes_tile(
         k: usize,
         a: *const f32,
-        b: (*const f32, isize),
+        b: LaneRows,
         c: *mut f32,
         dims: (usize, usize),
         cs: (isize, isize),
@@ -1789,24 +1838,82 @@ mod x86 {
         ep: Option<&TileEp>,
     ) {
         macro_rules! by_cols {
-            ($($n:literal)*) => {
+            ($src:expr, $($n:literal)*) => {
                 match dims.1 {
-                    $($n => lanes_cols::<$n>(k, a, b, c, dims, cs, acc, ep),)*
+                    $($n => lanes_cols::<$n, _>(k, a, $src, c, dims, cs, acc, ep),)*
                     _ => unreachable!("lanes tiles have 1 to 14 columns"),
                 }
             };
         }
-        by_cols!(1 2 3 4 5 6 7 8 9 10 11 12 13 14)
+        match b {
+            LaneRows::Strided(p, rs) => {
+                by_cols!(StridedRows(p, rs), 1 2 3 4 5 6 7 8 9 10 11 12 13 14)
+            }
+            LaneRows::Table(p, offs) => {
+                by_cols!(TableRows(p, offs, k), 1 2 3 4 5 6 7 8 9 10 11 12 13 14)
+            }
+        }
+    }
+
+    /// Where a lanes tile's B rows are: the tile's first column and the
+    /// row stride of a row-major B, or the tile's first column in row 0's
+    /// segment and the rows' offsets of a gathered one.
+    #[derive(Clone, Copy)]
+    pub(super) enum LaneRows {
+        /// Row `k` at `p + k*rs`.
+        Strided(*const f32, isize),
+        /// Row `k` at `p + offs[k]`.
+        Table(*const f32, *const i64),
+    }
+
+    /// Row addressing for [`lanes_cols`], resolved at compile time.
+    trait RowAt: Copy {
+        /// Row `k`'s first column.
+        unsafe fn at(&self, k: usize) -> *const f32;
+        /// Hints row `k` (which may be past the last).
+        unsafe fn prefetch(&self, k: usize);
+    }
+
+    /// [`LaneRows::Strided`].
+    #[derive(Clone, Copy)]
+    struct StridedRows(*const f32, isize);
+
+    impl RowAt for StridedRows {
+        #[inline(always)]
+        unsafe fn at(&self, k: usize) -> *const f32 {
+            self.0.offset(k as isize * self.1)
+        }
+        #[inline(always)]
+        unsafe fn prefetch(&self, k: usize) {
+            _mm_prefetch::<_MM_HINT_T0>(self.0.wrapping_offset(k as isize * self.1) as *const i8);
+        }
+    }
+
+    /// [`LaneRows::Table`] with its row count.
+    #[derive(Clone, Copy)]
+    struct TableRows(*const f32, *const i64, usize);
+
+    impl RowAt for TableRows {
+        #[inline(always)]
+        unsafe fn at(&self, k: usize) -> *const f32 {
+            self.0.offset(*self.1.add(k) as isize)
+        }
+        #[inline(always)]
+        unsafe fn prefetch(&self, k: usize) {
+            if k < self.2 {
+                _mm_prefetch::<_MM_HINT_T0>(self.at(k) as *const i8);
+            }
+        }
     }
 
     /// [`lanes_tile`] for `N` columns.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn lanes_cols<const N: usize>(
+    unsafe fn lanes_cols<const N: usize, R: RowAt>(
         k: usize,
         a: *const f32,
-        (b, b_rs): (*const f32, isize),
+        b: R,
         c: *mut f32,
         (rows, cols): (usize, usize),
         (c_rs, c_cs): (isize, isize),
@@ -1832,11 +1939,13 @@ mod x86 {
             let mut c0 = [_mm512_setzero_ps(); N];
             let mut c1 = [_mm512_setzero_ps(); N];
             let mut ap = a.add(k0 * 32);
-            let mut bp = b.offset(k0 as isize * b_rs);
-            for _ in 0..kc {
-                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_offset(8 * b_rs) as *const i8);
+            for kk in k0..k0 + kc {
+                // B's rows eight ahead, A (which streams from memory for
+                // a model's filters) ~2 KiB ahead.
+                b.prefetch(kk + 8);
                 _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(A_PREFETCH) as *const i8);
                 _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(A_PREFETCH + 16) as *const i8);
+                let bp = b.at(kk);
                 let a0 = _mm512_loadu_ps(ap);
                 let a1 = _mm512_loadu_ps(ap.add(16));
                 for j in 0..N {
@@ -1845,7 +1954,6 @@ mod x86 {
                     c1[j] = _mm512_fmadd_ps(bj, a1, c1[j]);
                 }
                 ap = ap.add(32);
-                bp = bp.offset(b_rs);
             }
             for j in 0..N {
                 if k0 == 0 && !acc {
@@ -2788,7 +2896,7 @@ mod tests {
     /// at and past one `KC` block; plain, accumulating and with the fused
     /// epilogue (bias with NaN and -0.0, residual with NaN, clamps), C
     /// and R row-major or transposed, 1 and 2 threads. A B that is not
-    /// row-major, or gathered, is the mismatch error.
+    /// row-major is the mismatch error.
     #[test]
     fn lanes_layout_matches_panels_layout_bitwise() {
         if !Kernel::Avx512.supported() {
@@ -2895,17 +3003,6 @@ mod tests {
             )
         };
         assert_eq!(rc, 1, "a transposed B must be refused");
-        let rows: Vec<i64> = (0..k as i64).map(|p| p * n as i64).collect();
-        let gather = Gather {
-            base: b.as_ptr(),
-            row_off: rows.as_ptr(),
-            seg_len: n,
-            seg_step: 0,
-        };
-        let rc = unsafe {
-            dnnc_sgemm_packed_gather(ap, m, n, k, &gather, c.as_mut_ptr(), n as isize, 1, 0)
-        };
-        assert_eq!(rc, 1, "a gathered B must be refused");
         let rc = unsafe {
             dnnc_sgemm_packed(
                 ap,
@@ -2922,6 +3019,97 @@ mod tests {
             )
         };
         assert_eq!(rc, 1, "a header for another m must be refused");
+    }
+
+    /// A gathered B (segments of 1 to 1000 columns, gaps between them,
+    /// rows out of order) through the lanes layout, whose tiles stay
+    /// inside a segment: bitwise the panels layout's C on the same gather,
+    /// with a fused epilogue, at 1 and 2 threads.
+    #[test]
+    fn lanes_layout_reads_gathered_b_as_the_panels_layout() {
+        if !Kernel::Avx512.supported() {
+            eprintln!("skipped: the lanes layout needs AVX-512F, which this machine lacks");
+            return;
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let shapes: [(usize, usize, usize); 4] =
+            [(40, 49, 300), (33, 70, 27), (64, 15, 600), (5, 9, 7)];
+        for &(m, n, k) in &shapes {
+            for seg_len in [1usize, 5, 7, 13, 14, 15, 30, 1000] {
+                let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
+                let segs = n.div_ceil(seg_len);
+                let seg_step = seg_len as isize + 3;
+                let row_span = segs * seg_step as usize;
+                let mut src = vec![f32::NAN; (k + 1) * row_span + 5];
+                let row_off: Vec<i64> = (0..k)
+                    .map(|p| ((k - 1 - p) * row_span + 5) as i64)
+                    .collect();
+                for p in 0..k {
+                    for j in 0..n {
+                        let o =
+                            row_off[p] as usize + (j / seg_len) * seg_step as usize + j % seg_len;
+                        src[o] = val(p * n + j, 5);
+                    }
+                }
+                let bias: Vec<f32> = (0..m).map(|i| val(i, 11)).collect();
+                let res: Vec<f32> = (0..m * n).map(|i| val(i, 13)).collect();
+                let ep = Epilogue {
+                    bias: bias.as_ptr(),
+                    res: res.as_ptr(),
+                    res_rs: n as isize,
+                    res_cs: 1,
+                    lo: 0.0,
+                    hi: f32::INFINITY,
+                };
+                let g = Gather {
+                    base: src.as_ptr(),
+                    row_off: row_off.as_ptr(),
+                    seg_len,
+                    seg_step,
+                };
+                // Addresses as integers: the closures run on the pool.
+                let (gp, epp) = (
+                    &g as *const Gather as usize,
+                    &ep as *const Epilogue as usize,
+                );
+                let run = |pa: &AlignedBuf, threads: usize| {
+                    let pap = pa.as_ptr() as usize;
+                    let (c, rc) = pool.install(|| {
+                        with_threads(threads, || unsafe {
+                            let mut c = vec![f32::NAN; m * n];
+                            let rc = dnnc_sgemm_packed_gather(
+                                pap as *const f32,
+                                m,
+                                n,
+                                k,
+                                gp as *const Gather,
+                                c.as_mut_ptr(),
+                                n as isize,
+                                1,
+                                epp,
+                            );
+                            (c, rc)
+                        })
+                    });
+                    assert_eq!(rc, 0, "{m}x{n}x{k} seg {seg_len}");
+                    c
+                };
+                let want = run(&pack_a_with(Kernel::Avx512, m, k, &a, k, 1, 1.0), 1);
+                let lanes = pack_a_for(Layout::Lanes, m, k, &a, k, 1, 1.0);
+                for threads in [1, 2] {
+                    let got = run(&lanes, threads);
+                    for (q, (x, w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            x.to_bits() == w.to_bits(),
+                            "{m}x{n}x{k} seg {seg_len} t={threads} at {q}: {x} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// The layout rule on shapes measured both ways (`LAYOUT=lanes

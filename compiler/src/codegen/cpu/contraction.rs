@@ -346,20 +346,25 @@ fn conv_packed(g: &Graph, k: &Kernel, algo: ConvAlgo) -> bool {
 
 /// How a packed filter is laid out ([`pgemm::Layout::choose`] for the
 /// conv's per-group GEMM: `m = M/G`, `k = C/G·KH·KW`, `n` the columns of
-/// one image (pointwise) or of one full im2col chunk). A gathered B is
-/// read only by the panels kernel. The lanes layout pays off on small
+/// one image (pointwise) or of one full im2col chunk; a gathered B's
+/// segments are output rows). The lanes layout pays off on small
 /// maps: MobileNet-V2's 7x7 pointwise convs (e.g. 320 x 49 x 960, hot:
 /// 137 → 182 GFLOP/s).
 fn conv_layout(geo: &ConvGeom, g: &Graph, k: &Kernel, algo: ConvAlgo) -> pgemm::Layout {
-    if !conv_packed(g, k, algo) || gathered(geo, g, k, algo) {
+    if !conv_packed(g, k, algo) {
         return pgemm::Layout::Panels;
     }
     let (cg, mg) = geo.per_group();
+    let kk = cg * geo.kh * geo.kw;
     let n = match algo {
         ConvAlgo::Pointwise => geo.oh * geo.ow,
         _ => chunk_rows(geo) * geo.ow,
     };
-    pgemm::Layout::choose(mg, n, cg * geo.kh * geo.kw)
+    if gathered(geo, g, k, algo) {
+        // The gathered B's segments are output rows.
+        return pgemm::Layout::choose_segments(mg, n, kk, geo.ow);
+    }
+    pgemm::Layout::choose(mg, n, kk)
 }
 
 /// A Gemm/MatMul operand that is a weight, as the packed A of
