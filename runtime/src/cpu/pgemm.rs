@@ -3047,10 +3047,9 @@ mod tests {
                 let row_off: Vec<i64> = (0..k)
                     .map(|p| ((k - 1 - p) * row_span + 5) as i64)
                     .collect();
-                for p in 0..k {
+                for (p, &ro) in row_off.iter().enumerate() {
                     for j in 0..n {
-                        let o =
-                            row_off[p] as usize + (j / seg_len) * seg_step as usize + j % seg_len;
+                        let o = ro as usize + (j / seg_len) * seg_step as usize + j % seg_len;
                         src[o] = val(p * n + j, 5);
                     }
                 }
