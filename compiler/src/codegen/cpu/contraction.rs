@@ -243,7 +243,8 @@ pub(crate) fn prepared(
             return Ok(Vec::new());
         };
         let w = f32_weight(g, gp.weight)?;
-        return Ok(vec![pack_blocks(
+        return Ok(vec![pack_blocks_in(
+            gemm_layout(g, k, &gp),
             (gp.m, gp.k),
             &w,
             &[0],
@@ -367,6 +368,26 @@ fn conv_layout(geo: &ConvGeom, g: &Graph, k: &Kernel, algo: ConvAlgo) -> pgemm::
     pgemm::Layout::choose(mg, n, kk)
 }
 
+/// The layout of a Gemm/MatMul's packed weight: a weight B multiplied by
+/// a single row (a fully-connected layer at batch 1, a matrix-vector
+/// product whose "B" is that row) as [`pgemm::Layout::choose`] says;
+/// everything else in panels (a weight B's other operand is read with a
+/// column stride, which the lanes kernel takes only for one column).
+fn gemm_layout(g: &Graph, k: &Kernel, gp: &GemmPack) -> pgemm::Layout {
+    let node = g.node(k.nodes[0]);
+    let sa = &g.value(node.inputs[0]).ty.shape;
+    let rows = match &node.op {
+        Op::Gemm(p) if p.trans_a => sa[1],
+        Op::Gemm(_) => sa[0],
+        _ => sa.iter().rev().skip(1).product(),
+    };
+    if gp.b_side && rows == 1 {
+        pgemm::Layout::choose(gp.m, 1, gp.k)
+    } else {
+        pgemm::Layout::Panels
+    }
+}
+
 /// A Gemm/MatMul operand that is a weight, as the packed A of
 /// `dnnc_sgemm_packed`: `m x k`, element `(i, p)` at `i*rs + p*cs` of the
 /// weight, times `alpha`. `b_side`: the weight is the B operand, so the
@@ -459,20 +480,10 @@ pub(crate) fn packed_stride_in(layout: pgemm::Layout, m: usize, k: usize) -> usi
     pgemm::packed_bytes_for(layout, m, k).div_ceil(64) * 16
 }
 
-/// One weight buffer holding `offs.len()` `m x k` matrices packed for
-/// `dnnc_sgemm_packed`, [`packed_stride_in`] floats apart: block `b` has
-/// element `(i, p)` at `src[offs[b] + i*rs + p*cs]`, times `alpha`.
-pub(crate) fn pack_blocks(
-    (m, k): (usize, usize),
-    src: &[f32],
-    offs: &[usize],
-    (rs, cs): (usize, usize),
-    alpha: f32,
-) -> AlignedBuf {
-    pack_blocks_in(pgemm::Layout::Panels, (m, k), src, offs, (rs, cs), alpha)
-}
-
-/// [`pack_blocks`] in `layout` ([`packed_stride_in`] apart).
+/// One weight buffer holding `offs.len()` `m x k` matrices packed in
+/// `layout` for `dnnc_sgemm_packed`, [`packed_stride_in`] floats apart:
+/// block `b` has element `(i, p)` at `src[offs[b] + i*rs + p*cs]`, times
+/// `alpha`.
 pub(crate) fn pack_blocks_in(
     layout: pgemm::Layout,
     (m, k): (usize, usize),

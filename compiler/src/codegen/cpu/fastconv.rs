@@ -214,7 +214,7 @@ pub(crate) fn workspaces(geo: &ConvGeom, m: usize) -> Vec<usize> {
 }
 
 /// Compile-time weights: `U = G g Gᵀ` (computed in f64) as `[group][α²]`
-/// packed `Co x Ci` blocks ([`pack_blocks`]).
+/// packed `Co x Ci` blocks ([`pack_blocks_in`]).
 pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
     let wn = winograd(m);
     let a = wn.alpha;
