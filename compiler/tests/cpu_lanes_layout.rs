@@ -1,0 +1,104 @@
+//! Convs and a fully-connected layer whose packed weight takes the lanes
+//! layout (`pgemm::Layout::Lanes`: output channels as vector lanes, tiles
+//! transposed into NCHW as they are stored): a pointwise conv on a 7x7 map
+//! with bias, residual and Relu (batch 2), a stride-2 conv whose B is
+//! gathered from its input rows, a Winograd F(4x4) conv with 49 tiles,
+//! and a batch-1 Gemm (a matrix-vector product). Each against the
+//! interpreter, and at 2 threads bitwise equal to 1. The layout rule is
+//! checked on each shape first, so the test cannot silently run the
+//! panels layout instead.
+
+mod cpu_common;
+
+use cpu_common::{bits, check_with, parse, rand_f32};
+use dnnc_compiler::codegen::cpu::{compile_cpu, ConvAlgo, CpuOptions};
+use dnnc_runtime::cpu::pgemm::{Kernel, Layout};
+
+/// (graph body, inputs, algorithm, the packed GEMM's (m, n, k, segment)).
+type Case = (
+    String,
+    Vec<(String, dnnc_ir::Tensor)>,
+    Option<ConvAlgo>,
+    (usize, usize, usize, usize),
+);
+
+fn cases() -> Vec<Case> {
+    vec![
+        (
+            "  input %x: f32[2,300,7,7]\n  input %r: f32[2,90,7,7]\n\
+             param %w: f32[90,300,1,1] = he(seed=1)\n\
+             param %b: f32[90] = uniform(low=-1, high=1, seed=2)\n\
+             %c = Conv2d(%x, %w, %b)\n  %a = Add(%c, %r)\n  %y = Relu(%a)\n  output %y\n"
+                .into(),
+            vec![
+                ("x".into(), rand_f32(&[2, 300, 7, 7], 11, -1.0, 1.0)),
+                ("r".into(), rand_f32(&[2, 90, 7, 7], 12, -1.0, 1.0)),
+            ],
+            None,
+            (90, 49, 300, 49),
+        ),
+        (
+            "  input %x: f32[1,20,14,14]\n\
+             param %w: f32[64,20,3,3] = he(seed=3)\n\
+             param %b: f32[64] = uniform(low=-1, high=1, seed=4)\n\
+             %c = Conv2d(%x, %w, %b) {strides=[2,2], pads=[1,1,1,1]}\n\
+             %y = Relu(%c)\n  output %y\n"
+                .into(),
+            vec![("x".into(), rand_f32(&[1, 20, 14, 14], 13, -2.0, 2.0))],
+            Some(ConvAlgo::Im2col),
+            (64, 49, 180, 7),
+        ),
+        (
+            "  input %x: f32[1,64,28,28]\n\
+             param %w: f32[128,64,3,3] = he(seed=5)\n\
+             %y = Conv2d(%x, %w) {pads=[1,1,1,1]}\n  output %y\n"
+                .into(),
+            vec![("x".into(), rand_f32(&[1, 64, 28, 28], 14, -1.0, 1.0))],
+            Some(ConvAlgo::Winograd4),
+            (128, 49, 64, 49),
+        ),
+        (
+            "  input %x: f32[1,256]\n\
+             param %w: f32[1000,256] = he(seed=6)\n\
+             param %b: f32[1000] = uniform(low=-1, high=1, seed=7)\n\
+             %y = Gemm(%x, %w, %b) {transB=1}\n  output %y\n"
+                .into(),
+            vec![("x".into(), rand_f32(&[1, 256], 15, -1.0, 1.0))],
+            None,
+            (1000, 1, 256, 1),
+        ),
+    ]
+}
+
+#[test]
+fn lanes_layout_convs_and_fc_match_the_interpreter() {
+    if Kernel::best() != Kernel::Avx512 {
+        eprintln!("skipped: the lanes layout needs AVX-512F, which this machine lacks");
+        return;
+    }
+    for (i, (body, ins, algo, (m, n, k, seg))) in cases().into_iter().enumerate() {
+        assert_eq!(
+            Layout::choose_segments(m, n, k, seg),
+            Layout::Lanes,
+            "case {i}: the rule no longer picks lanes for {m}x{n}x{k}"
+        );
+        let g = parse(&body);
+        let opts = CpuOptions {
+            conv_algo: algo,
+            ..Default::default()
+        };
+        // F(4x4)'s documented bound (ARCHITECTURE.md, "Accuracy"), else
+        // the default one.
+        let (rtol, atol) = if algo == Some(ConvAlgo::Winograd4) {
+            (2e-4, 2e-4)
+        } else {
+            (1e-4, 1e-5)
+        };
+        check_with(&g, &ins, rtol, atol, &opts);
+        let mut exe = compile_cpu(&g, &opts).expect("compile");
+        let one = bits(&exe.run(&ins).expect("run"));
+        exe.set_threads(2).expect("threads");
+        let two = bits(&exe.run(&ins).expect("run"));
+        assert_eq!(one, two, "case {i}: 2 threads differ from 1");
+    }
+}
