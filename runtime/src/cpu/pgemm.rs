@@ -2905,6 +2905,47 @@ mod tests {
         }
     }
 
+    /// `f` on `pool`, native splits using `threads` threads.
+    fn on_pool<T: Send>(
+        pool: &rayon::ThreadPool,
+        threads: usize,
+        f: impl FnOnce() -> T + Send,
+    ) -> T {
+        pool.install(|| with_threads(threads, f))
+    }
+
+    /// Whether this machine runs the lanes kernel (else the calling test
+    /// says it is skipped).
+    fn lanes_supported() -> bool {
+        let on = Kernel::Avx512.supported();
+        if !on {
+            eprintln!("skipped: the lanes layout needs AVX-512F, which this machine lacks");
+        }
+        on
+    }
+
+    /// Runs `run` (C for a packed A and a thread count) on `a` (`m x k`)
+    /// packed in panels at 1 thread and in lanes at 1 and 2 threads, and
+    /// asserts the lanes results bitwise equal (NaN for NaN).
+    fn lanes_equal_panels(
+        what: &str,
+        (m, k): (usize, usize),
+        a: &[f32],
+        run: impl Fn(&AlignedBuf, usize) -> Vec<f32>,
+    ) {
+        let want = run(&pack_a_with(Kernel::Avx512, m, k, a, k, 1, 1.0), 1);
+        let lanes = pack_a_for(Layout::Lanes, m, k, a, k, 1, 1.0);
+        for threads in [1, 2] {
+            let got = run(&lanes, threads);
+            for (q, (x, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    x.to_bits() == w.to_bits() || (x.is_nan() && w.is_nan()),
+                    "{what} t={threads} at {q}: {x} vs {w}"
+                );
+            }
+        }
+    }
+
     /// The lanes layout against the panels layout, which the other tests
     /// check against f64 references: bitwise equal C for m around the
     /// 16- and 32-lane boundaries, n around the 14-column tiles, k below,
@@ -2914,8 +2955,7 @@ mod tests {
     /// row-major is the mismatch error.
     #[test]
     fn lanes_layout_matches_panels_layout_bitwise() {
-        if !Kernel::Avx512.supported() {
-            eprintln!("skipped: the lanes layout needs AVX-512F, which this machine lacks");
+        if !lanes_supported() {
             return;
         }
         let pool = rayon::ThreadPoolBuilder::new()
@@ -2938,10 +2978,6 @@ mod tests {
                     let res: Vec<f32> = (0..m * n)
                         .map(|i| if i % 29 == 7 { f32::NAN } else { val(i, 13) })
                         .collect();
-                    let packs = [
-                        pack_a_with(Kernel::Avx512, m, k, &a, k, 1, 1.0),
-                        pack_a_for(Layout::Lanes, m, k, &a, k, 1, 1.0),
-                    ];
                     for mode in 0..4 {
                         let tc = mode == 3;
                         let (c_rs, c_cs) = if tc { (1, m as isize) } else { (n as isize, 1) };
@@ -2959,36 +2995,25 @@ mod tests {
                         };
                         let run = |pa: &AlignedBuf, threads: usize| {
                             let mut c: Vec<f32> = (0..m * n).map(|i| val(i, 3)).collect();
-                            let rc = pool.install(|| {
-                                with_threads(threads, || unsafe {
-                                    dnnc_sgemm_packed(
-                                        pa.as_ptr() as *const f32,
-                                        m,
-                                        n,
-                                        k,
-                                        b.as_ptr(),
-                                        n as isize,
-                                        1,
-                                        c.as_mut_ptr(),
-                                        c_rs,
-                                        c_cs,
-                                        epv,
-                                    )
-                                })
+                            let rc = on_pool(&pool, threads, || unsafe {
+                                dnnc_sgemm_packed(
+                                    pa.as_ptr() as *const f32,
+                                    m,
+                                    n,
+                                    k,
+                                    b.as_ptr(),
+                                    n as isize,
+                                    1,
+                                    c.as_mut_ptr(),
+                                    c_rs,
+                                    c_cs,
+                                    epv,
+                                )
                             });
                             assert_eq!(rc, 0, "{m}x{n}x{k} mode {mode}");
                             c
                         };
-                        let want = run(&packs[0], 1);
-                        for threads in [1, 2] {
-                            let got = run(&packs[1], threads);
-                            for (q, (x, w)) in got.iter().zip(&want).enumerate() {
-                                assert!(
-                                    x.to_bits() == w.to_bits() || (x.is_nan() && w.is_nan()),
-                                    "{m}x{n}x{k} mode {mode} t={threads} at {q}: {x} vs {w}"
-                                );
-                            }
-                        }
+                        lanes_equal_panels(&format!("{m}x{n}x{k} mode {mode}"), (m, k), &a, run);
                         cases += 1;
                     }
                 }
@@ -3042,8 +3067,7 @@ mod tests {
     /// bias and clamp, at 1 and 2 threads.
     #[test]
     fn lanes_layout_matrix_vector_matches_the_panels_gemv() {
-        if !Kernel::Avx512.supported() {
-            eprintln!("skipped: the lanes layout needs AVX-512F, which this machine lacks");
+        if !lanes_supported() {
             return;
         }
         let pool = rayon::ThreadPoolBuilder::new()
@@ -3066,39 +3090,27 @@ mod tests {
                 let (xp, epp) = (x.as_ptr() as usize, &ep as *const Epilogue as usize);
                 let run = |pa: &AlignedBuf, threads: usize| {
                     let pap = pa.as_ptr() as usize;
-                    let (c, rc) = pool.install(|| {
-                        with_threads(threads, || unsafe {
-                            let mut c = vec![f32::NAN; m];
-                            let rc = dnnc_sgemm_packed(
-                                pap as *const f32,
-                                m,
-                                1,
-                                k,
-                                xp as *const f32,
-                                1,
-                                k as isize,
-                                c.as_mut_ptr(),
-                                1,
-                                m as isize,
-                                epp,
-                            );
-                            (c, rc)
-                        })
+                    let (c, rc) = on_pool(&pool, threads, || unsafe {
+                        let mut c = vec![f32::NAN; m];
+                        let rc = dnnc_sgemm_packed(
+                            pap as *const f32,
+                            m,
+                            1,
+                            k,
+                            xp as *const f32,
+                            1,
+                            k as isize,
+                            c.as_mut_ptr(),
+                            1,
+                            m as isize,
+                            epp,
+                        );
+                        (c, rc)
                     });
                     assert_eq!(rc, 0, "{m}x1x{k}");
                     c
                 };
-                let want = run(&pack_a_with(Kernel::Avx512, m, k, &a, k, 1, 1.0), 1);
-                let lanes = pack_a_for(Layout::Lanes, m, k, &a, k, 1, 1.0);
-                for threads in [1, 2] {
-                    let got = run(&lanes, threads);
-                    for (q, (g, w)) in got.iter().zip(&want).enumerate() {
-                        assert!(
-                            g.to_bits() == w.to_bits(),
-                            "{m}x1x{k} t={threads} at {q}: {g} vs {w}"
-                        );
-                    }
-                }
+                lanes_equal_panels(&format!("{m}x1x{k}"), (m, k), &a, run);
             }
         }
     }
@@ -3109,8 +3121,7 @@ mod tests {
     /// with a fused epilogue, at 1 and 2 threads.
     #[test]
     fn lanes_layout_reads_gathered_b_as_the_panels_layout() {
-        if !Kernel::Avx512.supported() {
-            eprintln!("skipped: the lanes layout needs AVX-512F, which this machine lacks");
+        if !lanes_supported() {
             return;
         }
         let pool = rayon::ThreadPoolBuilder::new()
@@ -3158,37 +3169,25 @@ mod tests {
                 );
                 let run = |pa: &AlignedBuf, threads: usize| {
                     let pap = pa.as_ptr() as usize;
-                    let (c, rc) = pool.install(|| {
-                        with_threads(threads, || unsafe {
-                            let mut c = vec![f32::NAN; m * n];
-                            let rc = dnnc_sgemm_packed_gather(
-                                pap as *const f32,
-                                m,
-                                n,
-                                k,
-                                gp as *const Gather,
-                                c.as_mut_ptr(),
-                                n as isize,
-                                1,
-                                epp,
-                            );
-                            (c, rc)
-                        })
+                    let (c, rc) = on_pool(&pool, threads, || unsafe {
+                        let mut c = vec![f32::NAN; m * n];
+                        let rc = dnnc_sgemm_packed_gather(
+                            pap as *const f32,
+                            m,
+                            n,
+                            k,
+                            gp as *const Gather,
+                            c.as_mut_ptr(),
+                            n as isize,
+                            1,
+                            epp,
+                        );
+                        (c, rc)
                     });
                     assert_eq!(rc, 0, "{m}x{n}x{k} seg {seg_len}");
                     c
                 };
-                let want = run(&pack_a_with(Kernel::Avx512, m, k, &a, k, 1, 1.0), 1);
-                let lanes = pack_a_for(Layout::Lanes, m, k, &a, k, 1, 1.0);
-                for threads in [1, 2] {
-                    let got = run(&lanes, threads);
-                    for (q, (x, w)) in got.iter().zip(&want).enumerate() {
-                        assert!(
-                            x.to_bits() == w.to_bits(),
-                            "{m}x{n}x{k} seg {seg_len} t={threads} at {q}: {x} vs {w}"
-                        );
-                    }
-                }
+                lanes_equal_panels(&format!("{m}x{n}x{k} seg {seg_len}"), (m, k), &a, run);
             }
         }
     }
