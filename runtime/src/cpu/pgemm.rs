@@ -2412,22 +2412,20 @@ mod tests {
         let (c_rs, c_cs) = if tc { (1, m as isize) } else { (n as isize, 1) };
         let init = |i: usize| if acc { val(i, 3) } else { f32::NAN };
         let mut c: Vec<f32> = (0..m * n).map(init).collect();
-        let rc = pool.install(|| {
-            with_threads(threads, || unsafe {
-                dnnc_sgemm_packed(
-                    pa.as_ptr() as *const f32,
-                    m,
-                    n,
-                    k,
-                    b.as_ptr(),
-                    b_rs,
-                    b_cs,
-                    c.as_mut_ptr(),
-                    c_rs,
-                    c_cs,
-                    acc as usize,
-                )
-            })
+        let rc = on_pool(pool, threads, || unsafe {
+            dnnc_sgemm_packed(
+                pa.as_ptr() as *const f32,
+                m,
+                n,
+                k,
+                b.as_ptr(),
+                b_rs,
+                b_cs,
+                c.as_mut_ptr(),
+                c_rs,
+                c_cs,
+                acc as usize,
+            )
         });
         assert_eq!(rc, 0);
         let mut want = vec![0f64; m * n];
@@ -2533,17 +2531,33 @@ mod tests {
                     let gp = &g as *const Gather as usize;
                     let pap = pa.as_ptr() as usize;
                     let bp = b.as_ptr() as usize;
-                    let want = pool.install(|| {
-                        with_threads(1, || unsafe {
+                    let want = on_pool(&pool, 1, || unsafe {
+                        let mut c = vec![f32::NAN; m * n];
+                        let rc = dnnc_sgemm_packed(
+                            pap as *const f32,
+                            m,
+                            n,
+                            k,
+                            bp as *const f32,
+                            n as isize,
+                            1,
+                            c.as_mut_ptr(),
+                            n as isize,
+                            1,
+                            epp,
+                        );
+                        assert_eq!(rc, 0);
+                        c
+                    });
+                    for threads in [1, 2] {
+                        let got = on_pool(&pool, threads, || unsafe {
                             let mut c = vec![f32::NAN; m * n];
-                            let rc = dnnc_sgemm_packed(
+                            let rc = dnnc_sgemm_packed_gather(
                                 pap as *const f32,
                                 m,
                                 n,
                                 k,
-                                bp as *const f32,
-                                n as isize,
-                                1,
+                                gp as *const Gather,
                                 c.as_mut_ptr(),
                                 n as isize,
                                 1,
@@ -2551,26 +2565,6 @@ mod tests {
                             );
                             assert_eq!(rc, 0);
                             c
-                        })
-                    });
-                    for threads in [1, 2] {
-                        let got = pool.install(|| {
-                            with_threads(threads, || unsafe {
-                                let mut c = vec![f32::NAN; m * n];
-                                let rc = dnnc_sgemm_packed_gather(
-                                    pap as *const f32,
-                                    m,
-                                    n,
-                                    k,
-                                    gp as *const Gather,
-                                    c.as_mut_ptr(),
-                                    n as isize,
-                                    1,
-                                    epp,
-                                );
-                                assert_eq!(rc, 0);
-                                c
-                            })
                         });
                         for (i, (x, w)) in got.iter().zip(&want).enumerate() {
                             assert_eq!(
@@ -2768,25 +2762,23 @@ mod tests {
         };
         for threads in [1, 2] {
             let mut c = vec![f32::NAN; count * m * n];
-            let rc = pool.install(|| {
-                super::super::native::with_threads(threads, || unsafe {
-                    dnnc_sgemm_packed_batch(
-                        packed.as_ptr(),
-                        stride,
-                        m,
-                        n,
-                        k,
-                        b.as_ptr(),
-                        k * n,
-                        n as isize,
-                        1,
-                        c.as_mut_ptr(),
-                        m * n,
-                        n as isize,
-                        1,
-                        count,
-                    )
-                })
+            let rc = on_pool(&pool, threads, || unsafe {
+                dnnc_sgemm_packed_batch(
+                    packed.as_ptr(),
+                    stride,
+                    m,
+                    n,
+                    k,
+                    b.as_ptr(),
+                    k * n,
+                    n as isize,
+                    1,
+                    c.as_mut_ptr(),
+                    m * n,
+                    n as isize,
+                    1,
+                    count,
+                )
             });
             assert_eq!(rc, 0);
             assert!(
@@ -2887,22 +2879,20 @@ mod tests {
                     .map(|i| if i % 29 == 7 { f32::NAN } else { val(i, 13) })
                     .collect();
                 let gemm = |ep: usize, c: &mut Vec<f32>, threads: usize| {
-                    let rc = pool.install(|| {
-                        with_threads(threads, || unsafe {
-                            dnnc_sgemm_packed(
-                                pa.as_ptr() as *const f32,
-                                m,
-                                n,
-                                k,
-                                b.as_ptr(),
-                                n as isize,
-                                1,
-                                c.as_mut_ptr(),
-                                n as isize,
-                                1,
-                                ep,
-                            )
-                        })
+                    let rc = on_pool(&pool, threads, || unsafe {
+                        dnnc_sgemm_packed(
+                            pa.as_ptr() as *const f32,
+                            m,
+                            n,
+                            k,
+                            b.as_ptr(),
+                            n as isize,
+                            1,
+                            c.as_mut_ptr(),
+                            n as isize,
+                            1,
+                            ep,
+                        )
                     });
                     assert_eq!(rc, 0);
                 };
@@ -3364,22 +3354,20 @@ mod tests {
                         for threads in [1, 2] {
                             let mut c = vec![f32::NAN; m * n];
                             set_narrow(narrow);
-                            let rc = pool.install(|| {
-                                with_threads(threads, || unsafe {
-                                    dnnc_sgemm_packed(
-                                        pa.as_ptr() as *const f32,
-                                        m,
-                                        n,
-                                        k,
-                                        b.as_ptr(),
-                                        n as isize,
-                                        1,
-                                        c.as_mut_ptr(),
-                                        n as isize,
-                                        1,
-                                        epa,
-                                    )
-                                })
+                            let rc = on_pool(&pool, threads, || unsafe {
+                                dnnc_sgemm_packed(
+                                    pa.as_ptr() as *const f32,
+                                    m,
+                                    n,
+                                    k,
+                                    b.as_ptr(),
+                                    n as isize,
+                                    1,
+                                    c.as_mut_ptr(),
+                                    n as isize,
+                                    1,
+                                    epa,
+                                )
                             });
                             set_narrow(true);
                             assert_eq!(rc, 0);

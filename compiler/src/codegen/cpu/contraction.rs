@@ -637,15 +637,9 @@ pub(crate) fn sgemm_packed_ep(
     (c_rs, c_cs): (i64, i64),
     mode: Value,
 ) {
-    let mut args = vec![ap, e.ci(m as i64), e.ci(n as i64), e.ci(k as i64), b];
-    args.push(e.ci(b_rs));
-    args.push(e.ci(b_cs));
-    args.push(cp);
-    args.push(e.ci(c_rs));
-    args.push(e.ci(c_cs));
-    args.push(mode);
+    let b = [b, e.ci(b_rs), e.ci(b_cs)];
     let f = e.psgemm;
-    call_packed(e, f, &args);
+    call_packed(e, f, ap, (m, n, k), &b, (cp, (c_rs, c_cs)), mode);
 }
 
 /// A weight buffer holding `v`.
@@ -1622,19 +1616,26 @@ fn sgemm_packed_gather(
     (c_rs, c_cs): (i64, i64),
     mode: Value,
 ) {
-    let mut args = vec![ap, e.ci(m as i64), e.ci(n as i64), e.ci(k as i64), gather];
-    args.push(cp);
-    args.push(e.ci(c_rs));
-    args.push(e.ci(c_cs));
-    args.push(mode);
     let f = e.gsgemm;
-    call_packed(e, f, &args);
+    call_packed(e, f, ap, (m, n, k), &[gather], (cp, (c_rs, c_cs)), mode);
 }
 
-/// Calls a packed-weight GEMM helper, failing with error code 1
-/// ([`PACKED_MISMATCH`]) when it returns non-zero.
-fn call_packed(e: &mut Emit<'_>, f: cranelift_codegen::ir::FuncRef, args: &[Value]) {
-    let call = e.b.ins().call(f, args);
+/// Calls a packed-weight GEMM helper `f(ap, m, n, k, b.., c, c_rs, c_cs,
+/// mode)` (`b`: B's operands, strided or gathered), failing with error
+/// code 1 ([`PACKED_MISMATCH`]) when it returns non-zero.
+fn call_packed(
+    e: &mut Emit<'_>,
+    f: cranelift_codegen::ir::FuncRef,
+    ap: Value,
+    (m, n, k): (usize, usize, usize),
+    b: &[Value],
+    (cp, (c_rs, c_cs)): (Value, (i64, i64)),
+    mode: Value,
+) {
+    let mut args = vec![ap, e.ci(m as i64), e.ci(n as i64), e.ci(k as i64)];
+    args.extend_from_slice(b);
+    args.extend([cp, e.ci(c_rs), e.ci(c_cs), mode]);
+    let call = e.b.ins().call(f, &args);
     let rc = e.b.inst_results(call)[0];
     let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
     e.fail_if(bad, 1);
