@@ -62,6 +62,42 @@ fn depthwise_conv_with_epilogue_splits_over_planes() {
     split_equal(&g, &x(&[2, 13, 17, 19], 1), "Conv2d");
 }
 
+/// Batch-1 depthwise convs on maps wide enough that the pointwise conv
+/// before them splits by pixels split by bands of output rows instead of
+/// planes (see `band_rows` in the code generator): the in-place stride-1
+/// kernel (edge rows inside a band only when the band holds them), 5x5
+/// windows with two padding rows, and the stride-2 scratch kernel with its
+/// rows copied per band, both copied first and streamed. Each splits into
+/// bands of whole rows that do not divide the row count evenly at 3 and 7
+/// tasks.
+#[test]
+fn batch_one_depthwise_convs_split_over_row_bands() {
+    let cases = [
+        ([1usize, 3, 24, 32], "[3,1,3,3]", "pads=[1,1,1,1], group=3"),
+        ([1, 3, 24, 32], "[3,1,5,5]", "pads=[2,2,2,2], group=3"),
+        ([1, 3, 26, 18], "[3,1,3,3]", "pads=[0,0,0,0], group=3"),
+        ([1, 3, 48, 64], "[3,1,3,3]", "strides=[2,2], pads=[1,1,1,1], group=3"),
+        ([1, 2, 128, 128], "[2,1,3,3]", "strides=[2,2], pads=[0,1,1,0], group=2"),
+    ];
+    for (i, (shape, ws, attrs)) in cases.into_iter().enumerate() {
+        let [_, c, h, w] = shape;
+        let g = parse(&format!(
+            "  input %x: f32[1,{c},{h},{w}]
+  param %w: f32{ws} = he(seed={i})
+  param %b: f32[{c}] = he(seed=4)
+  %c = Conv2d(%x, %w, %b) {{{attrs}}}
+  %y = Clip(%c) {{min=0.0, max=6.0}}
+  output %y"
+        ));
+        let oh = g.value(g.outputs()[0]).ty.shape[2];
+        let exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+        let split = exe.steps().iter().find(|s| s.op.contains("Conv2d")).unwrap().split;
+        // Units of whole rows (not the `c` planes).
+        assert!(split > c && oh % split == 0, "{attrs}: {split} units for {oh} rows");
+        split_equal(&g, &x(&shape, 10 + i as u64), "Conv2d");
+    }
+}
+
 #[test]
 fn im2col_conv_with_fused_epilogue_splits_over_images_groups_and_chunks() {
     // 2 images x 2 groups, one chunk each: 4 units; bias, residual Add and

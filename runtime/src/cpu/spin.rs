@@ -19,30 +19,67 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-/// One split call: tasks `0..n` of `f`, claimed by an atomic counter.
+/// One split call: tasks `0..n` of `f`. Up to 64 tasks are claimed by
+/// bit, each participant taking its home task first (the owner task 0,
+/// worker `w` task `w + 1`) and then any task left; more are claimed by an
+/// atomic counter. Home tasks keep task `t` of every split on the same
+/// thread, so when consecutive kernels split the same way (the pixel
+/// halves of a pointwise conv and the row bands of the depthwise conv
+/// after it) each task reads what its own core wrote: a cache line from
+/// the other core's L2 streams at ~24 GB/s here, from its own at ~85.
 struct Job<'a> {
     f: &'a (dyn Fn(usize) + Sync),
     n: usize,
     next: AtomicUsize,
+    /// Tasks claimed, one bit each, when `n <= 64`.
+    claimed: std::sync::atomic::AtomicU64,
     done: AtomicUsize,
     panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 impl Job<'_> {
-    /// Claims and runs tasks until none is left.
-    fn work(&self) {
+    /// Claims and runs tasks until none is left, starting with task
+    /// `home` if it is still free (a participant that arrives late, or
+    /// finishes early, takes the others' tasks).
+    fn work(&self, home: usize) {
+        if self.n <= 64 {
+            let mut first = Some(home).filter(|&h| h < self.n);
+            loop {
+                let i = match first.take() {
+                    Some(h) => h,
+                    None => {
+                        let taken = self.claimed.load(Ordering::Relaxed);
+                        let free = !taken & (u64::MAX >> (64 - self.n));
+                        if free == 0 {
+                            return;
+                        }
+                        free.trailing_zeros() as usize
+                    }
+                };
+                let bit = 1u64 << i;
+                if self.claimed.fetch_or(bit, Ordering::Relaxed) & bit != 0 {
+                    continue;
+                }
+                self.run(i);
+            }
+        }
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             if i >= self.n {
                 return;
             }
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| (self.f)(i))) {
-                if let Ok(mut slot) = self.panic.lock() {
-                    slot.get_or_insert(p);
-                }
-            }
-            self.done.fetch_add(1, Ordering::Release);
+            self.run(i);
         }
+    }
+
+    /// Runs claimed task `i`, keeping the first panic.
+    fn run(&self, i: usize) {
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| (self.f)(i))) {
+            if let Ok(mut slot) = self.panic.lock() {
+                slot.get_or_insert(p);
+            }
+        }
+        self.done.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -109,7 +146,7 @@ fn relax() {
 /// 2-vCPU machine spinning for a whole run made 2-thread runs slower).
 const SPIN_WINDOW: std::time::Duration = std::time::Duration::from_micros(300);
 
-fn worker(s: Arc<Shared>) {
+fn worker(s: Arc<Shared>, home: usize) {
     let mut since = std::time::Instant::now();
     loop {
         if !s.job.load(Ordering::Relaxed).is_null() {
@@ -118,7 +155,7 @@ fn worker(s: Arc<Shared>) {
             if !p.is_null() {
                 // SAFETY: the owner keeps the job alive until `inside`
                 // drops to 0 after it cleared `job` (see `Shared::inside`).
-                unsafe { (*p).work() };
+                unsafe { (*p).work(home) };
             }
             s.inside.fetch_sub(1, Ordering::SeqCst);
             since = std::time::Instant::now();
@@ -175,7 +212,7 @@ impl SpinPool {
             let s = pool.shared.clone();
             let h = std::thread::Builder::new()
                 .name(format!("dnnc-spin-{i}"))
-                .spawn(move || worker(s))
+                .spawn(move || worker(s, i + 1))
                 .map_err(|e| format!("cannot start a worker thread: {e}"))?;
             pool.workers.push(h);
         }
@@ -296,6 +333,7 @@ pub fn par_for(n: usize, f: &(dyn Fn(usize) + Sync)) {
         f,
         n,
         next: AtomicUsize::new(0),
+        claimed: std::sync::atomic::AtomicU64::new(0),
         done: AtomicUsize::new(0),
         panic: Mutex::new(None),
     };
@@ -307,7 +345,7 @@ pub fn par_for(n: usize, f: &(dyn Fn(usize) + Sync)) {
         let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
         s.wake.notify_all();
     }
-    job.work();
+    job.work(0);
     while job.done.load(Ordering::Acquire) < n {
         relax();
     }
@@ -328,6 +366,34 @@ mod tests {
 
     fn counts(n: usize) -> Vec<AtomicU32> {
         (0..n).map(|_| AtomicU32::new(0)).collect()
+    }
+
+    /// Each participant starts with its home task, then takes the free
+    /// ones in order; past 64 tasks the counter hands them out.
+    #[test]
+    fn participants_start_with_their_home_task() {
+        for n in [3usize, 64, 65] {
+            let order = Mutex::new(Vec::new());
+            let f = |i: usize| order.lock().unwrap().push(i);
+            let job = Job {
+                f: &f,
+                n,
+                next: AtomicUsize::new(0),
+                claimed: std::sync::atomic::AtomicU64::new(0),
+                done: AtomicUsize::new(0),
+                panic: Mutex::new(None),
+            };
+            job.work(2);
+            assert_eq!(job.done.load(Ordering::Relaxed), n);
+            drop(job);
+            let order = order.into_inner().unwrap();
+            let want: Vec<usize> = if n <= 64 {
+                std::iter::once(2).chain((0..n).filter(|&i| i != 2)).collect()
+            } else {
+                (0..n).collect()
+            };
+            assert_eq!(order, want, "{n} tasks");
+        }
     }
 
     #[test]

@@ -310,56 +310,87 @@ impl PadPlane {
         });
     }
 
+    /// The input rows (of `[0, hc)`) that output rows up to `r_end` read
+    /// end before: `[.., rows_to(r_end))`.
+    fn rows_to(&self, e: &mut Emit<'_>, r_end: Value) -> Value {
+        let win = self.win;
+        let (sh, pt) = (win.sh as i64, win.pt as i64);
+        let reach = ((win.kh - 1) * win.dh) as i64;
+        let t = e.b.ins().imul_imm_s(r_end, sh);
+        let t = e.b.ins().iadd_imm_s(t, reach - sh + 1 - pt);
+        let z = e.ci(0);
+        let t = e.b.ins().smax(t, z);
+        let c = e.ci(self.hc as i64);
+        e.b.ins().smin(t, c)
+    }
+
+    /// The first input row (of `[0, hc]`) output row `r` reads.
+    fn row_start(&self, e: &mut Emit<'_>, r: Value) -> Value {
+        let t = e.b.ins().imul_imm_s(r, self.win.sh as i64);
+        let t = e.b.ins().iadd_imm_s(t, -(self.win.pt as i64));
+        let z = e.ci(0);
+        let t = e.b.ins().smax(t, z);
+        let c = e.ci(self.hc as i64);
+        e.b.ins().smin(t, c)
+    }
+
+    /// Copies the input rows output rows `[r0, r1)` read (run-time values)
+    /// of plane `x[xo..]` into the scratch, as [`PadPlane::copy`] does for
+    /// the whole plane.
+    pub fn copy_band(&self, e: &mut Emit<'_>, x: Value, xo: Value, (r0, r1): (Value, Value)) {
+        let lo = self.row_start(e, r0);
+        let hi = self.rows_to(e, r1);
+        self.copy_rows(e, (x, xo, None), lo, hi);
+    }
+
     /// Computes every output of the plane into `y[yo..]` (element offset),
     /// `rb` output rows and `u` f32x4 blocks per step. With `src` (the
     /// plane `x[xo..]` and an optional NaN mask, as for
     /// [`PadPlane::copy`]) the input rows are copied in as the row blocks
-    /// first need them; without, the plane must already be copied.
+    /// first need them; without, the plane must already be copied (for
+    /// `band`, the rows [`PadPlane::copy_band`] copies). `band`: only
+    /// output rows `[r0, r1)` (run-time values), one row per step (`rb`
+    /// must be 1).
     #[allow(clippy::too_many_arguments)]
     pub fn compute(
         &self,
         e: &mut Emit<'_>,
-        y: Value,
-        yo: Value,
+        (y, yo): (Value, Value),
         op: &Combine,
-        rb: usize,
-        u: usize,
+        (rb, u): (usize, usize),
         out: &Store<'_, '_>,
         src: Option<Src>,
+        band: Option<(Value, Value)>,
     ) -> Result<(), String> {
         let win = self.win;
+        if band.is_some() && rb != 1 {
+            return Err("a band of output rows is computed one row per step".into());
+        }
         if self.direct {
-            return self.compute_direct(e, (y, yo), op, (rb, u), out, src);
+            return self.compute_direct(e, (y, yo), op, (rb, u), out, src, band);
         }
         let rb = rb.clamp(1, win.oh);
         let mut err: Option<String> = None;
         let full = win.oh / rb * rb;
         let ps = self.ptr_slot.expect("scratch not allocated");
-        // The input rows the row blocks up to output row `r_end` read:
-        // [0, rows_to(r_end)).
-        let (sh, pt) = (win.sh as i64, win.pt as i64);
-        let reach = ((win.kh - 1) * win.dh) as i64;
-        let hc = self.hc as i64;
-        let rows_to = |e: &mut Emit<'_>, r_end: Value| {
-            let t = e.b.ins().imul_imm_s(r_end, sh);
-            let t = e.b.ins().iadd_imm_s(t, reach - sh + 1 - pt);
-            let z = e.ci(0);
-            let t = e.b.ins().smax(t, z);
-            let c = e.ci(hc);
-            e.b.ins().smin(t, c)
-        };
         // With `src`, the plane's rows are copied just before the first
         // row block that reads them, so the copy's cache misses overlap
         // the previous blocks' arithmetic instead of all coming first.
         let fetch = |e: &mut Emit<'_>, r: Value, n: usize| {
             if let Some(src) = src {
-                // Rows before block `r` are copied (none before row 0).
-                let lo = rows_to(e, r);
-                let z = e.ci(0);
-                let first = e.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
-                let lo = e.b.ins().select(first, z, lo);
+                // Rows before block `r` are copied (none before the first
+                // row, or before a band's first row its window's first).
+                let lo = self.rows_to(e, r);
+                let (first, start) = match band {
+                    Some((r0, _)) => {
+                        let first = e.b.ins().icmp(IntCC::Equal, r, r0);
+                        (first, self.row_start(e, r))
+                    }
+                    None => (e.b.ins().icmp_imm_s(IntCC::Equal, r, 0), e.ci(0)),
+                };
+                let lo = e.b.ins().select(first, start, lo);
                 let r_end = e.b.ins().iadd_imm_s(r, n as i64);
-                let hi = rows_to(e, r_end);
+                let hi = self.rows_to(e, r_end);
                 self.copy_rows(e, src, lo, hi);
             }
         };
@@ -375,6 +406,10 @@ impl PadPlane {
                 err.get_or_insert(m);
             }
         };
+        if let Some((r0, r1)) = band {
+            e.for_range(r0, r1, 1, |e, r| block_at(e, r, 1));
+            return err.map_or(Ok(()), Err);
+        }
         if full > 0 {
             let s = e.ci(0);
             let en = e.ci(full as i64);
@@ -390,7 +425,9 @@ impl PadPlane {
     /// [`PadPlane::compute`] for a [`PadPlane::new_direct`] layout: `src`
     /// names the plane read in place. The output rows whose windows reach
     /// the top or bottom padding are emitted one by one (which of their
-    /// taps are padding is then static), the rest as a loop.
+    /// taps are padding is then static), the rest as a loop; within
+    /// `band`, each of those rows only when the band holds it.
+    #[allow(clippy::too_many_arguments)]
     fn compute_direct(
         &self,
         e: &mut Emit<'_>,
@@ -399,6 +436,7 @@ impl PadPlane {
         (rb, u): (usize, usize),
         out: &Store<'_, '_>,
         src: Option<Src>,
+        band: Option<(Value, Value)>,
     ) -> Result<(), String> {
         let win = self.win;
         let (x, xo, _) = src.ok_or("an in-place plane needs its input")?;
@@ -420,9 +458,39 @@ impl PadPlane {
                 .map(|i| (r + i).checked_sub(win.pt).is_some_and(|ih| ih < win.h))
                 .collect()
         };
-        for r in 0..top {
+        // An edge row, emitted for its static padding (under a band, only
+        // when the band holds it).
+        fn edge<'e>(
+            e: &mut Emit<'e>,
+            r: usize,
+            valid: &[bool],
+            band: Option<(Value, Value)>,
+            row: &mut impl FnMut(&mut Emit<'e>, Value, usize, Option<&[bool]>),
+        ) {
             let rv = e.ci(r as i64);
-            row(e, rv, 1, Some(&valid(r)));
+            match band {
+                Some((r0, r1)) => {
+                    let a = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, r0, rv);
+                    let b = e.b.ins().icmp(IntCC::SignedLessThan, rv, r1);
+                    let c = e.b.ins().band(a, b);
+                    e.when(c, |e| row(e, rv, 1, Some(valid)));
+                }
+                None => row(e, rv, 1, Some(valid)),
+            }
+        }
+        for r in 0..top {
+            edge(e, r, &valid(r), band, &mut row);
+        }
+        if let Some((r0, r1)) = band {
+            let t = e.ci(top as i64);
+            let s = e.b.ins().smax(r0, t);
+            let b = e.ci(bot as i64);
+            let en = e.b.ins().smin(r1, b);
+            e.for_range(s, en, 1, |e, r| row(e, r, 1, None));
+            for r in bot..win.oh {
+                edge(e, r, &valid(r), band, &mut row);
+            }
+            return err.map_or(Ok(()), Err);
         }
         let rb = rb.clamp(1, (bot - top).max(1));
         let full = top + (bot - top) / rb * rb;
@@ -850,9 +918,22 @@ pub(crate) fn depthwise(
     let (rb, u) = (1, if taps <= 9 { 2 } else { 1 });
     let mut err = None;
     // Task units (the kernel ABI's split): the N*M output planes, each
-    // with its own epilogue; the padded plane is scratch on this call's
+    // with its own epilogue, or bands of output rows across all planes
+    // ([`band_rows`]); the padded plane is scratch on this call's
     // stack frame, so every task has its own.
-    let (lo, hi) = e.task_range(geo.n * geo.m)?;
+    let band = match band_rows(geo) {
+        Some(u) if fused.is_some() || spec.is_none() => {
+            let (lo, hi) = e.task_range(geo.oh / u)?;
+            let lo = e.b.ins().imul_imm_s(lo, u as i64);
+            let hi = e.b.ins().imul_imm_s(hi, u as i64);
+            Some((lo, hi))
+        }
+        _ => None,
+    };
+    let (lo, hi) = match band {
+        Some(_) => (e.ci(0), e.ci((geo.n * geo.m) as i64)),
+        None => e.task_range(geo.n * geo.m)?,
+    };
     // (image, channel) of plane `pn`, divided out once per task and then
     // stepped: compiled in order, a division by a constant stays a `div`
     // instruction (two per plane; stepping measured within noise of it,
@@ -880,7 +961,10 @@ pub(crate) fn depthwise(
             let src = if plane.direct || plane.streams() {
                 Some((x, xo, None))
             } else {
-                plane.copy(e, x, xo, None);
+                match band {
+                    Some(b) => plane.copy_band(e, x, xo, b),
+                    None => plane.copy(e, x, xo, None),
+                }
                 None
             };
             let wo = e.b.ins().imul_imm_s(co, taps as i64);
@@ -901,10 +985,10 @@ pub(crate) fn depthwise(
             let r = match &fused {
                 Some(f) => {
                     let p = f.plane(e, n, co);
-                    plane.compute(e, y, yo, &op, rb, u, &Store::Fused(f, &p), src)
+                    plane.compute(e, (y, yo), &op, (rb, u), &Store::Fused(f, &p), src, band)
                 }
                 None => plane
-                    .compute(e, y, yo, &op, rb, u, &Store::Plain, src)
+                    .compute(e, (y, yo), &op, (rb, u), &Store::Plain, src, band)
                     .and_then(|_| super::contraction::tile_epilogue(e, spec, n, co, 1)),
             };
             if let Err(m) = r {
@@ -914,6 +998,35 @@ pub(crate) fn depthwise(
     });
     e.end_hoist();
     err.map_or(Ok(()), Err)
+}
+
+/// The rows per split unit when a depthwise conv splits across tasks by
+/// bands of output rows (every channel) rather than by channel planes:
+/// when the pointwise conv that usually produces its input, a GEMM over
+/// the same pixels, splits by columns (pixels) rather than by row panels
+/// (channels); see `dnnc_runtime::cpu::pgemm`'s split rule, 14-row panels
+/// against 32-column tiles. With the spin pool's home tasks, each task
+/// then reads the rows its own core wrote (a cache line from the other
+/// core's L2 streams at ~24 GB/s here, from its own at ~85), and so does
+/// the next pointwise conv, split by columns too. A unit is the fewest
+/// rows that end on a cache line, and planes must start on one: two tasks
+/// writing one line at the same time pass it back and forth (unaligned
+/// bands measured MobileNet-V2's 28x28 depthwise convs 0.047 → 0.065 ms at
+/// 2 threads). Batches keep planes (their GEMMs split by image).
+///
+/// MobileNet-V2 at 2 threads, per-kernel medians of 5 alternating runs:
+/// its 56x56 projections 0.098 → 0.081 and 0.068 → 0.057 ms, the 32 → 16
+/// conv on 112x112 0.120 → 0.117; its 56x56 depthwise conv itself 0.124 →
+/// 0.139 (its halo rows come from the other core); whole runs 3.43 → 3.36
+/// ms (medians of 7).
+fn band_rows(geo: &dnnc_passes::ConvGeom) -> Option<usize> {
+    if geo.n != 1 || geo.oh < 8 || (geo.h * geo.w).div_ceil(32) <= geo.m.div_ceil(14) {
+        return None;
+    }
+    // Bands of whole cache lines: two tasks writing the same line of a
+    // plane at the same time pass it back and forth.
+    let u = (1..=8).find(|u| (u * geo.ow) % 16 == 0)?;
+    ((geo.oh * geo.ow) % 16 == 0 && geo.oh % (2 * u) == 0).then_some(u)
 }
 
 /// Where an output block goes: straight to the accumulator plane, or

@@ -325,6 +325,18 @@ impl<'a> Emit<'a> {
         self.b.switch_to_block(exit);
     }
 
+    /// Runs `body` only when `cond` (an `i8` truth value) holds at run
+    /// time.
+    pub fn when(&mut self, cond: Value, body: impl FnOnce(&mut Self)) {
+        let run = self.b.create_block();
+        let next = self.b.create_block();
+        self.b.ins().brif(cond, run, &[], next, &[]);
+        self.b.switch_to_block(run);
+        body(self);
+        self.b.ins().jump(next, &[]);
+        self.b.switch_to_block(next);
+    }
+
     /// `for i in 0..n` over a compile-time count.
     pub fn for_n(&mut self, n: usize, body: impl FnMut(&mut Self, Value)) {
         let s = self.ci(0);

@@ -444,13 +444,12 @@ fn pool(
             let nan = super::direct::nan_mask(e);
             pp.compute(
                 e,
-                y,
-                yo,
+                (y, yo),
                 &super::direct::Combine::Max,
-                pool_rows(win.sh),
-                2,
+                (pool_rows(win.sh), 2),
                 &super::direct::Store::Plain,
                 Some((x, xo, Some(nan))),
+                None,
             )
             .expect("plain stores cannot fail");
             let m = e.b.use_var(nan);
