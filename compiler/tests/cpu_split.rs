@@ -76,8 +76,16 @@ fn batch_one_depthwise_convs_split_over_row_bands() {
         ([1usize, 3, 24, 32], "[3,1,3,3]", "pads=[1,1,1,1], group=3"),
         ([1, 3, 24, 32], "[3,1,5,5]", "pads=[2,2,2,2], group=3"),
         ([1, 3, 26, 18], "[3,1,3,3]", "pads=[0,0,0,0], group=3"),
-        ([1, 3, 48, 64], "[3,1,3,3]", "strides=[2,2], pads=[1,1,1,1], group=3"),
-        ([1, 2, 128, 128], "[2,1,3,3]", "strides=[2,2], pads=[0,1,1,0], group=2"),
+        (
+            [1, 3, 48, 64],
+            "[3,1,3,3]",
+            "strides=[2,2], pads=[1,1,1,1], group=3",
+        ),
+        (
+            [1, 2, 128, 128],
+            "[2,1,3,3]",
+            "strides=[2,2], pads=[0,1,1,0], group=2",
+        ),
     ];
     for (i, (shape, ws, attrs)) in cases.into_iter().enumerate() {
         let [_, c, h, w] = shape;
@@ -91,9 +99,17 @@ fn batch_one_depthwise_convs_split_over_row_bands() {
         ));
         let oh = g.value(g.outputs()[0]).ty.shape[2];
         let exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
-        let split = exe.steps().iter().find(|s| s.op.contains("Conv2d")).unwrap().split;
+        let split = exe
+            .steps()
+            .iter()
+            .find(|s| s.op.contains("Conv2d"))
+            .unwrap()
+            .split;
         // Units of whole rows (not the `c` planes).
-        assert!(split > c && oh % split == 0, "{attrs}: {split} units for {oh} rows");
+        assert!(
+            split > c && oh % split == 0,
+            "{attrs}: {split} units for {oh} rows"
+        );
         split_equal(&g, &x(&shape, 10 + i as u64), "Conv2d");
     }
 }

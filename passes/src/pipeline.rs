@@ -4,6 +4,7 @@
 //! [`Pipeline`], so what a dump shows is what a backend compiles.
 
 use crate::conv_algo::SelectConvAlgo;
+use crate::egraph::EGraphOpt;
 use crate::fold_bn::FoldBatchNorm;
 use crate::fusion::{self, KernelGraph};
 use crate::simplify::Simplify;
@@ -47,6 +48,14 @@ pub enum PassError {
         pass: &'static str,
         /// Every violation.
         errors: Vec<VerifyError>,
+    },
+    /// A pass was configured with settings it cannot run with.
+    #[error("pass `{pass}`: {message}")]
+    Config {
+        /// The pass.
+        pass: &'static str,
+        /// What is wrong.
+        message: String,
     },
     /// The fusion overlay violated an executor invariant.
     #[error("pass `{pass}` produced an invalid kernel graph: {}", .errors.join("; "))]
@@ -132,6 +141,7 @@ impl Default for Pipeline {
         Pipeline::new(vec![
             Box::new(Simplify),
             Box::new(FoldBatchNorm),
+            Box::new(EGraphOpt::default()),
             Box::new(SelectConvAlgo),
             Box::new(Fusion),
         ])

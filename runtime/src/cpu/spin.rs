@@ -388,7 +388,9 @@ mod tests {
             drop(job);
             let order = order.into_inner().unwrap();
             let want: Vec<usize> = if n <= 64 {
-                std::iter::once(2).chain((0..n).filter(|&i| i != 2)).collect()
+                std::iter::once(2)
+                    .chain((0..n).filter(|&i| i != 2))
+                    .collect()
             } else {
                 (0..n).collect()
             };

@@ -1,0 +1,333 @@
+//! One minimal graph per rule, its IR before and after the pass as an
+//! insta snapshot; every rule in the table must have one. Each graph's
+//! interpreter outputs are compared before and after.
+
+use super::{optimize, rules::rules, EGraphConfig};
+use dnnc_ir::text::{parse, print};
+use dnnc_ir::Tensor;
+
+/// Runs the pass on `src`, checks that `rule` fired and the outputs did
+/// not change, and returns the snapshot text.
+fn rule_effect(rule: &str, src: &str) -> String {
+    let g = parse(src, "rule.dnn").unwrap();
+    let (out, stats) = optimize(&g, &EGraphConfig::default()).unwrap();
+    dnnc_ir::verify(&out).unwrap();
+    assert!(
+        stats.fired.contains_key(rule),
+        "{rule} did not fire: {:?}",
+        stats.fired
+    );
+    assert!(stats.replaced, "{rule}: the graph was not replaced");
+    same_outputs(&g, &out);
+    format!(
+        "{}--- egraph ({}) --->\n{}",
+        print(&g),
+        stats.lines()[2],
+        print(&out)
+    )
+}
+
+/// Seeded inputs for every graph input.
+fn feeds(g: &dnnc_ir::Graph) -> Vec<(String, Tensor)> {
+    g.inputs()
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let val = g.value(v);
+            let init = dnnc_ir::Init::Normal {
+                mean: 0.0,
+                std: 1.0,
+                seed: 17 + i as u64,
+            };
+            (
+                val.name.clone(),
+                Tensor::F32(init.materialize(&val.ty).unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// The interpreter gives `a` and `b` the same outputs (within 1e-5
+/// relative).
+pub(super) fn same_outputs(a: &dnnc_ir::Graph, b: &dnnc_ir::Graph) {
+    let f = feeds(a);
+    let x = dnnc_runtime::run(a, &f).unwrap();
+    let y = dnnc_runtime::run(b, &f).unwrap();
+    assert_eq!(x.len(), y.len());
+    for (p, q) in x.iter().zip(&y) {
+        assert_eq!(p.ty(), q.ty());
+        let (p, q) = (p.as_f32().unwrap(), q.as_f32().unwrap());
+        for (u, v) in p.iter().zip(q.iter()) {
+            assert!(
+                (u - v).abs() <= 1e-5 * u.abs().max(v.abs()) + 1e-6 || (u.is_nan() && v.is_nan()),
+                "{u} vs {v}"
+            );
+        }
+    }
+}
+
+#[test]
+fn remove_identity() {
+    insta::assert_snapshot!(rule_effect(
+        "remove-identity",
+        "graph t {
+           input %x: f32[2,3]
+           %a = Relu(%x)
+           %b = Identity(%a)
+           %c = Sigmoid(%b)
+           output %c
+         }"
+    ));
+}
+
+#[test]
+fn remove_dropout() {
+    insta::assert_snapshot!(rule_effect(
+        "remove-dropout",
+        "graph t {
+           input %x: f32[2,3]
+           %a = Relu(%x)
+           %b = Dropout(%a) {ratio=0.5}
+           %c = Sigmoid(%b)
+           output %c
+         }"
+    ));
+}
+
+#[test]
+fn relu_idempotent() {
+    insta::assert_snapshot!(rule_effect(
+        "relu-idempotent",
+        "graph t {
+           input %x: f32[2,3]
+           %a = Relu(%x)
+           %b = Relu(%a)
+           output %b
+         }"
+    ));
+}
+
+#[test]
+fn double_negation() {
+    insta::assert_snapshot!(rule_effect(
+        "double-negation",
+        "graph t {
+           input %x: f32[2,3]
+           %a = Tanh(%x)
+           %b = Neg(%a)
+           %c = Neg(%b)
+           %d = Sigmoid(%c)
+           output %d
+         }"
+    ));
+}
+
+#[test]
+fn add_zero() {
+    insta::assert_snapshot!(rule_effect(
+        "add-zero",
+        "graph t {
+           input %x: f32[2,3]
+           param %z: f32[3] = zeros
+           %a = Add(%x, %z)
+           %b = Relu(%a)
+           output %b
+         }"
+    ));
+}
+
+#[test]
+fn zero_add() {
+    insta::assert_snapshot!(rule_effect(
+        "zero-add",
+        "graph t {
+           input %x: f32[2,3]
+           const %z: f32[1] = [0.0]
+           %a = Add(%z, %x)
+           %b = Relu(%a)
+           output %b
+         }"
+    ));
+}
+
+#[test]
+fn sub_zero() {
+    insta::assert_snapshot!(rule_effect(
+        "sub-zero",
+        "graph t {
+           input %x: f32[2,3]
+           param %z: f32[2,3] = constant(value=0.0)
+           %a = Sub(%x, %z)
+           %b = Relu(%a)
+           output %b
+         }"
+    ));
+}
+
+#[test]
+fn mul_one() {
+    insta::assert_snapshot!(rule_effect(
+        "mul-one",
+        "graph t {
+           input %x: f32[2,3]
+           param %o: f32[3] = ones
+           %a = Mul(%x, %o)
+           %b = Relu(%a)
+           output %b
+         }"
+    ));
+}
+
+#[test]
+fn one_mul() {
+    insta::assert_snapshot!(rule_effect(
+        "one-mul",
+        "graph t {
+           input %x: f32[2,3]
+           const %o: f32[1,1] = [1.0]
+           %a = Mul(%o, %x)
+           %b = Relu(%a)
+           output %b
+         }"
+    ));
+}
+
+#[test]
+fn div_one() {
+    insta::assert_snapshot!(rule_effect(
+        "div-one",
+        "graph t {
+           input %x: f32[2,3]
+           param %o: f32[3] = ones
+           %a = Div(%x, %o)
+           %b = Relu(%a)
+           output %b
+         }"
+    ));
+}
+
+#[test]
+fn transpose_compose() {
+    insta::assert_snapshot!(rule_effect(
+        "transpose-compose",
+        "graph t {
+           input %x: f32[2,3,4]
+           %a = Transpose(%x) {perm=[1,2,0]}
+           %b = Transpose(%a) {perm=[2,0,1]}
+           %c = Relu(%b)
+           %d = Transpose(%c) {perm=[1,0,2]}
+           %e = Transpose(%d) {perm=[0,2,1]}
+           output %e
+         }"
+    ));
+}
+
+#[test]
+fn view_chain() {
+    insta::assert_snapshot!(rule_effect(
+        "view-chain",
+        "graph t {
+           input %x: f32[2,3,4]
+           %a = Reshape(%x) {shape=[6,4]}
+           %b = Flatten(%a) {axis=0}
+           %c = Relu(%b)
+           output %c
+         }"
+    ));
+}
+
+#[test]
+fn view_noop() {
+    insta::assert_snapshot!(rule_effect(
+        "view-noop",
+        "graph t {
+           input %x: f32[2,3,4]
+           %a = Relu(%x)
+           %b = Reshape(%a) {shape=[2,3,4]}
+           %c = Sigmoid(%b)
+           output %c
+         }"
+    ));
+}
+
+/// Every rule in the table has a snapshot test above (a rule added
+/// without one fails here).
+#[test]
+fn every_rule_has_a_snapshot() {
+    let src = include_str!("tests.rs");
+    for r in rules() {
+        let test = format!("fn {}()", r.name.replace('-', "_"));
+        assert!(src.contains(&test), "rule {} has no test `{test}`", r.name);
+        assert!(!r.doc.is_empty());
+    }
+}
+
+/// Zeros or ones that broadcast `x` to a bigger shape are not dropped.
+#[test]
+fn broadcasting_identities_do_not_fire() {
+    let g = parse(
+        "graph t {
+           input %x: f32[3]
+           param %z: f32[2,3] = zeros
+           param %o: f32[2,1] = ones
+           %a = Add(%x, %z)
+           %b = Mul(%o, %x)
+           %c = Add(%a, %b)
+           output %c
+         }",
+        "t.dnn",
+    )
+    .unwrap();
+    let (out, stats) = optimize(&g, &EGraphConfig::default()).unwrap();
+    assert!(stats.fired.is_empty(), "{:?}", stats.fired);
+    assert!(!stats.replaced);
+    assert_eq!(print(&out), print(&g));
+}
+
+/// An output that becomes equal to another output or to an input keeps
+/// its name.
+#[test]
+fn outputs_keep_their_names() {
+    let g = parse(
+        "graph t {
+           input %x: f32[2,3]
+           %a = Identity(%x)
+           %b = Relu(%x)
+           %c = Identity(%b)
+           output %a, %b, %c
+         }",
+        "t.dnn",
+    )
+    .unwrap();
+    let (out, _) = optimize(&g, &EGraphConfig::default()).unwrap();
+    dnnc_ir::verify(&out).unwrap();
+    let names: Vec<&str> = out
+        .outputs()
+        .iter()
+        .map(|&v| out.value(v).name.as_str())
+        .collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    same_outputs(&g, &out);
+}
+
+#[test]
+fn zero_budgets_are_rejected() {
+    let g = parse("graph t {\n input %x: f32[1]\n output %x\n}", "t.dnn").unwrap();
+    for cfg in [
+        EGraphConfig {
+            node_limit: 0,
+            ..Default::default()
+        },
+        EGraphConfig {
+            iter_limit: 0,
+            ..Default::default()
+        },
+        EGraphConfig {
+            time_limit: std::time::Duration::ZERO,
+            ..Default::default()
+        },
+    ] {
+        let e = optimize(&g, &cfg).unwrap_err().to_string();
+        assert!(e.contains("egraph") && e.contains("budget"), "{e}");
+    }
+}
