@@ -168,6 +168,20 @@ pub enum Command {
         /// (for `fusion`, the IR grouped into kernels).
         #[arg(long, value_name = "PASS")]
         after: Option<String>,
+        /// With --after: append each pass's statistics as `#` comment
+        /// lines (for `egraph`: iterations, e-nodes, e-classes, time, stop
+        /// reason, rules fired, estimated cost before and after).
+        #[arg(long, requires = "after")]
+        stats: bool,
+        /// The egraph pass's e-node budget.
+        #[arg(long, value_name = "N")]
+        egraph_nodes: Option<usize>,
+        /// The egraph pass's iteration budget.
+        #[arg(long, value_name = "N")]
+        egraph_iters: Option<usize>,
+        /// The egraph pass's time budget in milliseconds.
+        #[arg(long, value_name = "MS")]
+        egraph_ms: Option<u64>,
     },
     /// Print the graph in Graphviz dot format.
     Dot {
@@ -375,7 +389,22 @@ fn execute_command(
             model,
             passes,
             after,
-        } => ir_command(&model, passes, after.as_deref(), notes),
+            stats,
+            egraph_nodes,
+            egraph_iters,
+            egraph_ms,
+        } => {
+            let d = dnnc_passes::egraph::EGraphConfig::default();
+            let cfg = dnnc_passes::egraph::EGraphConfig {
+                node_limit: egraph_nodes.unwrap_or(d.node_limit),
+                iter_limit: egraph_iters.unwrap_or(d.iter_limit),
+                time_limit: egraph_ms.map_or(d.time_limit, std::time::Duration::from_millis),
+            };
+            // Budgets are checked before the model loads.
+            cfg.validate()?;
+            let pipeline = dnnc_passes::Pipeline::with_egraph(cfg);
+            ir_command(&model, pipeline, (passes, stats), after.as_deref(), notes)
+        }
         Command::Dot { model } => Ok(dnnc_ir::dot::to_dot(&load_model(&model)?)),
         Command::OnnxTest { backend, dirs } => {
             let report = crate::conformance::run_dirs_on(&dirs, backend, &mut |_| {})
@@ -401,11 +430,11 @@ pub fn compile_for_cpu(
 /// unoptimised IR. An unknown pass name is checked before the model loads.
 fn ir_command(
     model: &Path,
-    passes: bool,
+    mut pipeline: dnnc_passes::Pipeline,
+    (passes, with_stats): (bool, bool),
     after: Option<&str>,
     notes: &mut dyn FnMut(&str),
 ) -> Result<String, DnncError> {
-    let mut pipeline = dnnc_passes::Pipeline::default();
     if passes {
         return Ok(pipeline.describe());
     }
@@ -422,15 +451,23 @@ fn ir_command(
     let mut g = load_model(model)?;
     pipeline.verify = true;
     let result = pipeline.run_until(&mut g, after)?;
-    for (pass, stats) in &result.stats {
-        for n in &stats.notes {
-            notes(&format!("note: {pass}: {n}"));
-        }
-    }
-    Ok(match &result.kernels {
+    let mut text = match &result.kernels {
         Some(kg) if after == "fusion" => dnnc_passes::print_kernels(&g, kg),
         _ => dnnc_ir::text::print(&g),
-    })
+    };
+    for (pass, stats) in &result.stats {
+        if with_stats {
+            text.push_str(&format!("# {pass}: {} rewrites\n", stats.rewrites));
+            for n in &stats.notes {
+                text.push_str(&format!("# {pass}: {n}\n"));
+            }
+        } else {
+            for n in &stats.notes {
+                notes(&format!("note: {pass}: {n}"));
+            }
+        }
+    }
+    Ok(text)
 }
 
 /// CPU-backend options from `--conv-algo` and `--conv-algo-for`: unknown

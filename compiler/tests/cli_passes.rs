@@ -38,7 +38,13 @@ fn passes_lists_the_pipeline_in_order() {
         .collect();
     assert_eq!(
         names,
-        ["simplify", "fold-batchnorm", "select-conv-algo", "fusion"],
+        [
+            "simplify",
+            "fold-batchnorm",
+            "egraph",
+            "select-conv-algo",
+            "fusion"
+        ],
         "{out}"
     );
     assert!(
@@ -54,7 +60,7 @@ fn unknown_pass_exits_2_listing_valid_names() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("unknown pass `fuse`; the passes are: simplify, fold-batchnorm, select-conv-algo, fusion"),
+        err.contains("unknown pass `fuse`; the passes are: simplify, fold-batchnorm, egraph, select-conv-algo, fusion"),
         "{err}"
     );
     assert!(o.stdout.is_empty());
@@ -113,4 +119,70 @@ fn after_select_conv_algo_shows_each_decision() {
     assert!(!chosen.contains("algo=auto"), "{chosen}");
     assert!(chosen.contains("algo=winograd4"), "{chosen}");
     assert!(chosen.contains("algo=pointwise") || chosen.contains("algo=im2col"));
+}
+
+/// `--after egraph --stats` appends the saturation run's statistics as
+/// comment lines, and the dump still parses; rewrites show in the rules
+/// fired and the estimated cost.
+#[test]
+fn egraph_stats_are_comment_lines() {
+    let dir = std::env::temp_dir().join(format!("dnnc-egraph-stats-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("m.dnn");
+    std::fs::write(
+        &model,
+        "graph m {\n  input %x: f32[2,3]\n  %a = Identity(%x)\n  %b = Relu(%a)\n  %c = Relu(%b)\n  output %c\n}\n",
+    )
+    .unwrap();
+    let out = stdout(&dnnc(&[
+        "ir",
+        model.to_str().unwrap(),
+        "--after",
+        "egraph",
+        "--stats",
+    ]));
+    let stats: Vec<&str> = out.lines().filter(|l| l.starts_with("# egraph:")).collect();
+    assert!(
+        stats.iter().any(|l| l.contains("iterations")
+            && l.contains("e-nodes")
+            && l.contains("e-classes")
+            && l.contains("stopped: saturated")),
+        "{out}"
+    );
+    assert!(
+        stats.iter().any(|l| l.contains("relu-idempotent x1")),
+        "{out}"
+    );
+    assert!(
+        stats
+            .iter()
+            .any(|l| l.contains("estimated cost") && l.contains("extracted program kept")),
+        "{out}"
+    );
+    let g = dnnc_ir::text::parse(&out, "dump.dnn").expect("the dump with its stats parses");
+    assert_eq!(g.node_count(), 2, "{out}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Zero budgets for the egraph pass are usage errors naming the budget.
+#[test]
+fn zero_egraph_budgets_exit_2() {
+    let lenet = example("lenet5.dnn");
+    for flag in ["--egraph-nodes", "--egraph-iters", "--egraph-ms"] {
+        let o = dnnc(&[
+            "ir",
+            lenet.to_str().unwrap(),
+            "--after",
+            "egraph",
+            flag,
+            "0",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{flag}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("pass `egraph`") && err.contains("budget"),
+            "{flag}: {err}"
+        );
+        assert!(o.stdout.is_empty());
+    }
 }

@@ -107,7 +107,7 @@ fn batch_one_depthwise_convs_split_over_row_bands() {
             .split;
         // Units of whole rows (not the `c` planes).
         assert!(
-            split > c && oh % split == 0,
+            split > c && oh.is_multiple_of(split),
             "{attrs}: {split} units for {oh} rows"
         );
         split_equal(&g, &x(&shape, 10 + i as u64), "Conv2d");

@@ -157,6 +157,20 @@ impl Pipeline {
         }
     }
 
+    /// The default pipeline with the `egraph` pass under `config`'s
+    /// budgets (checked when the pass runs).
+    pub fn with_egraph(config: crate::egraph::EGraphConfig) -> Self {
+        let mut p = Pipeline::default();
+        for pass in p.passes.iter_mut() {
+            if pass.name() == "egraph" {
+                *pass = Box::new(EGraphOpt {
+                    config: config.clone(),
+                });
+            }
+        }
+        p
+    }
+
     /// The passes, in order.
     pub fn passes(&self) -> impl Iterator<Item = &dyn Pass> {
         self.passes.iter().map(|p| p.as_ref())
@@ -234,7 +248,7 @@ mod tests {
         let e = Pipeline::default().run_until(&mut g, "nope").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown pass `nope`; the passes are: simplify, fold-batchnorm, select-conv-algo, fusion"
+            "unknown pass `nope`; the passes are: simplify, fold-batchnorm, egraph, select-conv-algo, fusion"
         );
     }
 
@@ -248,9 +262,9 @@ mod tests {
         let p = Pipeline::default();
         let r = p.run(&mut g).unwrap();
         assert_eq!(r.kernels.unwrap().kernels.len(), 1);
-        assert_eq!(r.stats.len(), 4);
+        assert_eq!(r.stats.len(), 5);
         let d = p.describe();
         assert!(d.starts_with("simplify "), "{d}");
-        assert_eq!(d.lines().count(), 4);
+        assert_eq!(d.lines().count(), 5);
     }
 }

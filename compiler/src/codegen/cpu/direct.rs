@@ -1025,8 +1025,8 @@ fn band_rows(geo: &dnnc_passes::ConvGeom) -> Option<usize> {
     }
     // Bands of whole cache lines: two tasks writing the same line of a
     // plane at the same time pass it back and forth.
-    let u = (1..=8).find(|u| (u * geo.ow) % 16 == 0)?;
-    ((geo.oh * geo.ow) % 16 == 0 && geo.oh % (2 * u) == 0).then_some(u)
+    let u = (1..=8).find(|u| (u * geo.ow).is_multiple_of(16))?;
+    ((geo.oh * geo.ow).is_multiple_of(16) && geo.oh.is_multiple_of(2 * u)).then_some(u)
 }
 
 /// Where an output block goes: straight to the accumulator plane, or
