@@ -41,6 +41,10 @@ pub struct ConvArgs {
     /// overrides --conv-algo for that node).
     #[arg(long, value_name = "NODE=ALGO")]
     pub conv_algo_for: Vec<String>,
+    /// A tuning record from `dnnc tune --out`: each named Conv2d gets the
+    /// algorithm measured fastest (--conv-algo-for overrides it).
+    #[arg(long, value_name = "RECORD.json")]
+    pub tuning: Option<PathBuf>,
 }
 
 /// `--concurrency` of `dnnc run` and `dnnc bench`: how waves of
@@ -182,6 +186,49 @@ pub enum Command {
         /// The egraph pass's time budget in milliseconds.
         #[arg(long, value_name = "MS")]
         egraph_ms: Option<u64>,
+    },
+    /// Measure every applicable convolution algorithm on every Conv2d of
+    /// MODEL (each kernel with its fused epilogue, in its model) and
+    /// print measured and predicted times per layer, the heuristic's and
+    /// the cost model's choices, and how often the model's choice is
+    /// within 10% of the fastest.
+    Tune {
+        /// Model files (.dnn text model or .onnx); with several, each
+        /// table and then the figures over all of their layers.
+        #[arg(required = true, num_args = 1..)]
+        models: Vec<PathBuf>,
+        /// Input tensor: NAME=FILE.npy, or just FILE.npy (one model only;
+        /// default: seeded random data).
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Threads (at least 1).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = threads_arg)]
+        threads: usize,
+        /// Profiled runs per algorithm; each kernel reports its median.
+        #[arg(long, value_name = "N", default_value_t = 10, value_parser = iters_arg)]
+        runs: usize,
+        /// Machine profile for the predictions (default: the built-in
+        /// one, measured on this project's machine class).
+        #[arg(long, value_name = "PROFILE.json")]
+        cost_profile: Option<PathBuf>,
+        /// Write the tuning record (each conv's fastest algorithm) here;
+        /// `dnnc run/bench --tuning FILE` compiles with it.
+        #[arg(long, value_name = "RECORD.json")]
+        out: Option<PathBuf>,
+    },
+    /// Measure the cost model's machine profile on this machine (a fixed
+    /// set of conv layers, every algorithm) and print it as JSON, or
+    /// write it with --out.
+    Calibrate {
+        /// Threads (at least 1).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = threads_arg)]
+        threads: usize,
+        /// Profiled runs per algorithm.
+        #[arg(long, value_name = "N", default_value_t = 10, value_parser = iters_arg)]
+        runs: usize,
+        /// Write the profile here instead of printing it.
+        #[arg(long, value_name = "PROFILE.json")]
+        out: Option<PathBuf>,
     },
     /// Print the graph in Graphviz dot format.
     Dot {
@@ -405,6 +452,60 @@ fn execute_command(
             let pipeline = dnnc_passes::Pipeline::with_egraph(cfg);
             ir_command(&model, pipeline, (passes, stats), after.as_deref(), notes)
         }
+        Command::Tune {
+            models,
+            inputs,
+            threads,
+            runs,
+            cost_profile,
+            out,
+        } => {
+            if models.len() > 1 && !inputs.is_empty() {
+                return Err(DnncError::Usage(
+                    "--input applies to one model; tune several with seeded random inputs".into(),
+                ));
+            }
+            let profile = read_cost_profile(cost_profile.as_deref())?;
+            let mut text = String::new();
+            let mut all = Vec::new();
+            for model in &models {
+                let g = load_model(model)?;
+                g.check_weights_bound()?;
+                let feeds = gather_inputs(&g, &inputs, notes)?;
+                let layers = crate::tune::measure(&g, &feeds, threads, runs)?;
+                if models.len() > 1 {
+                    text.push_str(&format!("# {}\n", model.display()));
+                }
+                text.push_str(&crate::tune::render(&layers, &profile));
+                all.extend(layers);
+            }
+            if models.len() > 1 {
+                text.push_str(&format!(
+                    "\nall {} models: {}\n",
+                    models.len(),
+                    crate::tune::quality(&all, &profile).line()
+                ));
+            }
+            if let Some(path) = out {
+                write_text(&path, &crate::tune::record(&all))?;
+            }
+            Ok(text)
+        }
+        Command::Calibrate { threads, runs, out } => {
+            let base = dnnc_passes::cost::MachineProfile::default();
+            let (p, layers) = crate::tune::calibrate(&base, threads, runs)?;
+            notes(&format!(
+                "note: fitted on {}",
+                crate::tune::quality(&layers, &p).line()
+            ));
+            match out {
+                Some(path) => {
+                    write_text(&path, &p.to_json())?;
+                    Ok(String::new())
+                }
+                None => Ok(p.to_json()),
+            }
+        }
         Command::Dot { model } => Ok(dnnc_ir::dot::to_dot(&load_model(&model)?)),
         Command::OnnxTest { backend, dirs } => {
             let report = crate::conformance::run_dirs_on(&dirs, backend, &mut |_| {})
@@ -413,6 +514,30 @@ fn execute_command(
             Ok(report.render())
         }
     }
+}
+
+/// The cost model's machine profile: the file given, else the built-in
+/// one.
+fn read_cost_profile(path: Option<&Path>) -> Result<dnnc_passes::cost::MachineProfile, DnncError> {
+    let Some(path) = path else {
+        return Ok(dnnc_passes::cost::MachineProfile::default());
+    };
+    let text = std::fs::read_to_string(path).map_err(|source| DnncError::Io {
+        action: "read",
+        path: path.display().to_string(),
+        source,
+    })?;
+    dnnc_passes::cost::MachineProfile::from_json(&text, &path.display().to_string())
+        .map_err(|e| DnncError::Usage(e.to_string()))
+}
+
+/// Writes `text` to `path`.
+fn write_text(path: &Path, text: &str) -> Result<(), DnncError> {
+    std::fs::write(path, text).map_err(|source| DnncError::Io {
+        action: "write",
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// Compiles for the cpu backend with `threads` worker threads.
@@ -485,6 +610,22 @@ pub fn cpu_options(
         ..Default::default()
     };
     let plan = conv_plan(g, &opts);
+    if let Some(path) = &conv.tuning {
+        let text = std::fs::read_to_string(path).map_err(|source| DnncError::Io {
+            action: "read",
+            path: path.display().to_string(),
+            source,
+        })?;
+        let origin = path.display().to_string();
+        for (node, algo) in crate::tune::read_record(&text, &origin)? {
+            if !plan.iter().any(|c| c.node == node) {
+                return Err(DnncError::Usage(format!(
+                    "tuning record {origin}: the model has no Conv2d named `{node}`"
+                )));
+            }
+            opts.conv_algo_for.insert(node, algo);
+        }
+    }
     for arg in &conv.conv_algo_for {
         let Some((node, algo)) = arg.split_once('=') else {
             return Err(DnncError::Usage(format!(

@@ -14,6 +14,7 @@ pub mod conformance;
 pub mod error;
 pub mod model;
 pub mod onnx;
+pub mod tune;
 
 pub use error::DnncError;
 pub use model::{load_model, load_model_str};

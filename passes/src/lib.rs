@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod conv_algo;
+pub mod cost;
 pub mod egraph;
 pub mod fold_bn;
 pub mod fusion;

@@ -28,7 +28,7 @@ use dnnc_runtime::cpu::{fftconv, pgemm, AlignedBuf};
 
 /// A convolution algorithm of the CPU backend. Each has its own lowering;
 /// [`conv_plan`] tells which one every Conv2d gets and why.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
 pub enum ConvAlgo {
     /// A generated direct loop nest (no GEMM): the baseline.
     Direct,

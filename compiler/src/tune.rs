@@ -1,0 +1,411 @@
+//! `dnnc tune` and `dnnc calibrate`: every applicable convolution
+//! algorithm measured on every Conv2d of a model (the oracle the cost
+//! model is judged by), the cost model's prediction next to each
+//! measurement, and a fit of the model's rates to the measurements.
+//!
+//! Each algorithm is measured in its model: the whole model is compiled
+//! with that algorithm forced wherever it applies and profiled, so each
+//! conv kernel runs with its fused epilogue and the cache state its
+//! neighbours leave, as in a real run.
+
+use crate::codegen::cpu::{compile_cpu, conv_plan, ConvAlgo, CpuOptions};
+use crate::error::DnncError;
+use clap::ValueEnum;
+use dnnc_ir::{Graph, Op, Tensor};
+use dnnc_passes::cost::MachineProfile;
+use dnnc_passes::wd::conv::ConvShape;
+use std::collections::BTreeMap;
+
+/// One Conv2d's measurements.
+#[derive(Clone, Debug)]
+pub struct LayerTune {
+    /// The conv's result name (the key of `--conv-algo-for`).
+    pub node: String,
+    /// Its geometry.
+    pub shape: ConvShape,
+    /// The algorithm the default heuristic gives it.
+    pub heuristic: ConvAlgo,
+    /// Median kernel seconds (fused epilogue included), by algorithm.
+    pub measured: BTreeMap<ConvAlgo, f64>,
+}
+
+impl LayerTune {
+    /// The fastest measured algorithm.
+    pub fn best(&self) -> Option<(ConvAlgo, f64)> {
+        self.measured
+            .iter()
+            .map(|(&a, &t)| (a, t))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// The algorithm `profile` predicts fastest among the measured ones.
+    pub fn predicted_best(&self, profile: &MachineProfile) -> Option<ConvAlgo> {
+        self.measured
+            .keys()
+            .filter_map(|&a| profile.predict_conv(a.name(), &self.shape).map(|p| (a, p)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(a, _)| a)
+    }
+}
+
+/// Every conv of `g` with every applicable algorithm measured on
+/// `threads` threads, each kernel's median over `runs` profiled runs.
+pub fn measure(
+    g: &Graph,
+    feeds: &[(String, Tensor)],
+    threads: usize,
+    runs: usize,
+) -> Result<Vec<LayerTune>, DnncError> {
+    let default_plan = conv_plan(g, &CpuOptions::default());
+    let mut layers: Vec<LayerTune> = Vec::new();
+    for c in &default_plan {
+        let id = g.value_by_name(&c.node).map(|v| g.value(v).producer);
+        let Some(id) = id else { continue };
+        let node = g.node(id);
+        let Op::Conv2d(p) = &node.op else { continue };
+        let ty = |v: dnnc_ir::ValueId| &g.value(v).ty;
+        let shape = ConvShape::from_types(
+            p,
+            ty(node.inputs[0]),
+            ty(node.inputs[1]),
+            ty(node.outputs[0]),
+        );
+        layers.push(LayerTune {
+            node: c.node.clone(),
+            shape,
+            heuristic: c.algo,
+            measured: BTreeMap::new(),
+        });
+    }
+    for &algo in ConvAlgo::value_variants() {
+        let opts = CpuOptions {
+            conv_algo: Some(algo),
+            ..Default::default()
+        };
+        let plan = conv_plan(g, &opts);
+        let honoured: Vec<&str> = plan
+            .iter()
+            .filter(|c| c.algo == algo && c.fallback.is_none())
+            .map(|c| c.node.as_str())
+            .collect();
+        if honoured.is_empty() {
+            continue;
+        }
+        let mut exe = compile_cpu(g, &opts)?;
+        exe.set_threads(threads).map_err(DnncError::Usage)?;
+        exe.run(feeds)?;
+        let mut samples: Vec<Vec<f64>> = Vec::new();
+        for _ in 0..runs.max(1) {
+            let (_, times) = exe.run_profiled(feeds)?;
+            samples.resize(times.len(), Vec::new());
+            for (s, t) in samples.iter_mut().zip(&times) {
+                s.push(t.2.as_secs_f64());
+            }
+        }
+        for (step, s) in exe.steps().iter().zip(samples.iter_mut()) {
+            s.sort_by(|a, b| a.total_cmp(b));
+            let Some(&med) = s.get(s.len() / 2) else {
+                continue;
+            };
+            for l in layers.iter_mut() {
+                if honoured.contains(&l.node.as_str()) && step.nodes.iter().any(|n| n == &l.node) {
+                    l.measured.insert(algo, med);
+                }
+            }
+        }
+    }
+    Ok(layers)
+}
+
+/// How well a profile predicts `layers`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Quality {
+    /// Layers with measurements.
+    pub layers: usize,
+    /// Layers whose predicted-fastest algorithm measures within 10% of
+    /// the fastest.
+    pub within_10: usize,
+    /// Layers whose heuristic algorithm (the default build's) measures
+    /// within 10% of the fastest, for comparison.
+    pub heuristic_within_10: usize,
+    /// Median |predicted - measured| / measured of the kernel each layer
+    /// runs with the model's choice.
+    pub chosen_error: f64,
+    /// The same over every measured (layer, algorithm), the slow
+    /// alternatives included.
+    pub all_error: f64,
+}
+
+impl Quality {
+    /// The share of layers within 10%.
+    pub fn share(&self) -> f64 {
+        if self.layers == 0 {
+            0.0
+        } else {
+            self.within_10 as f64 / self.layers as f64
+        }
+    }
+
+    /// One summary line.
+    pub fn line(&self) -> String {
+        format!(
+            "{} conv layers: the model's choice is within 10% of the measured fastest for {} ({:.0}%; the heuristic's for {}); median |predicted - measured| / measured {:.0}% for the chosen kernels, {:.0}% over every algorithm measured",
+            self.layers,
+            self.within_10,
+            self.share() * 100.0,
+            self.heuristic_within_10,
+            self.chosen_error * 100.0,
+            self.all_error * 100.0
+        )
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The figures the cost model is judged by, over `layers`.
+pub fn quality(layers: &[LayerTune], profile: &MachineProfile) -> Quality {
+    let mut within = 0usize;
+    let mut heuristic = 0usize;
+    let mut counted = 0usize;
+    let (mut chosen, mut all) = (Vec::new(), Vec::new());
+    for l in layers {
+        let (Some((_, best)), Some(pick)) = (l.best(), l.predicted_best(profile)) else {
+            continue;
+        };
+        counted += 1;
+        if l.measured[&pick] <= 1.10 * best {
+            within += 1;
+        }
+        if l.measured
+            .get(&l.heuristic)
+            .is_some_and(|&t| t <= 1.10 * best)
+        {
+            heuristic += 1;
+        }
+        for (&a, &t) in &l.measured {
+            if let Some(p) = profile.predict_conv(a.name(), &l.shape) {
+                let e = (p - t).abs() / t;
+                all.push(e);
+                if a == pick {
+                    chosen.push(e);
+                }
+            }
+        }
+    }
+    Quality {
+        layers: counted,
+        within_10: within,
+        heuristic_within_10: heuristic,
+        chosen_error: median(chosen),
+        all_error: median(all),
+    }
+}
+
+/// The per-layer table: measured ms per algorithm (`*` the fastest),
+/// predicted ms per algorithm, the heuristic's and the model's choices,
+/// then the two summary figures.
+pub fn render(layers: &[LayerTune], profile: &MachineProfile) -> String {
+    let algos = ConvAlgo::value_variants();
+    let mut out = String::new();
+    out.push_str("layer | shape | per algorithm: measured ms / predicted ms (* fastest) | heuristic | model | model within 10%\n");
+    for l in layers {
+        let s = &l.shape;
+        let shape = format!(
+            "{}->{} {}x{} s{} g{} {}x{}",
+            s.c_in, s.c_out, s.kh, s.kw, s.strides[0], s.group, s.h, s.w
+        );
+        let best = l.best();
+        let cells: Vec<String> = algos
+            .iter()
+            .filter_map(|&a| {
+                let t = l.measured.get(&a)?;
+                let p = profile.predict_conv(a.name(), &l.shape);
+                let star = if best.is_some_and(|(b, _)| b == a) {
+                    "*"
+                } else {
+                    ""
+                };
+                Some(format!(
+                    "{}{} {:.3}/{}",
+                    star,
+                    a.name(),
+                    t * 1e3,
+                    p.map_or("-".into(), |p| format!("{:.3}", p * 1e3))
+                ))
+            })
+            .collect();
+        let pick = l.predicted_best(profile);
+        let ok = match (pick, best) {
+            (Some(p), Some((_, b))) => {
+                if l.measured[&p] <= 1.10 * b {
+                    "yes"
+                } else {
+                    "no"
+                }
+            }
+            _ => "-",
+        };
+        out.push_str(&format!(
+            "{} | {} | {} | {} | {} | {}\n",
+            l.node,
+            shape,
+            cells.join("  "),
+            l.heuristic.name(),
+            pick.map_or("-", |p| p.name()),
+            ok
+        ));
+    }
+    out.push('\n');
+    out.push_str(&quality(layers, profile).line());
+    out.push('\n');
+    out
+}
+
+/// The tuning record: each conv's measured-fastest algorithm, as JSON
+/// `{"node": "algo", ...}` that `--tuning` reads back.
+pub fn record(layers: &[LayerTune]) -> String {
+    let m: BTreeMap<&str, &str> = layers
+        .iter()
+        .filter_map(|l| Some((l.node.as_str(), l.best()?.0.name())))
+        .collect();
+    serde_json::to_string_pretty(&m).expect("a map of strings serialises") + "\n"
+}
+
+/// Reads a tuning record into per-node algorithm choices; errors name the
+/// file and the entry.
+pub fn read_record(
+    text: &str,
+    origin: &str,
+) -> Result<std::collections::HashMap<String, ConvAlgo>, DnncError> {
+    let m: BTreeMap<String, String> = serde_json::from_str(text)
+        .map_err(|e| DnncError::Usage(format!("tuning record {origin}: {e}")))?;
+    m.into_iter()
+        .map(|(node, a)| {
+            let algo = ConvAlgo::from_str(&a, true).map_err(|_| {
+                DnncError::Usage(format!(
+                    "tuning record {origin}: `{node}`: unknown algorithm `{a}`"
+                ))
+            })?;
+            Ok((node, algo))
+        })
+        .collect()
+}
+
+/// The conv layers `dnnc calibrate` measures, each on a graph input of
+/// its own: shapes from the families the zoo models use (7x7 and 3x3
+/// stride-2 stems, 1x1 of several widths, 3x3 stride 1 and 2 from 56x56
+/// to 7x7 and on few input channels, 5x5, depthwise), small enough that
+/// every algorithm runs on all of them in well under a minute.
+pub const CALIBRATION_MODEL: &str = "graph calibration {
+  input %a: f32[1,3,112,112]
+  param %w_s7: f32[32,3,7,7] = he(seed=1)
+  %s7 = Conv2d(%a, %w_s7) {strides=[2,2], pads=[3,3,3,3]}
+  param %w_s3: f32[32,3,3,3] = he(seed=2)
+  %s3 = Conv2d(%a, %w_s3) {strides=[2,2], pads=[1,1,1,1]}
+  input %b: f32[1,16,56,56]
+  param %w_b3: f32[64,16,3,3] = he(seed=3)
+  %b3 = Conv2d(%b, %w_b3) {pads=[1,1,1,1]}
+  param %w_b1: f32[64,16,1,1] = he(seed=4)
+  %b1 = Conv2d(%b, %w_b1) {}
+  param %w_b3s: f32[32,16,3,3] = he(seed=5)
+  %b3s = Conv2d(%b, %w_b3s) {strides=[2,2], pads=[1,1,1,1]}
+  param %w_bd: f32[16,1,3,3] = he(seed=6)
+  %bd = Conv2d(%b, %w_bd) {pads=[1,1,1,1], group=16}
+  input %g: f32[1,64,56,56]
+  param %w_g3: f32[64,64,3,3] = he(seed=7)
+  %g3 = Conv2d(%g, %w_g3) {pads=[1,1,1,1]}
+  param %w_g1: f32[256,64,1,1] = he(seed=8)
+  %g1 = Conv2d(%g, %w_g1) {}
+  param %w_gd: f32[64,1,3,3] = he(seed=9)
+  %gd = Conv2d(%g, %w_gd) {strides=[2,2], pads=[1,1,1,1], group=64}
+  input %c: f32[1,64,28,28]
+  param %w_c3: f32[64,64,3,3] = he(seed=10)
+  %c3 = Conv2d(%c, %w_c3) {pads=[1,1,1,1]}
+  param %w_c1: f32[128,64,1,1] = he(seed=11)
+  %c1 = Conv2d(%c, %w_c1) {}
+  param %w_c3s: f32[128,64,3,3] = he(seed=12)
+  %c3s = Conv2d(%c, %w_c3s) {strides=[2,2], pads=[1,1,1,1]}
+  param %w_c5: f32[32,64,5,5] = he(seed=13)
+  %c5 = Conv2d(%c, %w_c5) {pads=[2,2,2,2]}
+  param %w_cd: f32[64,1,3,3] = he(seed=14)
+  %cd = Conv2d(%c, %w_cd) {pads=[1,1,1,1], group=64}
+  param %w_cds: f32[64,1,3,3] = he(seed=15)
+  %cds = Conv2d(%c, %w_cds) {strides=[2,2], pads=[1,1,1,1], group=64}
+  input %h: f32[1,32,27,27]
+  param %w_h3: f32[128,32,3,3] = he(seed=16)
+  %h3 = Conv2d(%h, %w_h3) {pads=[1,1,1,1]}
+  param %w_h1: f32[128,32,1,1] = he(seed=17)
+  %h1 = Conv2d(%h, %w_h1) {}
+  input %d: f32[1,128,14,14]
+  param %w_d3: f32[128,128,3,3] = he(seed=18)
+  %d3 = Conv2d(%d, %w_d3) {pads=[1,1,1,1]}
+  param %w_d1: f32[256,128,1,1] = he(seed=19)
+  %d1 = Conv2d(%d, %w_d1) {}
+  param %w_dd: f32[128,1,3,3] = he(seed=20)
+  %dd = Conv2d(%d, %w_dd) {pads=[1,1,1,1], group=128}
+  param %w_d5: f32[64,128,5,5] = he(seed=21)
+  %d5 = Conv2d(%d, %w_d5) {pads=[2,2,2,2]}
+  input %i: f32[1,256,14,14]
+  param %w_i3: f32[256,256,3,3] = he(seed=22)
+  %i3 = Conv2d(%i, %w_i3) {pads=[1,1,1,1]}
+  input %e: f32[1,48,13,13]
+  param %w_e3: f32[192,48,3,3] = he(seed=23)
+  %e3 = Conv2d(%e, %w_e3) {pads=[1,1,1,1]}
+  param %w_e1: f32[48,48,1,1] = he(seed=24)
+  %e1 = Conv2d(%e, %w_e1) {}
+  input %f: f32[1,256,7,7]
+  param %w_f3: f32[256,256,3,3] = he(seed=25)
+  %f3 = Conv2d(%f, %w_f3) {pads=[1,1,1,1]}
+  param %w_f1: f32[512,256,1,1] = he(seed=26)
+  %f1 = Conv2d(%f, %w_f1) {}
+  param %w_fd: f32[256,1,3,3] = he(seed=27)
+  %fd = Conv2d(%f, %w_fd) {pads=[1,1,1,1], group=256}
+  input %j: f32[1,512,7,7]
+  param %w_j3: f32[512,512,3,3] = he(seed=28)
+  %j3 = Conv2d(%j, %w_j3) {pads=[1,1,1,1]}
+  output %s7, %s3, %b3, %b1, %b3s, %bd, %g3, %g1, %gd, %c3, %c1, %c3s, %c5, %cd, %cds, %h3, %h1, %d3, %d1, %dd, %d5, %i3, %e3, %e1, %f3, %f1, %fd, %j3
+}
+";
+
+/// Measures [`CALIBRATION_MODEL`] and fits `base`'s rates to it.
+pub fn calibrate(
+    base: &MachineProfile,
+    threads: usize,
+    runs: usize,
+) -> Result<(MachineProfile, Vec<LayerTune>), DnncError> {
+    let g = crate::model::load_model_str(CALIBRATION_MODEL, "calibration.dnn")?;
+    let feeds = crate::cli::gather_inputs(&g, &[], &mut |_| {})?;
+    let layers = measure(&g, &feeds, threads, runs)?;
+    let samples: Vec<(String, ConvShape, f64)> = layers
+        .iter()
+        .flat_map(|l| {
+            l.measured
+                .iter()
+                .map(|(a, &t)| (a.name().to_string(), l.shape.clone(), t))
+        })
+        .collect();
+    let mut p = dnnc_passes::cost::fit(base, &samples);
+    p.threads = threads;
+    p.machine = machine_name();
+    Ok((p, layers))
+}
+
+/// The CPU model this process runs on, from `/proc/cpuinfo`.
+fn machine_name() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!(
+        "{model}, {} CPUs, measured by dnnc calibrate",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    )
+}

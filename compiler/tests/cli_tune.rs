@@ -1,0 +1,177 @@
+//! `dnnc tune`, `dnnc calibrate` and tuning records through the real
+//! binary, on a small model so every algorithm (direct and FFT included)
+//! runs in well under a second.
+
+mod cli_common;
+
+use cli_common::Scratch;
+use dnnc_compiler::codegen::cpu::ConvAlgo;
+use dnnc_compiler::tune;
+
+const MODEL: &str = "graph small {
+  input %x: f32[1,8,12,12]
+  param %w1: f32[16,8,3,3] = he(seed=1)
+  %a = Conv2d(%x, %w1) {pads=[1,1,1,1]}
+  %r = Relu(%a)
+  param %w2: f32[16,1,3,3] = he(seed=2)
+  %b = Conv2d(%r, %w2) {strides=[2,2], pads=[1,1,1,1], group=16}
+  param %w3: f32[8,16,1,1] = he(seed=3)
+  %c = Conv2d(%b, %w3) {}
+  output %c
+}
+";
+
+/// The binary with string arguments.
+fn dnnc(args: &[&str]) -> std::process::Output {
+    let v: Vec<&dyn AsRef<std::ffi::OsStr>> = args
+        .iter()
+        .map(|a| a as &dyn AsRef<std::ffi::OsStr>)
+        .collect();
+    cli_common::dnnc(&v)
+}
+
+fn text(o: &std::process::Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).to_string(),
+        String::from_utf8_lossy(&o.stderr).to_string(),
+    )
+}
+
+/// One row per conv with every algorithm that applies measured, the
+/// fastest starred, and the summary line; the record names each conv's
+/// fastest algorithm and compiles back in.
+#[test]
+fn tune_measures_every_applicable_algorithm_and_writes_a_record() {
+    let s = Scratch::new("tune");
+    let model = s.file("small.dnn", MODEL.as_bytes());
+    let rec = s.0.join("record.json");
+    let o = dnnc(&[
+        "tune",
+        model.to_str().unwrap(),
+        "--runs",
+        "3",
+        "--out",
+        rec.to_str().unwrap(),
+    ]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let row = |n: &str| {
+        out.lines()
+            .find(|l| l.starts_with(n))
+            .unwrap_or_else(|| panic!("no row {n}: {out}"))
+            .to_string()
+    };
+    // 3x3 stride 1: direct, im2col, both Winograds, FFT.
+    let a = row("a |");
+    for algo in ["direct", "im2col", "winograd2", "winograd4", "fft"] {
+        assert!(a.contains(&format!("{algo} ")), "{algo} missing: {a}");
+    }
+    assert_eq!(a.matches('*').count(), 1, "{a}");
+    // Depthwise stride 2: no Winograd, no FFT.
+    let b = row("b |");
+    assert!(
+        b.contains("depthwise ") && !b.contains("winograd") && !b.contains("fft"),
+        "{b}"
+    );
+    // 1x1: pointwise among them.
+    assert!(row("c |").contains("pointwise "), "{out}");
+    assert!(
+        out.contains("3 conv layers: the model's choice is within 10% of the measured fastest for"),
+        "{out}"
+    );
+    let record = std::fs::read_to_string(&rec).unwrap();
+    let m = tune::read_record(&record, "record.json").unwrap();
+    assert_eq!(m.len(), 3, "{record}");
+    // The record compiles: `run --tuning` accepts it.
+    let o = dnnc(&[
+        "run",
+        model.to_str().unwrap(),
+        "--tuning",
+        rec.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+}
+
+/// A record naming a conv the model lacks, or an unknown algorithm, or
+/// not JSON, is a usage error naming the file and the entry.
+#[test]
+fn bad_tuning_records_are_usage_errors() {
+    let s = Scratch::new("tune-bad");
+    let model = s.file("small.dnn", MODEL.as_bytes());
+    for (body, want) in [
+        ("{\"zz\": \"im2col\"}", "has no Conv2d named `zz`"),
+        ("{\"a\": \"magic\"}", "`a`: unknown algorithm `magic`"),
+        ("{\"a\": ", "tuning record"),
+    ] {
+        let rec = s.file("rec.json", body.as_bytes());
+        let o = dnnc(&[
+            "run",
+            model.to_str().unwrap(),
+            "--tuning",
+            rec.to_str().unwrap(),
+        ]);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{body}: {err}");
+        assert!(
+            err.contains(want) && err.contains("rec.json"),
+            "{body}: {err}"
+        );
+    }
+}
+
+/// A malformed or invalid machine profile is a usage error naming the
+/// file and the problem.
+#[test]
+fn bad_cost_profiles_are_usage_errors() {
+    let s = Scratch::new("tune-profile");
+    let model = s.file("small.dnn", MODEL.as_bytes());
+    let good = dnnc_passes::cost::MachineProfile::default().to_json();
+    for (body, want) in [
+        ("{ not json".to_string(), "line 1"),
+        (
+            good.replacen("\"bandwidth\": ", "\"bandwidth\": -", 1),
+            "bandwidth must be a positive number",
+        ),
+    ] {
+        let p = s.file("profile.json", body.as_bytes());
+        let o = dnnc(&[
+            "tune",
+            model.to_str().unwrap(),
+            "--runs",
+            "1",
+            "--cost-profile",
+            p.to_str().unwrap(),
+        ]);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("machine profile") && err.contains("profile.json") && err.contains(want),
+            "{err}"
+        );
+    }
+}
+
+/// A profile fitted on the small model's own measurements predicts them
+/// with a median error under 50% (one rate per algorithm cannot fit a
+/// 3x3 and a 1x1 direct loop alike), and does not pick the direct loop
+/// for the dense 3x3 conv.
+#[test]
+fn a_profile_fitted_on_measurements_predicts_them() {
+    let g = dnnc_compiler::model::load_model_str(MODEL, "small.dnn").unwrap();
+    let feeds = dnnc_compiler::cli::gather_inputs(&g, &[], &mut |_| {}).unwrap();
+    let layers = tune::measure(&g, &feeds, 1, 3).unwrap();
+    assert_eq!(layers.len(), 3);
+    let samples: Vec<_> = layers
+        .iter()
+        .flat_map(|l| {
+            l.measured
+                .iter()
+                .map(|(a, &t)| (a.name().to_string(), l.shape.clone(), t))
+        })
+        .collect();
+    let p = dnnc_passes::cost::fit(&dnnc_passes::cost::MachineProfile::default(), &samples);
+    let q = tune::quality(&layers, &p);
+    assert_eq!(q.layers, 3);
+    assert!(q.all_error < 0.5, "{}", q.line());
+    assert_ne!(layers[0].predicted_best(&p), Some(ConvAlgo::Direct));
+}

@@ -1,0 +1,357 @@
+//! The calibrated cost model: a convolution kernel's time on this machine
+//! predicted from its Work-Depth work and the bytes it moves,
+//!
+//! `t = overhead + max(W_algo / rate_algo, bytes / bandwidth)`,
+//!
+//! where `W_algo` is the survey's work for the algorithm (Appendix C, in
+//! [`crate::wd::conv`]), `rate_algo` the work units per second this
+//! machine's code for that algorithm sustains, `bytes` the input, filter
+//! and output traffic. The rates come from measurement (`dnnc
+//! calibrate`); [`MachineProfile::default`] is the profile measured on
+//! the machine class this project is developed on.
+
+use crate::wd::conv::ConvShape;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The per-machine constants of the cost model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MachineProfile {
+    /// What was measured (free text).
+    pub machine: String,
+    /// Threads the rates were measured with.
+    pub threads: usize,
+    /// Work units per second, by algorithm (`direct`, `im2col`,
+    /// `pointwise`, `depthwise`, `winograd2`, `winograd4`, `fft`).
+    pub rates: BTreeMap<String, f64>,
+    /// Seconds a kernel of each algorithm costs besides its work (calls,
+    /// transforms' setup, hand-offs), by algorithm; `overhead` where
+    /// missing.
+    #[serde(default)]
+    pub fixed: BTreeMap<String, f64>,
+    /// Bytes per second a kernel streams from outside its core's caches.
+    pub bandwidth: f64,
+    /// Seconds every kernel costs besides its work (call, hand-off).
+    pub overhead: f64,
+}
+
+/// Why a profile could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// Not JSON of the expected shape.
+    #[error("machine profile {origin}: {message}")]
+    Malformed {
+        /// The file (or `built-in`).
+        origin: String,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A rate, the bandwidth or the overhead is not usable.
+    #[error("machine profile {origin}: {field} must be {want}, found {found}")]
+    BadValue {
+        /// The file.
+        origin: String,
+        /// The field.
+        field: String,
+        /// What it must be.
+        want: &'static str,
+        /// What it is.
+        found: f64,
+    },
+}
+
+/// The profile `dnnc calibrate` measured on this project's 2-core AVX-512
+/// Xeon at one thread (checked in as JSON, so it reads like the profiles
+/// users write).
+const DEFAULT_PROFILE: &str = include_str!("../profiles/default.json");
+
+impl Default for MachineProfile {
+    fn default() -> Self {
+        MachineProfile::from_json(DEFAULT_PROFILE, "built-in").expect("the built-in profile parses")
+    }
+}
+
+/// Every algorithm name a profile may rate.
+pub const ALGOS: [&str; 7] = [
+    "direct",
+    "im2col",
+    "pointwise",
+    "depthwise",
+    "winograd2",
+    "winograd4",
+    "fft",
+];
+
+impl MachineProfile {
+    /// Reads a profile from JSON; `origin` names it in errors.
+    pub fn from_json(text: &str, origin: &str) -> Result<Self, ProfileError> {
+        let p: MachineProfile =
+            serde_json::from_str(text).map_err(|e| ProfileError::Malformed {
+                origin: origin.to_string(),
+                message: e.to_string(),
+            })?;
+        let bad = |field: String, want, found| ProfileError::BadValue {
+            origin: origin.to_string(),
+            field,
+            want,
+            found,
+        };
+        for (k, &r) in &p.rates {
+            if !ALGOS.contains(&k.as_str()) {
+                return Err(ProfileError::Malformed {
+                    origin: origin.to_string(),
+                    message: format!(
+                        "unknown algorithm `{k}` in rates; known: {}",
+                        ALGOS.join(", ")
+                    ),
+                });
+            }
+            if !(r.is_finite() && r > 0.0) {
+                return Err(bad(format!("rates.{k}"), "a positive number", r));
+            }
+        }
+        if !(p.bandwidth.is_finite() && p.bandwidth > 0.0) {
+            return Err(bad("bandwidth".into(), "a positive number", p.bandwidth));
+        }
+        if !(p.overhead.is_finite() && p.overhead >= 0.0) {
+            return Err(bad(
+                "overhead".into(),
+                "a number of seconds >= 0",
+                p.overhead,
+            ));
+        }
+        if p.threads == 0 {
+            return Err(bad("threads".into(), "at least 1", 0.0));
+        }
+        Ok(p)
+    }
+
+    /// The profile as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("profiles serialise") + "\n"
+    }
+
+    /// Predicted seconds of one convolution kernel computed with `algo`,
+    /// or `None` when the algorithm does not apply to `shape` (or the
+    /// profile has no rate for it).
+    pub fn predict_conv(&self, algo: &str, shape: &ConvShape) -> Option<f64> {
+        // The direct lowering of a depthwise conv is the depthwise kernel.
+        let algo = if algo == "direct" && is_depthwise(shape) {
+            "depthwise"
+        } else {
+            algo
+        };
+        let work = conv_work(algo, shape)? as f64;
+        let rate = *self.rates.get(algo)?;
+        let fixed = self.fixed.get(algo).copied().unwrap_or(self.overhead);
+        Some(fixed + (work / rate).max(conv_bytes(algo, shape) / self.bandwidth))
+    }
+}
+
+/// The run-time Work-Depth work of `algo` on `shape` (`None` when it
+/// does not apply): the survey's direct count for the direct and
+/// depthwise loops, its im2col count for im2col and pointwise (a 1x1 conv
+/// is its own column matrix), and Winograd F(2x2), F(4x4) and FFT without
+/// the filter transforms, which dnnc does once when the model is compiled
+/// (with them, the 512-channel 7x7 layers' Winograd work is 2-3x what
+/// runs).
+pub fn conv_work(algo: &str, shape: &ConvShape) -> Option<u64> {
+    let s = shape;
+    let (ci, co) = (s.cin_per_group(), s.cout_per_group());
+    Some(match algo {
+        "direct" | "depthwise" => s.direct().work,
+        "im2col" | "pointwise" => s.im2col().work,
+        "winograd2" | "winograd4" => {
+            let all = s
+                .winograd(if algo == "winograd2" { 2 } else { 4 })
+                .ok()?
+                .work;
+            let a = if algo == "winograd2" { 4 } else { 6 };
+            let filter = co * ci * crate::wd::conv::transform_work(s.kh, a) * s.group;
+            all.saturating_sub(filter)
+        }
+        "fft" => {
+            let all = s.fft().ok()?.work;
+            let (ph, pw) = s.padded();
+            let hw = (ph * pw) as f64;
+            let spectra =
+                crate::wd::conv::FFT_C * hw * hw.log2().max(0.0) * (co * ci * s.group) as f64;
+            all.saturating_sub(spectra.round() as u64)
+        }
+        _ => return None,
+    })
+}
+
+/// One input and one output channel per group.
+pub fn is_depthwise(s: &ConvShape) -> bool {
+    s.group > 1 && s.group == s.c_in && s.group == s.c_out
+}
+
+/// Bytes a convolution computed with `algo` moves at least: input,
+/// filter, output (f32), and for im2col its column matrix written and
+/// read back.
+pub fn conv_bytes(algo: &str, s: &ConvShape) -> f64 {
+    let input = s.n * s.c_in * s.h * s.w;
+    let filter = s.c_out * (s.c_in / s.group.max(1)) * s.kh * s.kw;
+    let output = s.n * s.c_out * s.h_out * s.w_out;
+    let columns = if algo == "im2col" {
+        2 * s.n * s.c_in * s.kh * s.kw * s.h_out * s.w_out
+    } else {
+        0
+    };
+    4.0 * (input + filter + output + columns) as f64
+}
+
+/// Fits a profile to measured kernel times `(algorithm, shape,
+/// seconds)`: per algorithm, the fixed cost `c` and rate `F` of `t = c +
+/// W / F` that minimise the squared *relative* error over its samples (a
+/// 2 x 2 linear least-squares problem in `c` and `1/F`); where that gives
+/// a negative `c` or rate (too few or too alike samples), `c` is the
+/// profile's overhead and `F` the median of `W / (t - c)`. Algorithms
+/// without samples keep `base`'s figures.
+pub fn fit(base: &MachineProfile, samples: &[(String, ConvShape, f64)]) -> MachineProfile {
+    let mut by_algo: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+    for (algo, shape, t) in samples {
+        let algo = if algo == "direct" && is_depthwise(shape) {
+            "depthwise"
+        } else {
+            algo
+        };
+        let Some(w) = conv_work(algo, shape) else {
+            continue;
+        };
+        if *t > 0.0 {
+            by_algo.entry(algo).or_default().push((w as f64, *t));
+        }
+    }
+    let mut p = base.clone();
+    for (algo, s) in by_algo {
+        // Rows (1/t, W/t) . (c, x) ≈ 1: normal equations.
+        let (mut a11, mut a12, mut a22, mut b1, mut b2) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for &(w, t) in &s {
+            let (u, v) = (1.0 / t, w / t);
+            a11 += u * u;
+            a12 += u * v;
+            a22 += v * v;
+            b1 += u;
+            b2 += v;
+        }
+        let det = a11 * a22 - a12 * a12;
+        let solved = (s.len() >= 3 && det.abs() > 1e-12 * a11 * a22).then(|| {
+            let c = (b1 * a22 - b2 * a12) / det;
+            let x = (a11 * b2 - a12 * b1) / det;
+            (c, x)
+        });
+        let (c, rate) = match solved {
+            Some((c, x)) if c >= 0.0 && x > 0.0 => (c, 1.0 / x),
+            _ => {
+                let c = base.overhead;
+                let mut r: Vec<f64> = s.iter().map(|&(w, t)| w / (t - c).max(t * 0.1)).collect();
+                r.sort_by(|a, b| a.total_cmp(b));
+                (c, r[r.len() / 2])
+            }
+        };
+        p.rates.insert(algo.to_string(), rate);
+        p.fixed.insert(algo.to_string(), c);
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_built_in_profile_rates_every_algorithm() {
+        let p = MachineProfile::default();
+        for a in ALGOS {
+            assert!(p.rates.get(a).is_some_and(|&r| r > 0.0), "{a}");
+        }
+        let back = MachineProfile::from_json(&p.to_json(), "round trip").unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn malformed_profiles_name_the_problem() {
+        let e = MachineProfile::from_json("{\"machine\": 3", "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("machine profile p.json:") && e.contains("line 1"),
+            "{e}"
+        );
+        let mut p = MachineProfile::default();
+        p.rates.insert("im2col".into(), -1.0);
+        let e = MachineProfile::from_json(&p.to_json(), "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rates.im2col must be a positive number, found -1"),
+            "{e}"
+        );
+        let text = MachineProfile::default()
+            .to_json()
+            .replace("\"direct\"", "\"magic\"");
+        let e = MachineProfile::from_json(&text, "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown algorithm `magic`"), "{e}");
+        let text = MachineProfile::default()
+            .to_json()
+            .replace("\"bandwidth\"", "\"bandwith\"");
+        let e = MachineProfile::from_json(&text, "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bandwidth"), "{e}");
+    }
+
+    #[test]
+    fn fitting_recovers_a_rate() {
+        let shape = ConvShape {
+            n: 1,
+            c_in: 64,
+            c_out: 64,
+            h: 28,
+            w: 28,
+            h_out: 28,
+            w_out: 28,
+            kh: 3,
+            kw: 3,
+            strides: [1, 1],
+            dilations: [1, 1],
+            pads: [1, 1, 1, 1],
+            group: 1,
+        };
+        // Three sizes of one shape family with t = 20 µs + W / 5e10.
+        let base = MachineProfile::default();
+        let samples: Vec<(String, ConvShape, f64)> = [14u64, 28, 56]
+            .into_iter()
+            .map(|h| {
+                let s = ConvShape {
+                    h,
+                    w: h,
+                    h_out: h,
+                    w_out: h,
+                    ..shape.clone()
+                };
+                let w = conv_work("im2col", &s).unwrap() as f64;
+                ("im2col".to_string(), s, 20e-6 + w / 5e10)
+            })
+            .collect();
+        let p = fit(&base, &samples);
+        assert!(
+            (p.rates["im2col"] / 5e10 - 1.0).abs() < 1e-6,
+            "{}",
+            p.rates["im2col"]
+        );
+        assert!(
+            (p.fixed["im2col"] / 20e-6 - 1.0).abs() < 1e-6,
+            "{}",
+            p.fixed["im2col"]
+        );
+        for (a, s, t) in &samples {
+            let pred = p.predict_conv(a, s).unwrap();
+            assert!((pred / t - 1.0).abs() < 1e-6, "{pred} vs {t}");
+        }
+    }
+}
