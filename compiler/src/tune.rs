@@ -379,18 +379,23 @@ pub fn calibrate(
     let g = crate::model::load_model_str(CALIBRATION_MODEL, "calibration.dnn")?;
     let feeds = crate::cli::gather_inputs(&g, &[], &mut |_| {})?;
     let layers = measure(&g, &feeds, threads, runs)?;
-    let samples: Vec<(String, ConvShape, f64)> = layers
+    let mut p = dnnc_passes::cost::fit(base, &samples(&layers));
+    p.threads = threads;
+    p.machine = machine_name();
+    Ok((p, layers))
+}
+
+/// Every measurement of `layers` as a fitting sample `(algorithm,
+/// shape, seconds)` for [`dnnc_passes::cost::fit`].
+pub fn samples(layers: &[LayerTune]) -> Vec<(String, ConvShape, f64)> {
+    layers
         .iter()
         .flat_map(|l| {
             l.measured
                 .iter()
                 .map(|(a, &t)| (a.name().to_string(), l.shape.clone(), t))
         })
-        .collect();
-    let mut p = dnnc_passes::cost::fit(base, &samples);
-    p.threads = threads;
-    p.machine = machine_name();
-    Ok((p, layers))
+        .collect()
 }
 
 /// The CPU model this process runs on, from `/proc/cpuinfo`.

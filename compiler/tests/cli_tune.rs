@@ -161,15 +161,8 @@ fn a_profile_fitted_on_measurements_predicts_them() {
     let feeds = dnnc_compiler::cli::gather_inputs(&g, &[], &mut |_| {}).unwrap();
     let layers = tune::measure(&g, &feeds, 1, 3).unwrap();
     assert_eq!(layers.len(), 3);
-    let samples: Vec<_> = layers
-        .iter()
-        .flat_map(|l| {
-            l.measured
-                .iter()
-                .map(|(a, &t)| (a.name().to_string(), l.shape.clone(), t))
-        })
-        .collect();
-    let p = dnnc_passes::cost::fit(&dnnc_passes::cost::MachineProfile::default(), &samples);
+    let base = dnnc_passes::cost::MachineProfile::default();
+    let p = dnnc_passes::cost::fit(&base, &tune::samples(&layers));
     let q = tune::quality(&layers, &p);
     assert_eq!(q.layers, 3);
     assert!(q.all_error < 0.5, "{}", q.line());

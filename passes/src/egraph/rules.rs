@@ -46,36 +46,14 @@ pub fn rules() -> Vec<Rule> {
             "Neg(Neg(x)) = x",
             rw!("double-negation"; "(Neg (Neg ?x))" => "?x"),
         ),
-        row(
-            "add-zero",
-            "x + 0 = x (and 0 + x) when the zeros do not broadcast x",
-            rw!("add-zero"; "(Add ?x ?z)" => "?x" if keeps_type_with_splat("?x", "?z", 0.0)),
-        ),
-        row(
-            "zero-add",
-            "0 + x = x when the zeros do not broadcast x",
-            rw!("zero-add"; "(Add ?z ?x)" => "?x" if keeps_type_with_splat("?x", "?z", 0.0)),
-        ),
-        row(
-            "sub-zero",
-            "x - 0 = x when the zeros do not broadcast x",
-            rw!("sub-zero"; "(Sub ?x ?z)" => "?x" if keeps_type_with_splat("?x", "?z", 0.0)),
-        ),
-        row(
-            "mul-one",
-            "x * 1 = x when the ones do not broadcast x",
-            rw!("mul-one"; "(Mul ?x ?o)" => "?x" if keeps_type_with_splat("?x", "?o", 1.0)),
-        ),
-        row(
-            "one-mul",
-            "1 * x = x when the ones do not broadcast x",
-            rw!("one-mul"; "(Mul ?o ?x)" => "?x" if keeps_type_with_splat("?x", "?o", 1.0)),
-        ),
-        row(
-            "div-one",
-            "x / 1 = x when the ones do not broadcast x",
-            rw!("div-one"; "(Div ?x ?o)" => "?x" if keeps_type_with_splat("?x", "?o", 1.0)),
-        ),
+        // x op c = x where every element of the constant c is the op's
+        // identity and c does not broadcast x to a bigger shape.
+        unit("add-zero", "x + 0 = x", "(Add ?x ?c)", 0.0),
+        unit("zero-add", "0 + x = x", "(Add ?c ?x)", 0.0),
+        unit("sub-zero", "x - 0 = x", "(Sub ?x ?c)", 0.0),
+        unit("mul-one", "x * 1 = x", "(Mul ?x ?c)", 1.0),
+        unit("one-mul", "1 * x = x", "(Mul ?c ?x)", 1.0),
+        unit("div-one", "x / 1 = x", "(Div ?x ?c)", 1.0),
         row(
             "transpose-compose",
             "Transpose(Transpose(x)) = one Transpose of the composed permutation, or x",
@@ -99,6 +77,22 @@ pub fn rules() -> Vec<Rule> {
             Rewrite::new("view-noop", NoopView { x }, ReshapeTo { x }).expect("rule"),
         ),
     ]
+}
+
+/// The rule `lhs => ?x` for an op whose operand `?c` is its identity
+/// element `v` (every element equal to it) and does not broadcast `?x`.
+fn unit(name: &'static str, doc: &'static str, lhs: &str, v: f32) -> Rule {
+    let lhs: Pattern<TensorNode> = lhs.parse().expect("pattern");
+    let rhs: Pattern<TensorNode> = "?x".parse().expect("pattern");
+    let applier = egg::ConditionalApplier {
+        condition: keeps_type_with_splat("?x", "?c", v),
+        applier: rhs,
+    };
+    Rule {
+        name,
+        doc,
+        rewrite: Rewrite::new(name, lhs, applier).expect("rule"),
+    }
 }
 
 /// `?x`'s type is the matched class's, and every element of `?c` is `v`.
