@@ -45,6 +45,11 @@ pub struct ConvArgs {
     /// algorithm measured fastest (--conv-algo-for overrides it).
     #[arg(long, value_name = "RECORD.json")]
     pub tuning: Option<PathBuf>,
+    /// Run the optimisation pipeline (`dnnc ir --passes`: simplify,
+    /// fold-batchnorm, egraph, select-conv-algo) before compiling; without
+    /// it the model compiles as loaded.
+    #[arg(long)]
+    pub optimize: bool,
 }
 
 /// `--concurrency` of `dnnc run` and `dnnc bench`: how waves of
@@ -341,6 +346,7 @@ fn execute_command(
                 bind_weights_file(&mut g, &w, notes)?;
             }
             g.check_weights_bound()?;
+            optimize_if(&mut g, &conv, backend)?;
             let feeds = gather_inputs(&g, &inputs, notes)?;
             let mut report = String::new();
             let results = match backend {
@@ -401,6 +407,7 @@ fn execute_command(
                 bind_weights_file(&mut g, &w, notes)?;
             }
             g.check_weights_bound()?;
+            optimize_if(&mut g, &conv, backend)?;
             let feeds = gather_inputs(&g, &inputs, notes)?;
             let cfg = crate::bench::BenchConfig {
                 threads,
@@ -514,6 +521,22 @@ fn execute_command(
             Ok(report.render())
         }
     }
+}
+
+/// Runs the optimisation pipeline on `g` when `--optimize` asks for it
+/// (the interpreter runs the model as written: the pipeline is for the
+/// compiled backends).
+fn optimize_if(g: &mut Graph, conv: &ConvArgs, backend: Backend) -> Result<(), DnncError> {
+    if !conv.optimize {
+        return Ok(());
+    }
+    if backend == Backend::Interp {
+        return Err(DnncError::Usage("--optimize needs --backend cpu".into()));
+    }
+    let mut p = dnnc_passes::Pipeline::default();
+    p.verify = true;
+    p.run(g)?;
+    Ok(())
 }
 
 /// The cost model's machine profile: the file given, else the built-in

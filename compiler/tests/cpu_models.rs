@@ -47,3 +47,29 @@ fn zoo_models_match_onnxruntime_on_cpu_backend() {
         );
     }
 }
+
+/// The same after the optimisation pipeline (`--optimize`: simplify,
+/// fold-batchnorm, egraph, select-conv-algo): every model still matches
+/// onnxruntime's output.
+#[test]
+#[ignore = "release-mode numeric test on real models (CI runs it with --include-ignored)"]
+fn zoo_models_match_onnxruntime_after_the_pipeline() {
+    let Some(models) = cpu_common::shared_models() else {
+        return;
+    };
+    for dir in models {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let mut g = dnnc_compiler::onnx::import_onnx_file(dir.join("model.onnx"))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut p = dnnc_passes::Pipeline::default();
+        p.verify = true;
+        p.run(&mut g).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let x = dnnc_ir::tensor::read_npy(&dir.join("input.npy")).unwrap();
+        let want = dnnc_ir::tensor::read_npy(&dir.join("output.npy")).unwrap();
+        let exe = compile_cpu(&g, &CpuOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let ins = vec![(g.value(g.inputs()[0]).name.clone(), x)];
+        let got = exe.run(&ins).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let err = cpu_common::assert_close(&name, &got[0], &want, 1e-3, 1e-4);
+        println!("{name} after the pipeline: max abs err {err:.2e}");
+    }
+}
