@@ -1,9 +1,11 @@
 //! The e-graph optimiser on random graphs: convolutions, Gemm, BatchNorm,
 //! elementwise chains, concats, splits, transposes, reshape chains,
-//! identities and constant zeros and ones (so the rules have something to
-//! fire on). Each graph's interpreter outputs must be the same (rtol
-//! 1e-4) after the `egraph` pass alone and after the whole pipeline, and
-//! the optimised IR must verify.
+//! identities, split/concat round trips and constant zeros and ones (so
+//! the rules have something to fire on: over the 300 graphs every rule
+//! but `zero-add`, `one-mul`, `div-one` and `view-noop` fires). Each
+//! graph's interpreter outputs must be the same (rtol 1e-4) after the
+//! `egraph` pass alone and after the whole pipeline, and the optimised IR
+//! must verify.
 
 use dnnc_ir::text::{parse, print};
 use dnnc_ir::{Graph, Init, Tensor};
@@ -187,7 +189,21 @@ impl Builder {
                     let y = self.fresh("cat");
                     let mut sy = s.clone();
                     sy[1] += t[1];
-                    self.push(format!("%{y} = Concat(%{v}, %{o}) {{axis=1}}"), y, sy);
+                    self.push(
+                        format!("%{y} = Concat(%{v}, %{o}) {{axis=1}}"),
+                        y.clone(),
+                        sy,
+                    );
+                    if self.rng.below(2) == 0 {
+                        // Split back into the parts (split-of-concat).
+                        let (y0, y1) = (self.fresh("s"), self.fresh("s"));
+                        self.lines.push(format!(
+                            "%{y0}, %{y1} = Split(%{y}) {{axis=1, split=[{},{}]}}",
+                            s[1], t[1]
+                        ));
+                        self.vals.push((y0, s.clone()));
+                        self.vals.push((y1, t));
+                    }
                 }
             }
             _ => {
@@ -202,6 +218,14 @@ impl Builder {
                     s0[1] = a;
                     let mut s1 = s.clone();
                     s1[1] -= a;
+                    if self.rng.below(2) == 0 {
+                        // Concat the pieces back (concat-of-split), under
+                        // an activation (unary-over-concat).
+                        let (c, r) = (self.fresh("cat"), self.fresh("u"));
+                        self.lines
+                            .push(format!("%{c} = Concat(%{y0}, %{y1}) {{axis=1}}"));
+                        self.push(format!("%{r} = Relu(%{c})"), r, s.clone());
+                    }
                     self.vals.push((y0, s0));
                     self.vals.push((y1, s1));
                 }

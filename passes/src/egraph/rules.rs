@@ -67,6 +67,21 @@ pub fn rules() -> Vec<Rule> {
             .expect("rule"),
         ),
         row(
+            "split-of-concat",
+            "result i of Split(Concat(x0, .., xn)) along one axis = xi when the pieces are the parts",
+            Rewrite::new("split-of-concat", SplitOfConcat, SplitOfConcat).expect("rule"),
+        ),
+        row(
+            "concat-of-split",
+            "Concat of every result of Split(x), in order, along its axis = x",
+            Rewrite::new("concat-of-split", ConcatOfSplit { x }, ReshapeTo { x }).expect("rule"),
+        ),
+        row(
+            "unary-over-concat",
+            "an elementwise unary op of a Concat = the Concat of the op on each part",
+            Rewrite::new("unary-over-concat", UnaryOverConcat, UnaryOverConcat).expect("rule"),
+        ),
+        row(
             "view-chain",
             "a view (Reshape, Flatten, Squeeze, Unsqueeze) of a view = one Reshape",
             Rewrite::new("view-chain", ViewOfView { x }, ReshapeTo { x }).expect("rule"),
@@ -255,6 +270,239 @@ impl Applier<TensorNode, TensorAnalysis> for ComposeTransposes {
             } else {
                 eg.add(TensorNode::op(Op::Transpose { perm }, vec![x]))
             };
+            if eg.union_trusted(eclass, id, rule) {
+                changed.push(eclass);
+            }
+        }
+        changed
+    }
+}
+
+/// The axis of a Concat or Split node, normalised against the rank of its
+/// (first) operand.
+fn axis_of(eg: &TensorGraph, n: &TensorNode) -> Option<usize> {
+    let axis = match n.ir_op()? {
+        Op::Concat { axis } | Op::Split { axis, .. } => *axis,
+        _ => return None,
+    };
+    let rank = eg[*n.children().first()?].data.ty()?.rank();
+    dnnc_ir::infer::norm_axis(axis, rank).ok()
+}
+
+/// Matches `Get(i, Split(Concat(parts)))` whose split sizes are the
+/// parts' sizes along the same axis; applies by merging the projection's
+/// class with part `i`'s. (Searcher and applier in one: the match is the
+/// pair of classes.)
+struct SplitOfConcat;
+
+/// `?get` and `?part`: the classes the rule merges.
+fn pair_vars() -> (Var, Var) {
+    ("?get".parse().expect("var"), "?part".parse().expect("var"))
+}
+
+impl Searcher<TensorNode, TensorAnalysis> for SplitOfConcat {
+    fn search_eclass_with_limit(
+        &self,
+        eg: &TensorGraph,
+        eclass: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'_, TensorNode>> {
+        let (gv, pv) = pair_vars();
+        let mut substs = Vec::new();
+        for get in eg[eclass].iter() {
+            let TensorNode::Get(i, [t]) = get else {
+                continue;
+            };
+            for split in eg[*t].iter() {
+                let Some(Op::Split { split: sizes, .. }) = split.ir_op() else {
+                    continue;
+                };
+                let Some(ax) = axis_of(eg, split) else {
+                    continue;
+                };
+                for cat in eg[split.children()[0]].iter() {
+                    if !matches!(cat.ir_op(), Some(Op::Concat { .. }))
+                        || axis_of(eg, cat) != Some(ax)
+                    {
+                        continue;
+                    }
+                    let parts: Option<Vec<usize>> = cat
+                        .children()
+                        .iter()
+                        .map(|&c| eg[c].data.ty().and_then(|t| t.shape.get(ax).copied()))
+                        .collect();
+                    if parts.as_deref() == Some(&sizes[..])
+                        && *i < sizes.len()
+                        && substs.len() < limit
+                    {
+                        let mut s = Subst::with_capacity(2);
+                        s.insert(gv, eg.find(eclass));
+                        s.insert(pv, eg.find(cat.children()[*i]));
+                        substs.push(s);
+                    }
+                }
+            }
+        }
+        (!substs.is_empty()).then_some(SearchMatches {
+            eclass,
+            substs,
+            ast: None,
+        })
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        let (g, p) = pair_vars();
+        vec![g, p]
+    }
+}
+
+impl Applier<TensorNode, TensorAnalysis> for SplitOfConcat {
+    fn apply_one(
+        &self,
+        eg: &mut TensorGraph,
+        _eclass: Id,
+        subst: &Subst,
+        _ast: Option<&PatternAst<TensorNode>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
+        let (gv, pv) = pair_vars();
+        let (a, b) = (subst[gv], subst[pv]);
+        if eg[a].data.types == eg[b].data.types && eg.union_trusted(a, b, rule) {
+            vec![a]
+        } else {
+            vec![]
+        }
+    }
+}
+
+/// Matches `Concat(Get(0, s), .., Get(n-1, s))` of every result of one
+/// Split `s` of `?x`, in order, along the Split's axis.
+struct ConcatOfSplit {
+    x: Var,
+}
+
+impl Searcher<TensorNode, TensorAnalysis> for ConcatOfSplit {
+    fn search_eclass_with_limit(
+        &self,
+        eg: &TensorGraph,
+        eclass: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'_, TensorNode>> {
+        let mut substs = Vec::new();
+        for cat in eg[eclass].iter() {
+            if !matches!(cat.ir_op(), Some(Op::Concat { .. })) {
+                continue;
+            }
+            let Some(ax) = axis_of(eg, cat) else { continue };
+            // Part k must hold Get(k, s) for one split s of every part.
+            let Some(first) = cat.children().first() else {
+                continue;
+            };
+            for g0 in eg[*first].iter() {
+                let TensorNode::Get(0, [s]) = g0 else {
+                    continue;
+                };
+                let s = eg.find(*s);
+                let all = cat.children().iter().enumerate().all(|(k, &c)| {
+                    eg[c].iter().any(
+                        |n| matches!(n, TensorNode::Get(i, [t]) if *i == k && eg.find(*t) == s),
+                    )
+                });
+                for split in eg[s].iter() {
+                    let Some(Op::Split { split: sizes, .. }) = split.ir_op() else {
+                        continue;
+                    };
+                    if all
+                        && sizes.len() == cat.children().len()
+                        && axis_of(eg, split) == Some(ax)
+                        && substs.len() < limit
+                    {
+                        let mut sub = Subst::with_capacity(1);
+                        sub.insert(self.x, eg.find(split.children()[0]));
+                        substs.push(sub);
+                    }
+                }
+            }
+        }
+        (!substs.is_empty()).then_some(SearchMatches {
+            eclass,
+            substs,
+            ast: None,
+        })
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        vec![self.x]
+    }
+}
+
+/// Matches an elementwise unary op (Relu, Sigmoid, Clip, ...) of a
+/// Concat; applies by adding the Concat of the op on each part.
+struct UnaryOverConcat;
+
+fn unary_var() -> Var {
+    "?u".parse().expect("var")
+}
+
+impl Searcher<TensorNode, TensorAnalysis> for UnaryOverConcat {
+    fn search_eclass_with_limit(
+        &self,
+        eg: &TensorGraph,
+        eclass: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'_, TensorNode>> {
+        let found = eg[eclass].iter().any(|n| {
+            matches!(n.ir_op(), Some(Op::Unary(_)))
+                && n.children().len() == 1
+                && eg[n.children()[0]]
+                    .iter()
+                    .any(|c| matches!(c.ir_op(), Some(Op::Concat { .. })))
+        });
+        (found && limit > 0).then(|| {
+            let mut s = Subst::with_capacity(1);
+            s.insert(unary_var(), eg.find(eclass));
+            SearchMatches {
+                eclass,
+                substs: vec![s],
+                ast: None,
+            }
+        })
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        vec![unary_var()]
+    }
+}
+
+impl Applier<TensorNode, TensorAnalysis> for UnaryOverConcat {
+    fn apply_one(
+        &self,
+        eg: &mut TensorGraph,
+        eclass: Id,
+        _subst: &Subst,
+        _ast: Option<&PatternAst<TensorNode>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
+        // (unary op, concat op, parts) of every match, collected before
+        // the e-graph changes.
+        let mut found: Vec<(Op, Op, Vec<Id>)> = Vec::new();
+        for n in eg[eclass].iter() {
+            let Some(u @ Op::Unary(_)) = n.ir_op() else {
+                continue;
+            };
+            for cat in eg[n.children()[0]].iter() {
+                if let Some(c @ Op::Concat { .. }) = cat.ir_op() {
+                    found.push((u.clone(), c.clone(), cat.children().to_vec()));
+                }
+            }
+        }
+        let mut changed = vec![];
+        for (u, c, parts) in found {
+            let mapped: Vec<Id> = parts
+                .into_iter()
+                .map(|p| eg.add(TensorNode::op(u.clone(), vec![p])))
+                .collect();
+            let id = eg.add(TensorNode::op(c, mapped));
             if eg.union_trusted(eclass, id, rule) {
                 changed.push(eclass);
             }

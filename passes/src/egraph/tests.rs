@@ -250,6 +250,79 @@ fn view_noop() {
     ));
 }
 
+#[test]
+fn split_of_concat() {
+    insta::assert_snapshot!(rule_effect(
+        "split-of-concat",
+        "graph t {
+           input %x: f32[1,2,4]
+           input %y: f32[1,3,4]
+           %c = Concat(%x, %y) {axis=1}
+           %a, %b = Split(%c) {axis=1, split=[2,3]}
+           %ra = Relu(%a)
+           %sb = Sigmoid(%b)
+           output %ra, %sb
+         }"
+    ));
+}
+
+#[test]
+fn concat_of_split() {
+    insta::assert_snapshot!(rule_effect(
+        "concat-of-split",
+        "graph t {
+           input %x: f32[2,6]
+           %a, %b = Split(%x) {axis=-1, split=[2,4]}
+           %c = Concat(%a, %b) {axis=1}
+           %r = Relu(%c)
+           output %r
+         }"
+    ));
+}
+
+/// Distributing the outer Relu over the Concat lets `relu-idempotent`
+/// remove it.
+#[test]
+fn unary_over_concat() {
+    let effect = rule_effect(
+        "unary-over-concat",
+        "graph t {
+           input %x: f32[2,3]
+           input %y: f32[2,3]
+           %a = Relu(%x)
+           %b = Relu(%y)
+           %c = Concat(%a, %b) {axis=0}
+           %d = Relu(%c)
+           output %d
+         }",
+    );
+    assert!(effect.contains("relu-idempotent"), "{effect}");
+    insta::assert_snapshot!(effect);
+}
+
+/// A Split whose pieces are not the Concat's parts is left alone.
+#[test]
+fn mismatched_split_of_concat_does_not_fire() {
+    let g = parse(
+        "graph t {
+           input %x: f32[1,2,4]
+           input %y: f32[1,3,4]
+           %c = Concat(%x, %y) {axis=1}
+           %a, %b = Split(%c) {axis=1, split=[3,2]}
+           %d, %e = Split(%c) {axis=2, split=[2,2]}
+           output %a, %b, %d, %e
+         }",
+        "t.dnn",
+    )
+    .unwrap();
+    let (_, stats) = optimize(&g, &EGraphConfig::default()).unwrap();
+    assert!(
+        !stats.fired.contains_key("split-of-concat"),
+        "{:?}",
+        stats.fired
+    );
+}
+
 /// Every rule in the table has a snapshot test above (a rule added
 /// without one fails here).
 #[test]
