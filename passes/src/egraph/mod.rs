@@ -8,15 +8,16 @@
 //!
 //! What this first part of the optimiser covers: every IR op as an
 //! e-node (attributes included), types, weights-only constness and splat
-//! values per e-class, identities and cancellations, greedy extraction,
-//! and the statistics `dnnc ir --after egraph` prints. The later
-//! parts (weight folding, multi-pattern merges, algorithm and layout
-//! alternatives, DAG-aware extraction, the calibrated cost model) build
-//! on these pieces.
+//! values per e-class, identities and cancellations, greedy and DAG-aware
+//! extraction ([`extract`]), and the statistics `dnnc ir --after egraph`
+//! prints. The later parts (weight folding, multi-pattern
+//! merges, algorithm and layout alternatives as e-nodes, the calibrated
+//! cost model driving extraction) build on these pieces.
 
 pub mod analysis;
 pub mod convert;
 pub mod cost;
+pub mod extract;
 pub mod lang;
 pub mod rules;
 
@@ -92,6 +93,9 @@ pub struct EGraphStats {
     pub cost_after: f64,
     /// Whether the extracted program replaced the graph.
     pub replaced: bool,
+    /// Which extraction gave the program: `greedy` (tree cost), `dag`
+    /// (shared subexpressions once), or `none` when no rule fired.
+    pub extractor: &'static str,
 }
 
 impl EGraphStats {
@@ -107,14 +111,15 @@ impl EGraphStats {
                 self.stop_reason
             ),
             format!(
-                "estimated cost {:.4e} -> {:.4e} ({})",
+                "estimated cost {:.4e} -> {:.4e} ({}; {} extraction)",
                 self.cost_before,
                 self.cost_after,
                 if self.replaced {
                     "extracted program kept"
                 } else {
                     "graph left as it was"
-                }
+                },
+                self.extractor
             ),
         ];
         if self.fired.is_empty() {
@@ -164,15 +169,34 @@ pub fn optimize(g: &Graph, cfg: &EGraphConfig) -> Result<(Graph, EGraphStats), P
     };
     let egraph = &runner.egraph;
     let cost_before = cost::graph_cost(g);
+    let mut extractor = "none";
     let (out, cost_after) = if fired.is_empty() {
         (None, cost_before)
     } else {
+        // Both extractions; the program the whole-graph estimate rates
+        // cheaper wins (the greedy one on a tie).
         let ex = egg::Extractor::new(egraph, cost::RunTime { egraph });
         let best = |c| ex.find_best_node(c).clone();
-        let out = convert::extract(g, egraph, &loaded.class_of, &best)
+        let greedy = convert::extract(g, egraph, &loaded.class_of, &best)
             .map_err(|e| PassError::graph("egraph", e))?;
-        let after = cost::graph_cost(&out);
-        (Some(out), after)
+        let greedy_cost = cost::graph_cost(&greedy);
+        let dag = extract::DagExtractor::new(egraph);
+        let dag_best = |c| {
+            dag.best_node(c)
+                .cloned()
+                .unwrap_or_else(|| ex.find_best_node(c).clone())
+        };
+        let dag_graph = convert::extract(g, egraph, &loaded.class_of, &dag_best).ok();
+        match dag_graph.map(|d| (cost::graph_cost(&d), d)) {
+            Some((c, d)) if c < greedy_cost => {
+                extractor = "dag";
+                (Some(d), c)
+            }
+            _ => {
+                extractor = "greedy";
+                (Some(greedy), greedy_cost)
+            }
+        }
     };
     let replaced = out.is_some() && cost_after < cost_before;
     let stats = EGraphStats {
@@ -185,6 +209,7 @@ pub fn optimize(g: &Graph, cfg: &EGraphConfig) -> Result<(Graph, EGraphStats), P
         cost_before,
         cost_after: if replaced { cost_after } else { cost_before },
         replaced,
+        extractor,
     };
     let g = match out {
         Some(o) if replaced => o,

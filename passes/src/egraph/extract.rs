@@ -1,0 +1,190 @@
+//! DAG-aware extraction: each e-class's best node chosen by the cost of
+//! the *set* of e-classes its program computes, each counted once, where
+//! egg's greedy extractor adds up a tree and so counts a subexpression
+//! used twice twice (which is exactly where sharing, and the merges that
+//! create it, pay). A fixpoint over the e-classes as egg's extractor
+//! runs, each class keeping the cheapest node found so far with its
+//! class set (the "faster greedy DAG" heuristic of the e-graph extraction
+//! literature: not optimal, but never worse than a tree on a DAG).
+
+use super::analysis::TensorGraph;
+use super::cost::node_cost;
+use super::lang::TensorNode;
+use egg::{Id, Language};
+
+/// One e-class's choice: its node, the e-classes its program computes
+/// (itself included) as a bit set over class indices, and their total
+/// own cost when chosen.
+#[derive(Clone, Debug)]
+struct Choice {
+    node: TensorNode,
+    classes: Vec<u64>,
+    total: f64,
+}
+
+fn has(set: &[u64], i: usize) -> bool {
+    set[i / 64] >> (i % 64) & 1 == 1
+}
+
+/// The best node of every e-class reachable by the DAG cost.
+pub struct DagExtractor {
+    index: std::collections::HashMap<Id, usize>,
+    best: Vec<Option<Choice>>,
+    /// Own cost of each class's chosen node.
+    own: Vec<f64>,
+}
+
+impl DagExtractor {
+    /// Runs the fixpoint over `eg`: passes over the e-classes in id order
+    /// (operands before users, as loaded) until no choice improves.
+    pub fn new(eg: &TensorGraph) -> Self {
+        let mut ids: Vec<Id> = eg.classes().map(|c| c.id).collect();
+        ids.sort();
+        let index: std::collections::HashMap<Id, usize> =
+            ids.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+        let n = ids.len();
+        let words = n.div_ceil(64);
+        let mut best: Vec<Option<Choice>> = vec![None; n];
+        let mut own = vec![0.0; n];
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for (i, &id) in ids.iter().enumerate() {
+                for node in eg[id].iter() {
+                    let Some(cost) = own_cost(eg, node) else {
+                        continue;
+                    };
+                    let mut set = vec![0u64; words];
+                    let mut ok = true;
+                    for &c in node.children() {
+                        let j = index[&eg.find(c)];
+                        match &best[j] {
+                            // A child whose program computes this class
+                            // would make a cycle.
+                            Some(ch) if !has(&ch.classes, i) => {
+                                for (w, x) in set.iter_mut().zip(&ch.classes) {
+                                    *w |= x;
+                                }
+                            }
+                            _ => {
+                                ok = false;
+                                break;
+                            }
+                        }
+                    }
+                    if !ok {
+                        continue;
+                    }
+                    set[i / 64] |= 1 << (i % 64);
+                    let mut total = cost;
+                    for (wi, &w) in set.iter().enumerate() {
+                        let mut w = w;
+                        while w != 0 {
+                            let b = w.trailing_zeros() as usize;
+                            let k = wi * 64 + b;
+                            if k != i {
+                                total += own[k];
+                            }
+                            w &= w - 1;
+                        }
+                    }
+                    if best[i].as_ref().is_none_or(|b| total < b.total) {
+                        best[i] = Some(Choice {
+                            node: node.clone(),
+                            classes: set,
+                            total,
+                        });
+                        own[i] = cost;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        DagExtractor { index, best, own }
+    }
+
+    /// The chosen node of e-class `c` (canonical id), if it has one.
+    pub fn best_node(&self, c: Id) -> Option<&TensorNode> {
+        let i = *self.index.get(&c)?;
+        self.best[i].as_ref().map(|b| &b.node)
+    }
+
+    /// The DAG cost of computing every class in `roots` (shared classes
+    /// once).
+    pub fn cost_of(&self, roots: &[Id]) -> Option<f64> {
+        let words = self.best.len().div_ceil(64);
+        let mut all = vec![0u64; words];
+        for r in roots {
+            let b = self.best[*self.index.get(r)?].as_ref()?;
+            for (w, x) in all.iter_mut().zip(&b.classes) {
+                *w |= x;
+            }
+        }
+        Some(
+            (0..self.best.len())
+                .filter(|&k| has(&all, k))
+                .map(|k| self.own[k])
+                .sum(),
+        )
+    }
+}
+
+/// A node's own cost as the greedy extractor charges it (a small charge
+/// per op, so free ops never tie with their operands).
+fn own_cost(eg: &TensorGraph, node: &TensorNode) -> Option<f64> {
+    match node {
+        TensorNode::Op(..) => node_cost(eg, node).map(|c| c + 1e-3),
+        _ => Some(0.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::egraph::analysis::{SourceInfo, TensorAnalysis};
+    use dnnc_ir::op::Unary;
+    use dnnc_ir::{Op, TensorType};
+
+    /// `t = Add(Relu(s), Sigmoid(s))` with `s` twenty Tanhs of `x`, and
+    /// `t` also equal to 26 Tanhs of `x` (six on top of `s`). The tree
+    /// cost of the Add counts `s` twice (43 units) and takes the chain
+    /// (26); the DAG cost counts `s` once (23) and keeps the Add.
+    #[test]
+    fn shared_subexpressions_count_once() {
+        let ty = TensorType::f32([1, 8, 16, 16]);
+        let mut sources = std::collections::HashMap::new();
+        sources.insert(
+            "x".to_string(),
+            SourceInfo {
+                ty,
+                weight: false,
+                splat: None,
+            },
+        );
+        let mut eg = TensorGraph::new(TensorAnalysis { sources });
+        let x = eg.add(TensorNode::Source("x".into()));
+        let tanh = |eg: &mut TensorGraph, from: Id, n: usize| {
+            (0..n).fold(from, |a, _| {
+                eg.add(TensorNode::op(Op::Unary(Unary::Tanh), vec![a]))
+            })
+        };
+        let s = tanh(&mut eg, x, 20);
+        let r = eg.add(TensorNode::op(Op::Unary(Unary::Relu), vec![s]));
+        let g = eg.add(TensorNode::op(Op::Unary(Unary::Sigmoid), vec![s]));
+        let t = eg.add(TensorNode::op(
+            Op::Binary(dnnc_ir::op::Binary::Add),
+            vec![r, g],
+        ));
+        let chain = tanh(&mut eg, s, 6);
+        eg.union(t, chain);
+        eg.rebuild();
+        let t = eg.find(t);
+        let greedy = egg::Extractor::new(&eg, crate::egraph::cost::RunTime { egraph: &eg });
+        assert_eq!(greedy.find_best_node(t).op_name(), Some("Tanh"));
+        let dag = DagExtractor::new(&eg);
+        assert_eq!(dag.best_node(t).and_then(|n| n.op_name()), Some("Add"));
+        let unit = 8.0 * 16.0 * 16.0;
+        let cost = dag.cost_of(&[t]).unwrap();
+        assert!((cost / unit - 23.0).abs() < 0.01, "{}", cost / unit);
+    }
+}
