@@ -165,6 +165,15 @@ pub enum Command {
         /// Processor count for Brent's bounds (default: available cores).
         #[arg(long, value_name = "P")]
         procs: Option<usize>,
+        /// Also compile the model, run it on P threads (`--procs`, default
+        /// 1 here) and print each kernel's predicted time (the cost
+        /// model) next to its measured median.
+        #[arg(long, conflicts_with = "json")]
+        measure: bool,
+        /// Machine profile for --measure's predictions (default: the
+        /// built-in one).
+        #[arg(long, value_name = "PROFILE.json", requires = "measure")]
+        cost_profile: Option<PathBuf>,
     },
     /// Print the canonical text IR (unoptimised unless --after is given).
     Ir {
@@ -424,20 +433,37 @@ fn execute_command(
             };
             crate::bench::bench(&g, &feeds, &cfg)
         }
-        Command::Analyze { model, json, procs } => {
+        Command::Analyze {
+            model,
+            json,
+            procs,
+            measure,
+            cost_profile,
+        } => {
+            let asked = procs;
             let procs = match procs {
                 Some(0) => return Err(DnncError::Usage("--procs must be at least 1".into())),
                 Some(p) => p,
                 None => std::thread::available_parallelism().map_or(1, |n| n.get()),
             };
+            let profile = read_cost_profile(cost_profile.as_deref())?;
             let g = load_model(&model)?;
             let mut a = dnnc_passes::wd::analyze(&g);
             a.memory = Some(dnnc_passes::wd::activation_memory(&g));
-            Ok(if json {
+            let mut text = if json {
                 dnnc_passes::wd::render_json(&a, procs)
             } else {
                 dnnc_passes::wd::render_table(&a, procs)
-            })
+            };
+            if measure {
+                g.check_weights_bound()?;
+                let feeds = gather_inputs(&g, &[], notes)?;
+                let threads = asked.unwrap_or(1);
+                let k = crate::tune::kernel_times(&g, &feeds, threads, 10, &profile)?;
+                text.push('\n');
+                text.push_str(&crate::tune::render_kernel_times(&k, threads));
+            }
+            Ok(text)
         }
         Command::Ir {
             model,

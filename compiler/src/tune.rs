@@ -434,3 +434,144 @@ fn machine_name() -> String {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     )
 }
+
+/// Work units per second the generated non-GEMM loops (elementwise,
+/// pooling, data movement) sustain at one thread: ~2.5 units/ns
+/// (ARCHITECTURE.md, "the rule"), the cost model's figure for kernels it
+/// has no calibrated rate for.
+const LOOP_RATE: f64 = 2.5e9;
+
+/// One kernel's predicted and measured time.
+#[derive(Clone, Debug)]
+pub struct KernelTime {
+    /// Kernel name.
+    pub name: String,
+    /// Its ops, `+`-joined.
+    pub ops: String,
+    /// Its conv algorithm, if it has one.
+    pub algo: Option<String>,
+    /// Predicted seconds.
+    pub predicted: f64,
+    /// Measured seconds (median).
+    pub measured: f64,
+}
+
+/// Every kernel of `g` compiled with the default build on `threads`
+/// threads: the cost model's prediction next to its median measured time
+/// over `runs` profiled runs. Convolutions are priced by `profile`
+/// (their algorithm's rate and fixed cost), Gemm/MatMul at the im2col
+/// GEMM rate, an epilogue fused into either at nothing, everything else
+/// at [`LOOP_RATE`] per Work-Depth unit; with
+/// several threads a kernel that splits is taken to divide by the thread
+/// count (Brent's bound with no depth term), one that does not, not.
+pub fn kernel_times(
+    g: &Graph,
+    feeds: &[(String, Tensor)],
+    threads: usize,
+    runs: usize,
+    profile: &MachineProfile,
+) -> Result<Vec<KernelTime>, DnncError> {
+    let analysis = dnnc_passes::wd::analyze(g);
+    let node_cost: std::collections::HashMap<&str, &dnnc_passes::wd::NodeCost> = analysis
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n))
+        .collect();
+    let mut exe = compile_cpu(g, &CpuOptions::default())?;
+    exe.set_threads(threads).map_err(DnncError::Usage)?;
+    exe.run(feeds)?;
+    let mut samples: Vec<Vec<f64>> = Vec::new();
+    for _ in 0..runs.max(1) {
+        let (_, times) = exe.run_profiled(feeds)?;
+        samples.resize(times.len(), Vec::new());
+        for (s, t) in samples.iter_mut().zip(&times) {
+            s.push(t.2.as_secs_f64());
+        }
+    }
+    let tasks = exe.step_tasks().to_vec();
+    let mut out = Vec::new();
+    for (i, (step, s)) in exe.steps().iter().zip(samples.iter_mut()).enumerate() {
+        s.sort_by(|a, b| a.total_cmp(b));
+        let measured = s.get(s.len() / 2).copied().unwrap_or(0.0);
+        let mut predicted = profile.overhead;
+        let contraction = step.nodes.iter().any(|n| {
+            node_cost
+                .get(n.as_str())
+                .is_some_and(|nc| nc.class == dnnc_ir::OpClass::Contraction)
+        });
+        for n in &step.nodes {
+            let Some(nc) = node_cost.get(n.as_str()) else {
+                continue;
+            };
+            // An epilogue fused into a contraction runs in its registers
+            // as it stores: no loop of its own.
+            if contraction && nc.class == dnnc_ir::OpClass::Elementwise {
+                continue;
+            }
+            let conv = nc.conv.as_ref().and_then(|c| {
+                let algo = step.algo.as_deref()?;
+                profile.predict_conv(algo, &c.shape)
+            });
+            predicted += match conv {
+                Some(t) => t,
+                None if nc.class == dnnc_ir::OpClass::Contraction => {
+                    nc.work as f64 / profile.rates.get("im2col").copied().unwrap_or(LOOP_RATE)
+                }
+                None => nc.work as f64 / LOOP_RATE,
+            };
+        }
+        let splits = tasks.get(i).copied().unwrap_or(1) > 1 || contraction;
+        if splits && threads > 1 {
+            predicted /= threads as f64;
+        }
+        out.push(KernelTime {
+            name: step.name.clone(),
+            ops: step.op.clone(),
+            algo: step.algo.clone(),
+            predicted,
+            measured,
+        });
+    }
+    Ok(out)
+}
+
+/// The predicted-vs-measured table of [`kernel_times`], slowest measured
+/// first, and the summary: median |predicted - measured| / measured over
+/// the kernels, and the sums.
+pub fn render_kernel_times(k: &[KernelTime], threads: usize) -> String {
+    let mut rows: Vec<&KernelTime> = k.iter().collect();
+    rows.sort_by(|a, b| b.measured.total_cmp(&a.measured));
+    let mut out = format!(
+        "predicted vs measured kernel time, {threads} thread{}\n  {:>10} {:>10} {:>7}  kernel [ops] algo\n",
+        if threads == 1 { "" } else { "s" },
+        "pred ms",
+        "meas ms",
+        "error"
+    );
+    let mut errs = Vec::new();
+    for r in &rows {
+        let e = (r.predicted - r.measured) / r.measured.max(1e-12);
+        errs.push(e.abs());
+        out.push_str(&format!(
+            "  {:>10.4} {:>10.4} {:>+6.0}%  {} [{}] {}\n",
+            r.predicted * 1e3,
+            r.measured * 1e3,
+            e * 100.0,
+            r.name,
+            r.ops,
+            r.algo.as_deref().unwrap_or("-")
+        ));
+    }
+    let (p, m): (f64, f64) = (
+        k.iter().map(|r| r.predicted).sum(),
+        k.iter().map(|r| r.measured).sum(),
+    );
+    out.push_str(&format!(
+        "{} kernels: median |predicted - measured| / measured {:.0}%; sum predicted {:.3} ms, measured {:.3} ms\n",
+        k.len(),
+        median(errs) * 100.0,
+        p * 1e3,
+        m * 1e3
+    ));
+    out
+}

@@ -168,3 +168,33 @@ fn a_profile_fitted_on_measurements_predicts_them() {
     assert!(q.all_error < 0.5, "{}", q.line());
     assert_ne!(layers[0].predicted_best(&p), Some(ConvAlgo::Direct));
 }
+
+/// `analyze --measure` prints, after the Work-Depth table, every kernel's
+/// predicted and measured time and the summary; `--cost-profile` needs
+/// it.
+#[test]
+fn analyze_measure_puts_predictions_next_to_measurements() {
+    let s = Scratch::new("analyze-measure");
+    let model = s.file("small.dnn", MODEL.as_bytes());
+    let o = dnnc(&["analyze", model.to_str().unwrap(), "--measure"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let at = out
+        .find("predicted vs measured kernel time, 1 thread")
+        .unwrap_or_else(|| panic!("{out}"));
+    let table = &out[at..];
+    for k in ["] winograd", "] depthwise", "] pointwise"] {
+        assert!(table.contains(k), "{k}: {table}");
+    }
+    assert!(
+        table.contains("kernels: median |predicted - measured| / measured"),
+        "{table}"
+    );
+    let o = dnnc(&[
+        "analyze",
+        model.to_str().unwrap(),
+        "--cost-profile",
+        "p.json",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}
