@@ -439,7 +439,7 @@ fn machine_name() -> String {
 /// pooling, data movement) sustain at one thread: ~2.5 units/ns
 /// (ARCHITECTURE.md, "the rule"), the cost model's figure for kernels it
 /// has no calibrated rate for.
-const LOOP_RATE: f64 = 2.5e9;
+pub const LOOP_RATE: f64 = 2.5e9;
 
 /// One kernel's predicted and measured time.
 #[derive(Clone, Debug)]
