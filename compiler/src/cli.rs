@@ -46,7 +46,8 @@ pub struct ConvArgs {
     #[arg(long, value_name = "RECORD.json")]
     pub tuning: Option<PathBuf>,
     /// Run the optimisation pipeline (`dnnc ir --passes`: simplify,
-    /// fold-batchnorm, egraph, select-conv-algo) before compiling; without
+    /// fold-batchnorm, egraph, fold-weights, select-conv-algo) before
+    /// compiling; without
     /// it the model compiles as loaded.
     #[arg(long)]
     pub optimize: bool,

@@ -42,6 +42,7 @@ fn passes_lists_the_pipeline_in_order() {
             "simplify",
             "fold-batchnorm",
             "egraph",
+            "fold-weights",
             "select-conv-algo",
             "fusion"
         ],
@@ -60,7 +61,7 @@ fn unknown_pass_exits_2_listing_valid_names() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("unknown pass `fuse`; the passes are: simplify, fold-batchnorm, egraph, select-conv-algo, fusion"),
+        err.contains("unknown pass `fuse`; the passes are: simplify, fold-batchnorm, egraph, fold-weights, select-conv-algo, fusion"),
         "{err}"
     );
     assert!(o.stdout.is_empty());

@@ -49,7 +49,8 @@ fn zoo_models_match_onnxruntime_on_cpu_backend() {
 }
 
 /// The same after the optimisation pipeline (`--optimize`: simplify,
-/// fold-batchnorm, egraph, select-conv-algo): every model still matches
+/// fold-batchnorm, egraph, fold-weights, select-conv-algo): every model
+/// still matches
 /// onnxruntime's output.
 #[test]
 #[ignore = "release-mode numeric test on real models (CI runs it with --include-ignored)"]

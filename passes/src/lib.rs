@@ -14,6 +14,7 @@ pub mod conv_algo;
 pub mod cost;
 pub mod egraph;
 pub mod fold_bn;
+pub mod fold_weights;
 pub mod fusion;
 pub mod pipeline;
 pub mod simplify;

@@ -6,6 +6,7 @@
 use crate::conv_algo::SelectConvAlgo;
 use crate::egraph::EGraphOpt;
 use crate::fold_bn::FoldBatchNorm;
+use crate::fold_weights::FoldWeights;
 use crate::fusion::{self, KernelGraph};
 use crate::simplify::Simplify;
 use dnnc_ir::{Graph, GraphError, VerifyError};
@@ -142,6 +143,7 @@ impl Default for Pipeline {
             Box::new(Simplify),
             Box::new(FoldBatchNorm),
             Box::new(EGraphOpt::default()),
+            Box::new(FoldWeights),
             Box::new(SelectConvAlgo),
             Box::new(Fusion),
         ])
@@ -248,7 +250,7 @@ mod tests {
         let e = Pipeline::default().run_until(&mut g, "nope").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown pass `nope`; the passes are: simplify, fold-batchnorm, egraph, select-conv-algo, fusion"
+            "unknown pass `nope`; the passes are: simplify, fold-batchnorm, egraph, fold-weights, select-conv-algo, fusion"
         );
     }
 
@@ -262,9 +264,9 @@ mod tests {
         let p = Pipeline::default();
         let r = p.run(&mut g).unwrap();
         assert_eq!(r.kernels.unwrap().kernels.len(), 1);
-        assert_eq!(r.stats.len(), 5);
+        assert_eq!(r.stats.len(), 6);
         let d = p.describe();
         assert!(d.starts_with("simplify "), "{d}");
-        assert_eq!(d.lines().count(), 5);
+        assert_eq!(d.lines().count(), 6);
     }
 }
