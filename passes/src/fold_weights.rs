@@ -2,11 +2,13 @@
 //! evaluated once, here, and become parameters holding the result — the
 //! compile-time folding the e-graph's cost model assumes when it prices a
 //! weights-only node at nothing. Covers the ops exporters and rewrites
-//! put on weights: views, Transpose, Concat, Identity/Dropout, and f32
+//! put on weights: views, Transpose, Concat, Identity/Dropout,
+//! ConstantOfShape, and f32
 //! elementwise Relu, Neg, Abs, Sqrt, Exp, Log, Reciprocal, Sigmoid, Tanh
 //! and Add, Sub, Mul, Div with numpy broadcasting. Anything else on
 //! weights is left to run (a note names it). A folded value keeps its
-//! name; a graph output is left as it is.
+//! name; a graph output is left as it is. Parameters and constants
+//! nothing reads after the folds are deleted.
 
 use crate::pipeline::{Pass, PassError, PassStats};
 use dnnc_ir::op::{Binary, Unary};
@@ -34,8 +36,9 @@ impl Pass for FoldWeights {
                 weight[node.outputs[0].index()] = true;
                 continue;
             }
+            let generated = matches!(node.op, Op::ConstantOfShape { .. });
             if node.op.class() == OpClass::Source
-                || node.inputs.is_empty()
+                || (node.inputs.is_empty() && !generated)
                 || node.outputs.len() != 1
                 || !node
                     .inputs
@@ -81,6 +84,21 @@ impl Pass for FoldWeights {
             weight[nv.index()] = true;
             stats.rewrites += 1;
         }
+        if stats.rewrites > 0 {
+            // Weights the folds consumed (intermediate results included)
+            // are read by nothing now.
+            for id in g.topo_order() {
+                let node = g.node(id);
+                if matches!(node.op, Op::Param(_) | Op::Constant)
+                    && node
+                        .outputs
+                        .iter()
+                        .all(|&v| g.users(v).is_empty() && !g.outputs().contains(&v))
+                {
+                    g.remove_node(id).map_err(err)?;
+                }
+            }
+        }
         Ok(stats)
     }
 }
@@ -99,6 +117,13 @@ fn fresh(g: &Graph, name: &str) -> String {
 /// `op` on the f32 tensors `ins`, giving a tensor of shape `out`, or
 /// `None` when this pass does not evaluate it.
 fn eval(op: &Op, ins: &[Tensor], out: &[usize]) -> Option<Tensor> {
+    if let Op::ConstantOfShape {
+        value: dnnc_ir::op::Scalar::F32(v),
+        ..
+    } = op
+    {
+        return Some(Tensor::F32(ArrayD::from_elem(IxDyn(out), *v)));
+    }
     let f: Vec<&ArrayD<f32>> = ins.iter().map(|t| t.as_f32()).collect::<Option<_>>()?;
     let r: ArrayD<f32> = match op {
         Op::Identity | Op::Dropout { .. } => f[0].clone(),

@@ -5,6 +5,7 @@
 
 use super::analysis::{TensorAnalysis, TensorGraph};
 use super::lang::TensorNode;
+use dnnc_ir::op::Binary;
 use dnnc_ir::{Op, OpClass};
 use egg::{
     rewrite as rw, Applier, Id, Pattern, PatternAst, Rewrite, SearchMatches, Searcher, Subst,
@@ -65,6 +66,21 @@ pub fn rules() -> Vec<Rule> {
                 ComposeTransposes { x },
             )
             .expect("rule"),
+        ),
+        row(
+            "fold-mul-into-conv",
+            "Conv2d(x, w, b) * s = Conv2d(x, w * s, b * s) for a per-output-channel weights-only s",
+            Rewrite::new("fold-mul-into-conv", ConvThen("Mul"), FoldIntoConv).expect("rule"),
+        ),
+        row(
+            "fold-add-into-conv",
+            "Conv2d(x, w, b) + t = Conv2d(x, w, b + t) for a per-output-channel weights-only t",
+            Rewrite::new("fold-add-into-conv", ConvThen("Add"), FoldIntoConv).expect("rule"),
+        ),
+        row(
+            "fold-batchnorm-into-conv",
+            "BatchNorm(Conv2d(x, w, b)) = Conv2d(x, w * k, (b - mean) * k + bias), k = scale / sqrt(var + eps)",
+            Rewrite::new("fold-batchnorm-into-conv", ConvThen("BatchNormalization"), FoldIntoConv).expect("rule"),
         ),
         row(
             "split-of-concat",
@@ -504,6 +520,189 @@ impl Applier<TensorNode, TensorAnalysis> for UnaryOverConcat {
                 .collect();
             let id = eg.add(TensorNode::op(c, mapped));
             if eg.union_trusted(eclass, id, rule) {
+                changed.push(eclass);
+            }
+        }
+        changed
+    }
+}
+
+/// `?conv`: a Conv2d class the matched op reads as its first operand.
+fn conv_var() -> Var {
+    "?conv".parse().expect("var")
+}
+
+/// Whether `t` holds one value per output channel of a conv result
+/// `[N, m, H, W]` for op `op`: BatchNormalization's `[m]` operands are
+/// per channel by definition; an elementwise operand must broadcast along
+/// the channel axis, `[m,1,1]` or `[1,m,1,1]` (a `[m]` would scale
+/// columns).
+fn per_channel(op: &str, t: &dnnc_ir::TensorType, m: usize) -> bool {
+    match (op, &t.shape[..]) {
+        ("BatchNormalization", [a]) => *a == m,
+        ("BatchNormalization", _) => false,
+        (_, [a, 1, 1] | [1, a, 1, 1]) => *a == m,
+        _ => false,
+    }
+}
+
+/// Matches an op named `.0` (Mul, Add, BatchNormalization) whose first
+/// operand's class holds a Conv2d and whose other operands are weights-only
+/// per-output-channel tensors.
+struct ConvThen(&'static str);
+
+impl Searcher<TensorNode, TensorAnalysis> for ConvThen {
+    fn search_eclass_with_limit(
+        &self,
+        eg: &TensorGraph,
+        eclass: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'_, TensorNode>> {
+        let ty = eg[eclass].data.ty()?;
+        let m = *ty.shape.get(1)?;
+        let found = eg[eclass].iter().any(|n| {
+            n.op_name() == Some(self.0)
+                && n.children().len() >= 2
+                && n.children()[1..].iter().all(|&c| {
+                    eg[c].data.weights_only
+                        && eg[c].data.ty().is_some_and(|t| per_channel(self.0, t, m))
+                })
+                && eg[n.children()[0]]
+                    .iter()
+                    .any(|c| matches!(c.ir_op(), Some(Op::Conv2d(_))))
+                && eg[n.children()[0]].data.ty() == Some(ty)
+        });
+        (found && limit > 0).then(|| {
+            let mut s = Subst::with_capacity(1);
+            s.insert(conv_var(), eg.find(eclass));
+            SearchMatches {
+                eclass,
+                substs: vec![s],
+                ast: None,
+            }
+        })
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        vec![conv_var()]
+    }
+}
+
+/// Folds the matched per-channel op into the conv's weights: the new
+/// filter and bias are weights-only expressions (computed once by
+/// `fold-weights`), so the conv with them costs what the conv alone did.
+struct FoldIntoConv;
+
+impl Applier<TensorNode, TensorAnalysis> for FoldIntoConv {
+    fn apply_one(
+        &self,
+        eg: &mut TensorGraph,
+        eclass: Id,
+        _subst: &Subst,
+        _ast: Option<&PatternAst<TensorNode>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
+        let Some(m) = eg[eclass].data.ty().and_then(|t| t.shape.get(1).copied()) else {
+            return vec![];
+        };
+        // (op, its per-channel operands, the conv op, the conv's operands).
+        let mut found: Vec<(Op, Vec<Id>, Op, Vec<Id>)> = Vec::new();
+        for n in eg[eclass].iter() {
+            let Some(op) = n.ir_op() else { continue };
+            if !matches!(
+                op,
+                Op::Binary(Binary::Mul | Binary::Add) | Op::BatchNormalization { .. }
+            ) {
+                continue;
+            }
+            for c in eg[n.children()[0]].iter() {
+                if let Some(cop @ Op::Conv2d(_)) = c.ir_op() {
+                    found.push((
+                        op.clone(),
+                        n.children()[1..].to_vec(),
+                        cop.clone(),
+                        c.children().to_vec(),
+                    ));
+                }
+            }
+        }
+        let mi = m as i64;
+        let mut changed = vec![];
+        for (op, params, cop, cargs) in found {
+            let name = op.name();
+            if params.iter().any(|&p| {
+                !eg[p].data.weights_only
+                    || !eg[p].data.ty().is_some_and(|t| per_channel(name, t, m))
+            }) {
+                continue;
+            }
+            let add =
+                |eg: &mut TensorGraph, op: Op, args: Vec<Id>| eg.add(TensorNode::op(op, args));
+            let flat = |eg: &mut TensorGraph, v: Id| {
+                eg.add(TensorNode::op(Op::Reshape { shape: vec![mi] }, vec![v]))
+            };
+            let (x, w) = (cargs[0], cargs[1]);
+            let w_rank = eg[w].data.ty().map_or(4, |t| t.rank());
+            let mut col = vec![mi];
+            col.resize(w_rank, 1);
+            let column = |eg: &mut TensorGraph, v: Id| {
+                eg.add(TensorNode::op(Op::Reshape { shape: col.clone() }, vec![v]))
+            };
+            let bias = cargs.get(2).copied();
+            let (w2, b2) = match op {
+                Op::Binary(Binary::Mul) => {
+                    let s = flat(eg, params[0]);
+                    let sc = column(eg, s);
+                    let w2 = add(eg, Op::Binary(Binary::Mul), vec![w, sc]);
+                    let b2 = bias.map(|b| add(eg, Op::Binary(Binary::Mul), vec![b, s]));
+                    (w2, b2)
+                }
+                Op::Binary(Binary::Add) => {
+                    let t = flat(eg, params[0]);
+                    let b2 = match bias {
+                        Some(b) => add(eg, Op::Binary(Binary::Add), vec![b, t]),
+                        None => t,
+                    };
+                    (w, Some(b2))
+                }
+                Op::BatchNormalization { epsilon } => {
+                    if params.len() != 4 {
+                        continue;
+                    }
+                    let [scale, shift, mean, var] =
+                        [params[0], params[1], params[2], params[3]].map(|p| flat(eg, p));
+                    let eps = add(
+                        eg,
+                        Op::ConstantOfShape {
+                            shape: vec![m],
+                            value: dnnc_ir::op::Scalar::F32(epsilon),
+                        },
+                        vec![],
+                    );
+                    let ve = add(eg, Op::Binary(Binary::Add), vec![var, eps]);
+                    let sd = add(eg, Op::Unary(dnnc_ir::op::Unary::Sqrt), vec![ve]);
+                    let k = add(eg, Op::Binary(Binary::Div), vec![scale, sd]);
+                    let kc = column(eg, k);
+                    let w2 = add(eg, Op::Binary(Binary::Mul), vec![w, kc]);
+                    let centred = match bias {
+                        Some(b) => add(eg, Op::Binary(Binary::Sub), vec![b, mean]),
+                        None => add(eg, Op::Unary(dnnc_ir::op::Unary::Neg), vec![mean]),
+                    };
+                    let scaled = add(eg, Op::Binary(Binary::Mul), vec![centred, k]);
+                    (
+                        w2,
+                        Some(add(eg, Op::Binary(Binary::Add), vec![scaled, shift])),
+                    )
+                }
+                _ => continue,
+            };
+            let mut args = vec![x, w2];
+            args.extend(b2);
+            let folded = add(eg, cop, args);
+            if eg[folded].data.ty() != eg[eclass].data.ty() {
+                continue;
+            }
+            if eg.union_trusted(eclass, folded, rule) {
                 changed.push(eclass);
             }
         }

@@ -323,6 +323,124 @@ fn mismatched_split_of_concat_does_not_fire() {
     );
 }
 
+#[test]
+fn fold_mul_into_conv() {
+    insta::assert_snapshot!(rule_effect(
+        "fold-mul-into-conv",
+        "graph t {
+           input %x: f32[1,3,6,6]
+           param %w: f32[4,3,3,3] = he(seed=1)
+           param %b: f32[4] = uniform(low=-1, high=1, seed=2)
+           param %s: f32[4,1,1] = uniform(low=0.5, high=1.5, seed=3)
+           %c = Conv2d(%x, %w, %b) {pads=[1,1,1,1]}
+           %m = Mul(%c, %s)
+           %r = Relu(%m)
+           output %r
+         }"
+    ));
+}
+
+#[test]
+fn fold_add_into_conv() {
+    insta::assert_snapshot!(rule_effect(
+        "fold-add-into-conv",
+        "graph t {
+           input %x: f32[1,3,6,6]
+           param %w: f32[4,3,3,3] = he(seed=1)
+           param %t: f32[1,4,1,1] = uniform(low=-1, high=1, seed=3)
+           %c = Conv2d(%x, %w) {pads=[1,1,1,1]}
+           %a = Add(%c, %t)
+           %r = Relu(%a)
+           output %r
+         }"
+    ));
+}
+
+#[test]
+fn fold_batchnorm_into_conv() {
+    insta::assert_snapshot!(rule_effect(
+        "fold-batchnorm-into-conv",
+        "graph t {
+           input %x: f32[1,3,6,6]
+           param %w: f32[4,3,3,3] = he(seed=1)
+           param %b: f32[4] = uniform(low=-1, high=1, seed=2)
+           param %g: f32[4] = uniform(low=0.5, high=1.5, seed=3)
+           param %be: f32[4] = uniform(low=-1, high=1, seed=4)
+           param %mu: f32[4] = uniform(low=-1, high=1, seed=5)
+           param %va: f32[4] = uniform(low=0.5, high=1.5, seed=6)
+           %c = Conv2d(%x, %w, %b) {pads=[1,1,1,1]}
+           %n = BatchNormalization(%c, %g, %be, %mu, %va) {epsilon=0.001}
+           %r = Relu(%n)
+           output %r
+         }"
+    ));
+}
+
+/// The folded weight expressions become parameters in `fold-weights`:
+/// BatchNorm, a per-channel Mul and Add after a conv leave one Conv2d
+/// (and the Relu) with the same outputs.
+#[test]
+fn folded_expressions_become_parameters() {
+    let g = parse(
+        "graph t {
+           input %x: f32[1,3,6,6]
+           param %w: f32[4,3,3,3] = he(seed=1)
+           param %g: f32[4] = uniform(low=0.5, high=1.5, seed=3)
+           param %be: f32[4] = uniform(low=-1, high=1, seed=4)
+           param %mu: f32[4] = uniform(low=-1, high=1, seed=5)
+           param %va: f32[4] = uniform(low=0.5, high=1.5, seed=6)
+           param %s: f32[4,1,1] = uniform(low=0.5, high=1.5, seed=7)
+           param %t: f32[4,1,1] = uniform(low=-1, high=1, seed=8)
+           %c = Conv2d(%x, %w) {pads=[1,1,1,1]}
+           %n = BatchNormalization(%c, %g, %be, %mu, %va) {epsilon=0.001}
+           %m = Mul(%n, %s)
+           %a = Add(%m, %t)
+           %r = Relu(%a)
+           output %r
+         }",
+        "t.dnn",
+    )
+    .unwrap();
+    let (mut out, stats) = optimize(&g, &EGraphConfig::default()).unwrap();
+    assert!(stats.replaced, "{:?}", stats.fired);
+    crate::pipeline::Pass::run(&crate::fold_weights::FoldWeights, &mut out).unwrap();
+    dnnc_ir::verify(&out).unwrap();
+    let ops: Vec<&str> = out
+        .topo_order()
+        .into_iter()
+        .map(|n| out.node(n).op.name())
+        .filter(|n| !matches!(*n, "input" | "param" | "const"))
+        .collect();
+    assert_eq!(ops, ["Conv2d", "Relu"], "{}", print(&out));
+    same_outputs(&g, &out);
+}
+
+/// A Mul by a `[C]` operand scales columns, not channels, and an input
+/// operand is not a weight: neither folds.
+#[test]
+fn non_channel_or_non_weight_operands_do_not_fold() {
+    let g = parse(
+        "graph t {
+           input %x: f32[1,3,4,4]
+           input %y: f32[4,1,1]
+           param %w: f32[4,3,1,1] = he(seed=1)
+           param %s: f32[4] = uniform(low=0.5, high=1.5, seed=3)
+           %c = Conv2d(%x, %w) {}
+           %m = Mul(%c, %s)
+           %n = Mul(%c, %y)
+           output %m, %n
+         }",
+        "t.dnn",
+    )
+    .unwrap();
+    let (_, stats) = optimize(&g, &EGraphConfig::default()).unwrap();
+    assert!(
+        !stats.fired.contains_key("fold-mul-into-conv"),
+        "{:?}",
+        stats.fired
+    );
+}
+
 /// Every rule in the table has a snapshot test above (a rule added
 /// without one fails here).
 #[test]
