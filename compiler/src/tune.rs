@@ -108,22 +108,8 @@ pub fn measure(
                 conv_algo_for: honoured.iter().map(|n| (n.to_string(), algo)).collect(),
                 ..Default::default()
             };
-            let mut exe = compile_cpu(g, &opts)?;
-            exe.set_threads(threads).map_err(DnncError::Usage)?;
-            exe.run(feeds)?;
-            let mut samples: Vec<Vec<f64>> = Vec::new();
-            for _ in 0..runs.max(1) {
-                let (_, times) = exe.run_profiled(feeds)?;
-                samples.resize(times.len(), Vec::new());
-                for (s, t) in samples.iter_mut().zip(&times) {
-                    s.push(t.2.as_secs_f64());
-                }
-            }
-            for (step, s) in exe.steps().iter().zip(samples.iter_mut()) {
-                s.sort_by(|a, b| a.total_cmp(b));
-                let Some(&med) = s.get(s.len() / 2) else {
-                    continue;
-                };
+            let (exe, medians) = profiled(g, &opts, feeds, threads, runs)?;
+            for (step, &med) in exe.steps().iter().zip(&medians) {
                 for l in layers.iter_mut() {
                     if honoured.contains(&l.node.as_str())
                         && step.nodes.iter().any(|n| n == &l.node)
@@ -183,6 +169,31 @@ impl Quality {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// `g` compiled under `opts` for `threads` threads, run once to warm up,
+/// then profiled `runs` times: the executable and each step's median
+/// seconds.
+fn profiled(
+    g: &Graph,
+    opts: &CpuOptions,
+    feeds: &[(String, Tensor)],
+    threads: usize,
+    runs: usize,
+) -> Result<(dnnc_runtime::cpu::Executable, Vec<f64>), DnncError> {
+    let mut exe = compile_cpu(g, opts)?;
+    exe.set_threads(threads).map_err(DnncError::Usage)?;
+    exe.run(feeds)?;
+    let mut samples: Vec<Vec<f64>> = Vec::new();
+    for _ in 0..runs.max(1) {
+        let (_, times) = exe.run_profiled(feeds)?;
+        samples.resize(times.len(), Vec::new());
+        for (s, t) in samples.iter_mut().zip(&times) {
+            s.push(t.2.as_secs_f64());
+        }
+    }
+    let medians = samples.into_iter().map(median).collect();
+    Ok((exe, medians))
 }
 
 /// The figures the cost model is judged by, over `layers`.
@@ -477,22 +488,10 @@ pub fn kernel_times(
         .iter()
         .map(|n| (n.name.as_str(), n))
         .collect();
-    let mut exe = compile_cpu(g, &CpuOptions::default())?;
-    exe.set_threads(threads).map_err(DnncError::Usage)?;
-    exe.run(feeds)?;
-    let mut samples: Vec<Vec<f64>> = Vec::new();
-    for _ in 0..runs.max(1) {
-        let (_, times) = exe.run_profiled(feeds)?;
-        samples.resize(times.len(), Vec::new());
-        for (s, t) in samples.iter_mut().zip(&times) {
-            s.push(t.2.as_secs_f64());
-        }
-    }
+    let (exe, medians) = profiled(g, &CpuOptions::default(), feeds, threads, runs)?;
     let tasks = exe.step_tasks().to_vec();
     let mut out = Vec::new();
-    for (i, (step, s)) in exe.steps().iter().zip(samples.iter_mut()).enumerate() {
-        s.sort_by(|a, b| a.total_cmp(b));
-        let measured = s.get(s.len() / 2).copied().unwrap_or(0.0);
+    for (i, (step, &measured)) in exe.steps().iter().zip(&medians).enumerate() {
         let mut predicted = profile.overhead;
         let contraction = step.nodes.iter().any(|n| {
             node_cost

@@ -139,6 +139,40 @@ fn keeps_type_with_splat(
     }
 }
 
+/// A substitution binding one variable.
+fn bind(v: Var, id: Id) -> Subst {
+    let mut s = Subst::with_capacity(1);
+    s.insert(v, id);
+    s
+}
+
+/// The matches of a searcher in `eclass`, if any.
+fn found(eclass: Id, substs: Vec<Subst>) -> Option<SearchMatches<'static, TensorNode>> {
+    (!substs.is_empty()).then_some(SearchMatches {
+        eclass,
+        substs,
+        ast: None,
+    })
+}
+
+/// One match in `eclass` binding `v` to the class itself, when `hit`
+/// (for searchers whose applier reads the matched nodes from the class).
+fn found_any(
+    eclass: Id,
+    hit: bool,
+    v: Var,
+    eg: &TensorGraph,
+) -> Option<SearchMatches<'static, TensorNode>> {
+    found(
+        eclass,
+        if hit {
+            vec![bind(v, eg.find(eclass))]
+        } else {
+            vec![]
+        },
+    )
+}
+
 fn is_view(n: &TensorNode) -> bool {
     n.ir_op().is_some_and(|o| o.class() == OpClass::View) && n.children().len() == 1
 }
@@ -160,18 +194,13 @@ impl Searcher<TensorNode, TensorAnalysis> for ViewOfView {
         let mut substs = Vec::new();
         for outer in eg[eclass].iter().filter(|n| is_view(n)) {
             for inner in eg[outer.children()[0]].iter().filter(|n| is_view(n)) {
-                let mut s = Subst::with_capacity(1);
-                s.insert(self.x, eg.find(inner.children()[0]));
+                let s = bind(self.x, eg.find(inner.children()[0]));
                 if !substs.contains(&s) && substs.len() < limit {
                     substs.push(s);
                 }
             }
         }
-        (!substs.is_empty()).then_some(SearchMatches {
-            eclass,
-            substs,
-            ast: None,
-        })
+        found(eclass, substs)
     }
 
     fn vars(&self) -> Vec<Var> {
@@ -198,17 +227,9 @@ impl Searcher<TensorNode, TensorAnalysis> for NoopView {
             .map(|n| eg.find(n.children()[0]))
             .filter(|&c| eg[c].data.ty() == Some(ty) && c != eg.find(eclass))
             .take(limit)
-            .map(|c| {
-                let mut s = Subst::with_capacity(1);
-                s.insert(self.x, c);
-                s
-            })
+            .map(|c| bind(self.x, c))
             .collect();
-        (!substs.is_empty()).then_some(SearchMatches {
-            eclass,
-            substs,
-            ast: None,
-        })
+        found(eclass, substs)
     }
 
     fn vars(&self) -> Vec<Var> {
@@ -359,11 +380,7 @@ impl Searcher<TensorNode, TensorAnalysis> for SplitOfConcat {
                 }
             }
         }
-        (!substs.is_empty()).then_some(SearchMatches {
-            eclass,
-            substs,
-            ast: None,
-        })
+        found(eclass, substs)
     }
 
     fn vars(&self) -> Vec<Var> {
@@ -433,18 +450,12 @@ impl Searcher<TensorNode, TensorAnalysis> for ConcatOfSplit {
                         && axis_of(eg, split) == Some(ax)
                         && substs.len() < limit
                     {
-                        let mut sub = Subst::with_capacity(1);
-                        sub.insert(self.x, eg.find(split.children()[0]));
-                        substs.push(sub);
+                        substs.push(bind(self.x, eg.find(split.children()[0])));
                     }
                 }
             }
         }
-        (!substs.is_empty()).then_some(SearchMatches {
-            eclass,
-            substs,
-            ast: None,
-        })
+        found(eclass, substs)
     }
 
     fn vars(&self) -> Vec<Var> {
@@ -467,22 +478,14 @@ impl Searcher<TensorNode, TensorAnalysis> for UnaryOverConcat {
         eclass: Id,
         limit: usize,
     ) -> Option<SearchMatches<'_, TensorNode>> {
-        let found = eg[eclass].iter().any(|n| {
+        let hit = eg[eclass].iter().any(|n| {
             matches!(n.ir_op(), Some(Op::Unary(_)))
                 && n.children().len() == 1
                 && eg[n.children()[0]]
                     .iter()
                     .any(|c| matches!(c.ir_op(), Some(Op::Concat { .. })))
         });
-        (found && limit > 0).then(|| {
-            let mut s = Subst::with_capacity(1);
-            s.insert(unary_var(), eg.find(eclass));
-            SearchMatches {
-                eclass,
-                substs: vec![s],
-                ast: None,
-            }
-        })
+        found_any(eclass, hit && limit > 0, unary_var(), eg)
     }
 
     fn vars(&self) -> Vec<Var> {
@@ -560,7 +563,7 @@ impl Searcher<TensorNode, TensorAnalysis> for ConvThen {
     ) -> Option<SearchMatches<'_, TensorNode>> {
         let ty = eg[eclass].data.ty()?;
         let m = *ty.shape.get(1)?;
-        let found = eg[eclass].iter().any(|n| {
+        let hit = eg[eclass].iter().any(|n| {
             n.op_name() == Some(self.0)
                 && n.children().len() >= 2
                 && n.children()[1..].iter().all(|&c| {
@@ -572,15 +575,7 @@ impl Searcher<TensorNode, TensorAnalysis> for ConvThen {
                     .any(|c| matches!(c.ir_op(), Some(Op::Conv2d(_))))
                 && eg[n.children()[0]].data.ty() == Some(ty)
         });
-        (found && limit > 0).then(|| {
-            let mut s = Subst::with_capacity(1);
-            s.insert(conv_var(), eg.find(eclass));
-            SearchMatches {
-                eclass,
-                substs: vec![s],
-                ast: None,
-            }
-        })
+        found_any(eclass, hit && limit > 0, conv_var(), eg)
     }
 
     fn vars(&self) -> Vec<Var> {
