@@ -183,6 +183,9 @@ pub enum Command {
         /// List the optimisation pipeline's passes, in order, and exit.
         #[arg(long, conflicts_with = "after")]
         passes: bool,
+        /// List the egraph pass's rewrite rules, a line each, and exit.
+        #[arg(long, conflicts_with_all = ["after", "passes"])]
+        rules: bool,
         /// Run the pipeline up to and including PASS and print the result
         /// (for `fusion`, the IR grouped into kernels).
         #[arg(long, value_name = "PASS")]
@@ -467,8 +470,21 @@ fn execute_command(
             Ok(text)
         }
         Command::Ir {
+            model: _,
+            rules: true,
+            ..
+        } => {
+            let rules = dnnc_passes::egraph::rules::rules();
+            let width = rules.iter().map(|r| r.name.len()).max().unwrap_or(0);
+            Ok(rules
+                .iter()
+                .map(|r| format!("{:width$}  {}\n", r.name, r.doc))
+                .collect())
+        }
+        Command::Ir {
             model,
             passes,
+            rules: _,
             after,
             stats,
             egraph_nodes,

@@ -187,3 +187,23 @@ fn zero_egraph_budgets_exit_2() {
         assert!(o.stdout.is_empty());
     }
 }
+
+/// `--rules` lists every rewrite rule of the egraph pass with its doc.
+#[test]
+fn rules_lists_the_rule_table() {
+    let lenet = example("lenet5.dnn");
+    let out = stdout(&dnnc(&["ir", lenet.to_str().unwrap(), "--rules"]));
+    let names: Vec<&str> = out
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    let want: Vec<&str> = dnnc_passes::egraph::rules::rules()
+        .iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(names, want, "{out}");
+    assert!(
+        out.lines().all(|l| l.split_whitespace().count() > 2),
+        "{out}"
+    );
+}

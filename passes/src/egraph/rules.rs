@@ -49,12 +49,12 @@ pub fn rules() -> Vec<Rule> {
         ),
         // x op c = x where every element of the constant c is the op's
         // identity and c does not broadcast x to a bigger shape.
-        unit("add-zero", "x + 0 = x", "(Add ?x ?c)", 0.0),
-        unit("zero-add", "0 + x = x", "(Add ?c ?x)", 0.0),
-        unit("sub-zero", "x - 0 = x", "(Sub ?x ?c)", 0.0),
-        unit("mul-one", "x * 1 = x", "(Mul ?x ?c)", 1.0),
-        unit("one-mul", "1 * x = x", "(Mul ?c ?x)", 1.0),
-        unit("div-one", "x / 1 = x", "(Div ?x ?c)", 1.0),
+        unit("add-zero", "x + 0 = x (zeros that do not broadcast x)", "(Add ?x ?c)", 0.0),
+        unit("zero-add", "0 + x = x (zeros that do not broadcast x)", "(Add ?c ?x)", 0.0),
+        unit("sub-zero", "x - 0 = x (zeros that do not broadcast x)", "(Sub ?x ?c)", 0.0),
+        unit("mul-one", "x * 1 = x (ones that do not broadcast x)", "(Mul ?x ?c)", 1.0),
+        unit("one-mul", "1 * x = x (ones that do not broadcast x)", "(Mul ?c ?x)", 1.0),
+        unit("div-one", "x / 1 = x (ones that do not broadcast x)", "(Div ?x ?c)", 1.0),
         row(
             "transpose-compose",
             "Transpose(Transpose(x)) = one Transpose of the composed permutation, or x",
