@@ -83,6 +83,16 @@ pub fn rules() -> Vec<Rule> {
             Rewrite::new("fold-batchnorm-into-conv", ConvThen("BatchNormalization"), FoldIntoConv).expect("rule"),
         ),
         row(
+            "fold-mul-into-gemm",
+            "Gemm(a, b, c) * s = Gemm(a, b * s, c * s) for a weights-only b and per-output-column s",
+            Rewrite::new("fold-mul-into-gemm", GemmThen("Mul"), FoldIntoGemm).expect("rule"),
+        ),
+        row(
+            "fold-add-into-gemm",
+            "Gemm(a, b, c) + t = Gemm(a, b, c + t) for a per-output-column weights-only t (beta 1)",
+            Rewrite::new("fold-add-into-gemm", GemmThen("Add"), FoldIntoGemm).expect("rule"),
+        ),
+        row(
             "split-of-concat",
             "result i of Split(Concat(x0, .., xn)) along one axis = xi when the pieces are the parts",
             Rewrite::new("split-of-concat", SplitOfConcat, SplitOfConcat).expect("rule"),
@@ -694,6 +704,132 @@ impl Applier<TensorNode, TensorAnalysis> for FoldIntoConv {
             let mut args = vec![x, w2];
             args.extend(b2);
             let folded = add(eg, cop, args);
+            if eg[folded].data.ty() != eg[eclass].data.ty() {
+                continue;
+            }
+            if eg.union_trusted(eclass, folded, rule) {
+                changed.push(eclass);
+            }
+        }
+        changed
+    }
+}
+
+/// Whether `t` holds one value per output column of a Gemm result
+/// `[M, n]`: `[n]` or `[1, n]`.
+fn per_column(t: &dnnc_ir::TensorType, n: usize) -> bool {
+    matches!(t.shape[..], [a] | [1, a] if a == n)
+}
+
+/// Matches a Mul or Add (`.0`) whose first operand's class holds a Gemm
+/// with a weights-only B and whose second operand is a weights-only
+/// per-output-column tensor.
+struct GemmThen(&'static str);
+
+impl Searcher<TensorNode, TensorAnalysis> for GemmThen {
+    fn search_eclass_with_limit(
+        &self,
+        eg: &TensorGraph,
+        eclass: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'_, TensorNode>> {
+        let ty = eg[eclass].data.ty()?;
+        let n = *ty.shape.get(1)?;
+        let hit = ty.rank() == 2
+            && eg[eclass].iter().any(|m| {
+                m.op_name() == Some(self.0)
+                    && m.children().len() == 2
+                    && eg[m.children()[1]].data.weights_only
+                    && eg[m.children()[1]]
+                        .data
+                        .ty()
+                        .is_some_and(|t| per_column(t, n))
+                    && eg[m.children()[0]].data.ty() == Some(ty)
+                    && eg[m.children()[0]].iter().any(|g| {
+                        matches!(g.ir_op(), Some(Op::Gemm(_)))
+                            && eg[g.children()[1]].data.weights_only
+                    })
+            });
+        found_any(eclass, hit && limit > 0, conv_var(), eg)
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        vec![conv_var()]
+    }
+}
+
+/// Folds the matched per-column Mul or Add into the Gemm's B and C.
+struct FoldIntoGemm;
+
+impl Applier<TensorNode, TensorAnalysis> for FoldIntoGemm {
+    fn apply_one(
+        &self,
+        eg: &mut TensorGraph,
+        eclass: Id,
+        _subst: &Subst,
+        _ast: Option<&PatternAst<TensorNode>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
+        let Some(n) = eg[eclass].data.ty().and_then(|t| t.shape.get(1).copied()) else {
+            return vec![];
+        };
+        // (Mul or Add, its operand, the Gemm's attributes, its operands).
+        let mut found: Vec<(Binary, Id, dnnc_ir::op::Gemm, Vec<Id>)> = Vec::new();
+        for m in eg[eclass].iter() {
+            let Some(Op::Binary(b @ (Binary::Mul | Binary::Add))) = m.ir_op() else {
+                continue;
+            };
+            if m.children().len() != 2 {
+                continue;
+            }
+            for g in eg[m.children()[0]].iter() {
+                if let Some(Op::Gemm(p)) = g.ir_op() {
+                    found.push((*b, m.children()[1], p.clone(), g.children().to_vec()));
+                }
+            }
+        }
+        let ni = n as i64;
+        let mut changed = vec![];
+        for (b, s, p, args) in found {
+            let (a, bw) = (args[0], args[1]);
+            if !eg[s].data.weights_only
+                || !eg[bw].data.weights_only
+                || !eg[s].data.ty().is_some_and(|t| per_column(t, n))
+            {
+                continue;
+            }
+            let add =
+                |eg: &mut TensorGraph, op: Op, args: Vec<Id>| eg.add(TensorNode::op(op, args));
+            let flat = add(eg, Op::Reshape { shape: vec![ni] }, vec![s]);
+            let c = args.get(2).copied();
+            let (gemm, new_args) = match b {
+                Binary::Mul => {
+                    // op(B)'s columns are B's rows when B is transposed.
+                    let sb = if p.trans_b {
+                        add(eg, Op::Reshape { shape: vec![ni, 1] }, vec![flat])
+                    } else {
+                        flat
+                    };
+                    let b2 = add(eg, Op::Binary(Binary::Mul), vec![bw, sb]);
+                    let mut v = vec![a, b2];
+                    v.extend(c.map(|c| add(eg, Op::Binary(Binary::Mul), vec![c, flat])));
+                    (p.clone(), v)
+                }
+                Binary::Add => match c {
+                    Some(c) if p.beta == 1.0 => {
+                        let c2 = add(eg, Op::Binary(Binary::Add), vec![c, flat]);
+                        (p.clone(), vec![a, bw, c2])
+                    }
+                    Some(_) => continue,
+                    None => {
+                        let mut q = p.clone();
+                        q.beta = 1.0;
+                        (q, vec![a, bw, flat])
+                    }
+                },
+                _ => continue,
+            };
+            let folded = add(eg, Op::Gemm(gemm), new_args);
             if eg[folded].data.ty() != eg[eclass].data.ty() {
                 continue;
             }

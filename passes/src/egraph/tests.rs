@@ -376,6 +376,39 @@ fn fold_batchnorm_into_conv() {
     ));
 }
 
+#[test]
+fn fold_mul_into_gemm() {
+    insta::assert_snapshot!(rule_effect(
+        "fold-mul-into-gemm",
+        "graph t {
+           input %x: f32[2,6]
+           param %w: f32[5,6] = he(seed=1)
+           param %b: f32[5] = uniform(low=-1, high=1, seed=2)
+           param %s: f32[5] = uniform(low=0.5, high=1.5, seed=3)
+           %g = Gemm(%x, %w, %b) {transB=1}
+           %m = Mul(%g, %s)
+           %r = Relu(%m)
+           output %r
+         }"
+    ));
+}
+
+#[test]
+fn fold_add_into_gemm() {
+    insta::assert_snapshot!(rule_effect(
+        "fold-add-into-gemm",
+        "graph t {
+           input %x: f32[2,6]
+           param %w: f32[6,5] = he(seed=1)
+           param %t: f32[1,5] = uniform(low=-1, high=1, seed=3)
+           %g = Gemm(%x, %w) {alpha=0.5, beta=0.0}
+           %a = Add(%g, %t)
+           %r = Relu(%a)
+           output %r
+         }"
+    ));
+}
+
 /// The folded weight expressions become parameters in `fold-weights`:
 /// BatchNorm, a per-channel Mul and Add after a conv leave one Conv2d
 /// (and the Relu) with the same outputs.
