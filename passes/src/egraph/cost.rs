@@ -16,6 +16,24 @@ use egg::{CostFunction, Id, Language};
 /// multiply-accumulate of a packed GEMM.
 const BYTE_COST: f64 = 0.25;
 
+/// A small charge every op carries on top of its estimate, so a free op
+/// (a view, a weights-only node) never ties with its operand and
+/// extraction never goes round a cycle of free ops.
+const OP_CHARGE: f64 = 1e-3;
+
+/// The estimate of one op from its operand and result types: its
+/// Work-Depth work, plus [`BYTE_COST`] per byte written unless it is
+/// elementwise (fused into its producer) or a view (free).
+fn price(op: &dnnc_ir::Op, ins: &[&TensorType], outs: &[&TensorType]) -> f64 {
+    let work = crate::wd::rules::node_cost(op, ins, outs).work as f64;
+    let bytes: f64 = outs.iter().map(|t| t.size_bytes() as f64).sum();
+    match op.class() {
+        OpClass::Source | OpClass::View => 0.0,
+        OpClass::Elementwise => work,
+        _ => work + BYTE_COST * bytes,
+    }
+}
+
 /// The run-time cost of one e-node alone (its operands excluded), or
 /// `None` when the node is not well typed.
 pub fn node_cost(egraph: &TensorGraph, node: &TensorNode) -> Option<f64> {
@@ -32,13 +50,17 @@ pub fn node_cost(egraph: &TensorGraph, node: &TensorNode) -> Option<f64> {
     }
     let outs = dnnc_ir::infer::infer(op, &ins).ok()?;
     let out_refs: Vec<&TensorType> = outs.iter().collect();
-    let work = crate::wd::rules::node_cost(op, &ins, &out_refs).work as f64;
-    let bytes: f64 = outs.iter().map(|t| t.size_bytes() as f64).sum();
-    Some(match op.class() {
-        OpClass::Source | OpClass::View => 0.0,
-        OpClass::Elementwise => work,
-        _ => work + BYTE_COST * bytes,
-    })
+    Some(price(op, &ins, &out_refs))
+}
+
+/// What extraction charges an e-node alone: [`node_cost`] plus
+/// [`OP_CHARGE`] for an op, nothing for a source or projection; `None`
+/// when the node is not well typed.
+pub fn charge(egraph: &TensorGraph, node: &TensorNode) -> Option<f64> {
+    match node {
+        TensorNode::Op(..) => node_cost(egraph, node).map(|c| c + OP_CHARGE),
+        _ => Some(0.0),
+    }
 }
 
 /// Tree cost for egg's greedy extractor: a node's cost plus its
@@ -55,12 +77,7 @@ impl CostFunction<TensorNode> for RunTime<'_> {
     where
         C: FnMut(Id) -> f64,
     {
-        // Every op costs a little, so a free op never ties with its operand
-        // (extraction then never goes round a cycle of free ops).
-        let own = match enode {
-            TensorNode::Op(..) => node_cost(self.egraph, enode).map_or(f64::INFINITY, |c| c + 1e-3),
-            _ => 0.0,
-        };
+        let own = charge(self.egraph, enode).unwrap_or(f64::INFINITY);
         enode.children().iter().fold(own, |acc, &c| acc + costs(c))
     }
 }
@@ -86,14 +103,7 @@ pub fn graph_cost(g: &dnnc_ir::Graph) -> f64 {
         }
         let ins: Vec<&TensorType> = node.inputs.iter().map(|&v| &g.value(v).ty).collect();
         let outs: Vec<&TensorType> = node.outputs.iter().map(|&v| &g.value(v).ty).collect();
-        let work = crate::wd::rules::node_cost(&node.op, &ins, &outs).work as f64;
-        let bytes: f64 = outs.iter().map(|t| t.size_bytes() as f64).sum();
-        total += 1e-3
-            + match node.op.class() {
-                OpClass::Source | OpClass::View => 0.0,
-                OpClass::Elementwise => work,
-                _ => work + BYTE_COST * bytes,
-            };
+        total += OP_CHARGE + price(&node.op, &ins, &outs);
     }
     total
 }

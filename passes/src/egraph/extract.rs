@@ -8,7 +8,7 @@
 //! literature: not optimal, but never worse than a tree on a DAG).
 
 use super::analysis::TensorGraph;
-use super::cost::node_cost;
+use super::cost::charge;
 use super::lang::TensorNode;
 use egg::{Id, Language};
 
@@ -51,7 +51,7 @@ impl DagExtractor {
             changed = false;
             for (i, &id) in ids.iter().enumerate() {
                 for node in eg[id].iter() {
-                    let Some(cost) = own_cost(eg, node) else {
+                    let Some(cost) = charge(eg, node) else {
                         continue;
                     };
                     let mut set = vec![0u64; words];
@@ -126,15 +126,6 @@ impl DagExtractor {
                 .map(|k| self.own[k])
                 .sum(),
         )
-    }
-}
-
-/// A node's own cost as the greedy extractor charges it (a small charge
-/// per op, so free ops never tie with their operands).
-fn own_cost(eg: &TensorGraph, node: &TensorNode) -> Option<f64> {
-    match node {
-        TensorNode::Op(..) => node_cost(eg, node).map(|c| c + 1e-3),
-        _ => Some(0.0),
     }
 }
 

@@ -70,27 +70,27 @@ pub fn rules() -> Vec<Rule> {
         row(
             "fold-mul-into-conv",
             "Conv2d(x, w, b) * s = Conv2d(x, w * s, b * s) for a per-output-channel weights-only s",
-            Rewrite::new("fold-mul-into-conv", ConvThen("Mul"), FoldIntoConv).expect("rule"),
+            Rewrite::new("fold-mul-into-conv", Follows::conv("Mul"), FoldIntoConv).expect("rule"),
         ),
         row(
             "fold-add-into-conv",
             "Conv2d(x, w, b) + t = Conv2d(x, w, b + t) for a per-output-channel weights-only t",
-            Rewrite::new("fold-add-into-conv", ConvThen("Add"), FoldIntoConv).expect("rule"),
+            Rewrite::new("fold-add-into-conv", Follows::conv("Add"), FoldIntoConv).expect("rule"),
         ),
         row(
             "fold-batchnorm-into-conv",
             "BatchNorm(Conv2d(x, w, b)) = Conv2d(x, w * k, (b - mean) * k + bias), k = scale / sqrt(var + eps)",
-            Rewrite::new("fold-batchnorm-into-conv", ConvThen("BatchNormalization"), FoldIntoConv).expect("rule"),
+            Rewrite::new("fold-batchnorm-into-conv", Follows::conv("BatchNormalization"), FoldIntoConv).expect("rule"),
         ),
         row(
             "fold-mul-into-gemm",
             "Gemm(a, b, c) * s = Gemm(a, b * s, c * s) for a weights-only b and per-output-column s",
-            Rewrite::new("fold-mul-into-gemm", GemmThen("Mul"), FoldIntoGemm).expect("rule"),
+            Rewrite::new("fold-mul-into-gemm", Follows::gemm("Mul"), FoldIntoGemm).expect("rule"),
         ),
         row(
             "fold-add-into-gemm",
             "Gemm(a, b, c) + t = Gemm(a, b, c + t) for a per-output-column weights-only t (beta 1)",
-            Rewrite::new("fold-add-into-gemm", GemmThen("Add"), FoldIntoGemm).expect("rule"),
+            Rewrite::new("fold-add-into-gemm", Follows::gemm("Add"), FoldIntoGemm).expect("rule"),
         ),
         row(
             "split-of-concat",
@@ -146,6 +146,27 @@ fn keeps_type_with_splat(
     move |eg, id, s| {
         let ty = eg[id].data.ty().cloned();
         ty.is_some() && eg[s[x]].data.ty() == ty.as_ref() && eg[s[c]].data.splat == Some(v)
+    }
+}
+
+/// Merges every class of `ids` whose types are `eclass`'s into it; the
+/// changed class, if any merge changed something (an applier's result).
+fn merge(
+    eg: &mut TensorGraph,
+    eclass: Id,
+    ids: impl IntoIterator<Item = Id>,
+    rule: Symbol,
+) -> Vec<Id> {
+    let mut changed = false;
+    for id in ids {
+        if eg[id].data.types == eg[eclass].data.types && eg.union_trusted(eclass, id, rule) {
+            changed = true;
+        }
+    }
+    if changed {
+        vec![eclass]
+    } else {
+        vec![]
     }
 }
 
@@ -273,11 +294,7 @@ impl Applier<TensorNode, TensorAnalysis> for ReshapeTo {
             let shape = want.shape.iter().map(|&d| d as i64).collect();
             eg.add(TensorNode::op(Op::Reshape { shape }, vec![x]))
         };
-        if eg.union_trusted(eclass, id, rule) {
-            vec![eclass]
-        } else {
-            vec![]
-        }
+        merge(eg, eclass, [id], rule)
     }
 }
 
@@ -310,18 +327,17 @@ impl Applier<TensorNode, TensorAnalysis> for ComposeTransposes {
                 }
             }
         }
-        let mut changed = vec![];
-        for perm in perms {
-            let id = if perm.iter().enumerate().all(|(i, &a)| i == a) {
-                x
-            } else {
-                eg.add(TensorNode::op(Op::Transpose { perm }, vec![x]))
-            };
-            if eg.union_trusted(eclass, id, rule) {
-                changed.push(eclass);
-            }
-        }
-        changed
+        let ids: Vec<Id> = perms
+            .into_iter()
+            .map(|perm| {
+                if perm.iter().enumerate().all(|(i, &a)| i == a) {
+                    x
+                } else {
+                    eg.add(TensorNode::op(Op::Transpose { perm }, vec![x]))
+                }
+            })
+            .collect();
+        merge(eg, eclass, ids, rule)
     }
 }
 
@@ -409,12 +425,7 @@ impl Applier<TensorNode, TensorAnalysis> for SplitOfConcat {
         rule: Symbol,
     ) -> Vec<Id> {
         let (gv, pv) = pair_vars();
-        let (a, b) = (subst[gv], subst[pv]);
-        if eg[a].data.types == eg[b].data.types && eg.union_trusted(a, b, rule) {
-            vec![a]
-        } else {
-            vec![]
-        }
+        merge(eg, subst[gv], [subst[pv]], rule)
     }
 }
 
@@ -525,22 +536,19 @@ impl Applier<TensorNode, TensorAnalysis> for UnaryOverConcat {
                 }
             }
         }
-        let mut changed = vec![];
+        let mut ids = Vec::new();
         for (u, c, parts) in found {
             let mapped: Vec<Id> = parts
                 .into_iter()
                 .map(|p| eg.add(TensorNode::op(u.clone(), vec![p])))
                 .collect();
-            let id = eg.add(TensorNode::op(c, mapped));
-            if eg.union_trusted(eclass, id, rule) {
-                changed.push(eclass);
-            }
+            ids.push(eg.add(TensorNode::op(c, mapped)));
         }
-        changed
+        merge(eg, eclass, ids, rule)
     }
 }
 
-/// `?conv`: a Conv2d class the matched op reads as its first operand.
+/// `?conv`: the class a [`Follows`] match binds (the matched op's own).
 fn conv_var() -> Var {
     "?conv".parse().expect("var")
 }
@@ -556,40 +564,6 @@ fn per_channel(op: &str, t: &dnnc_ir::TensorType, m: usize) -> bool {
         ("BatchNormalization", _) => false,
         (_, [a, 1, 1] | [1, a, 1, 1]) => *a == m,
         _ => false,
-    }
-}
-
-/// Matches an op named `.0` (Mul, Add, BatchNormalization) whose first
-/// operand's class holds a Conv2d and whose other operands are weights-only
-/// per-output-channel tensors.
-struct ConvThen(&'static str);
-
-impl Searcher<TensorNode, TensorAnalysis> for ConvThen {
-    fn search_eclass_with_limit(
-        &self,
-        eg: &TensorGraph,
-        eclass: Id,
-        limit: usize,
-    ) -> Option<SearchMatches<'_, TensorNode>> {
-        let ty = eg[eclass].data.ty()?;
-        let m = *ty.shape.get(1)?;
-        let hit = eg[eclass].iter().any(|n| {
-            n.op_name() == Some(self.0)
-                && n.children().len() >= 2
-                && n.children()[1..].iter().all(|&c| {
-                    eg[c].data.weights_only
-                        && eg[c].data.ty().is_some_and(|t| per_channel(self.0, t, m))
-                })
-                && eg[n.children()[0]]
-                    .iter()
-                    .any(|c| matches!(c.ir_op(), Some(Op::Conv2d(_))))
-                && eg[n.children()[0]].data.ty() == Some(ty)
-        });
-        found_any(eclass, hit && limit > 0, conv_var(), eg)
-    }
-
-    fn vars(&self) -> Vec<Var> {
-        vec![conv_var()]
     }
 }
 
@@ -632,7 +606,7 @@ impl Applier<TensorNode, TensorAnalysis> for FoldIntoConv {
             }
         }
         let mi = m as i64;
-        let mut changed = vec![];
+        let mut folded = Vec::new();
         for (op, params, cop, cargs) in found {
             let name = op.name();
             if params.iter().any(|&p| {
@@ -703,15 +677,9 @@ impl Applier<TensorNode, TensorAnalysis> for FoldIntoConv {
             };
             let mut args = vec![x, w2];
             args.extend(b2);
-            let folded = add(eg, cop, args);
-            if eg[folded].data.ty() != eg[eclass].data.ty() {
-                continue;
-            }
-            if eg.union_trusted(eclass, folded, rule) {
-                changed.push(eclass);
-            }
+            folded.push(add(eg, cop, args));
         }
-        changed
+        merge(eg, eclass, folded, rule)
     }
 }
 
@@ -721,12 +689,41 @@ fn per_column(t: &dnnc_ir::TensorType, n: usize) -> bool {
     matches!(t.shape[..], [a] | [1, a] if a == n)
 }
 
-/// Matches a Mul or Add (`.0`) whose first operand's class holds a Gemm
-/// with a weights-only B and whose second operand is a weights-only
-/// per-output-column tensor.
-struct GemmThen(&'static str);
+/// Matches an op named `op` (Mul, Add, BatchNormalization) whose first
+/// operand's class holds a node `producer` accepts, of the same type, and
+/// whose other operands are weights-only with types `operand` accepts
+/// (given the op name and the result's axis-1 extent: channels of a conv,
+/// columns of a Gemm). The applier reads the matched nodes from the class.
+struct Follows {
+    op: &'static str,
+    producer: fn(&TensorGraph, &TensorNode) -> bool,
+    operand: fn(&str, &dnnc_ir::TensorType, usize) -> bool,
+}
 
-impl Searcher<TensorNode, TensorAnalysis> for GemmThen {
+impl Follows {
+    /// `op` after a Conv2d, with per-output-channel operands.
+    fn conv(op: &'static str) -> Self {
+        Follows {
+            op,
+            producer: |_, n| matches!(n.ir_op(), Some(Op::Conv2d(_))),
+            operand: per_channel,
+        }
+    }
+
+    /// `op` after a Gemm whose B is weights-only, with per-output-column
+    /// operands.
+    fn gemm(op: &'static str) -> Self {
+        Follows {
+            op,
+            producer: |eg, n| {
+                matches!(n.ir_op(), Some(Op::Gemm(_))) && eg[n.children()[1]].data.weights_only
+            },
+            operand: |_, t, n| per_column(t, n),
+        }
+    }
+}
+
+impl Searcher<TensorNode, TensorAnalysis> for Follows {
     fn search_eclass_with_limit(
         &self,
         eg: &TensorGraph,
@@ -734,22 +731,20 @@ impl Searcher<TensorNode, TensorAnalysis> for GemmThen {
         limit: usize,
     ) -> Option<SearchMatches<'_, TensorNode>> {
         let ty = eg[eclass].data.ty()?;
-        let n = *ty.shape.get(1)?;
-        let hit = ty.rank() == 2
-            && eg[eclass].iter().any(|m| {
-                m.op_name() == Some(self.0)
-                    && m.children().len() == 2
-                    && eg[m.children()[1]].data.weights_only
-                    && eg[m.children()[1]]
-                        .data
-                        .ty()
-                        .is_some_and(|t| per_column(t, n))
-                    && eg[m.children()[0]].data.ty() == Some(ty)
-                    && eg[m.children()[0]].iter().any(|g| {
-                        matches!(g.ir_op(), Some(Op::Gemm(_)))
-                            && eg[g.children()[1]].data.weights_only
-                    })
-            });
+        let m = *ty.shape.get(1)?;
+        let hit = eg[eclass].iter().any(|n| {
+            n.op_name() == Some(self.op)
+                && n.children().len() >= 2
+                && n.children()[1..].iter().all(|&c| {
+                    eg[c].data.weights_only
+                        && eg[c]
+                            .data
+                            .ty()
+                            .is_some_and(|t| (self.operand)(self.op, t, m))
+                })
+                && eg[n.children()[0]].iter().any(|p| (self.producer)(eg, p))
+                && eg[n.children()[0]].data.ty() == Some(ty)
+        });
         found_any(eclass, hit && limit > 0, conv_var(), eg)
     }
 
@@ -789,7 +784,7 @@ impl Applier<TensorNode, TensorAnalysis> for FoldIntoGemm {
             }
         }
         let ni = n as i64;
-        let mut changed = vec![];
+        let mut folded = Vec::new();
         for (b, s, p, args) in found {
             let (a, bw) = (args[0], args[1]);
             if !eg[s].data.weights_only
@@ -829,14 +824,8 @@ impl Applier<TensorNode, TensorAnalysis> for FoldIntoGemm {
                 },
                 _ => continue,
             };
-            let folded = add(eg, Op::Gemm(gemm), new_args);
-            if eg[folded].data.ty() != eg[eclass].data.ty() {
-                continue;
-            }
-            if eg.union_trusted(eclass, folded, rule) {
-                changed.push(eclass);
-            }
+            folded.push(add(eg, Op::Gemm(gemm), new_args));
         }
-        changed
+        merge(eg, eclass, folded, rule)
     }
 }
