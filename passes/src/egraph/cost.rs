@@ -19,7 +19,7 @@ const BYTE_COST: f64 = 0.25;
 /// A small charge every op carries on top of its estimate, so a free op
 /// (a view, a weights-only node) never ties with its operand and
 /// extraction never goes round a cycle of free ops.
-const OP_CHARGE: f64 = 1e-3;
+pub const OP_CHARGE: f64 = 1e-3;
 
 /// The estimate of one op from its operand and result types: its
 /// Work-Depth work, plus [`BYTE_COST`] per byte written unless it is
