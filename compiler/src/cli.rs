@@ -192,7 +192,7 @@ pub enum Command {
         after: Option<String>,
         /// With --after: append each pass's statistics as `#` comment
         /// lines (for `egraph`: iterations, e-nodes, e-classes, time, stop
-        /// reason, rules fired, estimated cost before and after).
+        /// reason, rules fired, predicted time before and after).
         #[arg(long, requires = "after")]
         stats: bool,
         /// The egraph pass's e-node budget.
@@ -493,6 +493,7 @@ fn execute_command(
         } => {
             let d = dnnc_passes::egraph::EGraphConfig::default();
             let cfg = dnnc_passes::egraph::EGraphConfig {
+                profile: Default::default(),
                 node_limit: egraph_nodes.unwrap_or(d.node_limit),
                 iter_limit: egraph_iters.unwrap_or(d.iter_limit),
                 time_limit: egraph_ms.map_or(d.time_limit, std::time::Duration::from_millis),

@@ -124,7 +124,7 @@ fn after_select_conv_algo_shows_each_decision() {
 
 /// `--after egraph --stats` appends the saturation run's statistics as
 /// comment lines, and the dump still parses; rewrites show in the rules
-/// fired and the estimated cost.
+/// fired and the estimated time.
 #[test]
 fn egraph_stats_are_comment_lines() {
     let dir = std::env::temp_dir().join(format!("dnnc-egraph-stats-{}", std::process::id()));
@@ -157,7 +157,7 @@ fn egraph_stats_are_comment_lines() {
     assert!(
         stats
             .iter()
-            .any(|l| l.contains("estimated cost") && l.contains("extracted program kept")),
+            .any(|l| l.contains("estimated time") && l.contains("extracted program kept")),
         "{out}"
     );
     let g = dnnc_ir::text::parse(&out, "dump.dnn").expect("the dump with its stats parses");

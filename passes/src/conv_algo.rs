@@ -102,16 +102,30 @@ impl ConvGeom {
         let Op::Conv2d(p) = &node.op else {
             return Err("not a Conv2d".into());
         };
-        let x = &g.value(node.inputs[0]).ty.shape;
         let wv = node.inputs[1];
-        let wt = &g.value(wv).ty.shape;
-        let y = &g.value(node.outputs[0]).ty.shape;
-        let (&[n, c, h, w], &[m, _, kh, kw], &[_, _, oh, ow]) =
-            (x.as_slice(), wt.as_slice(), y.as_slice())
-        else {
+        let const_w = matches!(g.node(g.value(wv).producer).op, Op::Param(_) | Op::Constant);
+        ConvGeom::from_shapes(
+            p,
+            &g.value(node.inputs[0]).ty.shape,
+            &g.value(wv).ty.shape,
+            &g.value(node.outputs[0]).ty.shape,
+            const_w,
+        )
+    }
+
+    /// The geometry of a convolution with attributes `p` of input shape
+    /// `x`, filter shape `w` and result shape `y` (the e-graph's cost
+    /// model has types, not nodes); `const_w` as in [`ConvGeom::const_w`].
+    pub fn from_shapes(
+        p: &Conv2d,
+        x: &[usize],
+        w: &[usize],
+        y: &[usize],
+        const_w: bool,
+    ) -> Result<ConvGeom, String> {
+        let (&[n, c, h, w], &[m, _, kh, kw], &[_, _, oh, ow]) = (x, w, y) else {
             return Err("Conv2d operands must be rank 4".into());
         };
-        let const_w = matches!(g.node(g.value(wv).producer).op, Op::Param(_) | Op::Constant);
         Ok(ConvGeom {
             n,
             c,

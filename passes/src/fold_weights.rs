@@ -141,6 +141,29 @@ fn eval(op: &Op, ins: &[Tensor], out: &[usize]) -> Option<Tensor> {
             let views: Vec<_> = f.iter().map(|a| a.view()).collect();
             ndarray::concatenate(Axis(ax), &views).ok()?
         }
+        Op::Pad {
+            pads,
+            mode: dnnc_ir::op::PadMode::Constant,
+            value,
+        } => {
+            let r = f[0].ndim();
+            if pads.len() != 2 * r || pads.iter().any(|&p| p < 0) {
+                return None;
+            }
+            let mut y = ArrayD::from_elem(IxDyn(out), *value);
+            let inner: Vec<ndarray::SliceInfoElem> = (0..r)
+                .map(|a| {
+                    let b = pads[a] as isize;
+                    ndarray::SliceInfoElem::Slice {
+                        start: b,
+                        end: Some(b + f[0].shape()[a] as isize),
+                        step: 1,
+                    }
+                })
+                .collect();
+            y.slice_mut(inner.as_slice()).assign(f[0]);
+            y
+        }
         Op::Unary(u) => {
             let g: fn(f32) -> f32 = match u {
                 Unary::Relu => |x| if x > 0.0 { x } else { 0.0 },

@@ -1,9 +1,11 @@
 //! The e-graph optimiser on random graphs: convolutions, Gemm, BatchNorm,
 //! elementwise chains, concats, splits, transposes, reshape chains,
-//! identities, split/concat round trips and constant zeros and ones (so
-//! the rules have something to fire on: over the 300 graphs every rule
-//! but `zero-add`, `one-mul` and `div-one` fires, the folds of Mul, Add
-//! and BatchNorm into convs 7-28 times each). Each
+//! identities, split/concat round trips, constant zeros and ones, and
+//! branches (two or three convs of one value, two Gemm heads of one
+//! feature vector), so the rules have something to fire on: over the 300
+//! graphs every rule but `zero-add`, `one-mul` and `div-one` fires, the
+//! folds 29-60 times each, the merges hundreds of times, and the
+//! extracted program keeps a merge in over a hundred graphs. Each
 //! graph's interpreter outputs must be the same (rtol 1e-4) after the
 //! `egraph` pass alone and after the whole pipeline, and the optimised IR
 //! must verify.
@@ -70,7 +72,7 @@ impl Builder {
     fn step(&mut self) {
         let (v, s) = self.pick();
         let seed = self.rng.below(1000);
-        match self.rng.below(9) {
+        match self.rng.below(10) {
             0 => {
                 let co = 2 + self.rng.below(3);
                 let k = [1, 3][self.rng.below(2)];
@@ -207,6 +209,48 @@ impl Builder {
                     }
                 }
             }
+            8 => {
+                // Branches: two or three convs of one value (1x1 and 3x3,
+                // one stride), each maybe under a Relu, summed: what
+                // merge-convs and unary-over-split take.
+                let co = 2 + self.rng.below(3);
+                let stride = 1 + self.rng.below(2);
+                let branches = 2 + self.rng.below(2);
+                let mut outs = Vec::new();
+                for _ in 0..branches {
+                    let k = [1, 3][self.rng.below(2)];
+                    let seed = self.rng.below(1000);
+                    let w = self.param(&[co, s[1], k, k], &format!("he(seed={seed})"));
+                    let y = self.fresh("br");
+                    let p = k / 2;
+                    let bias = if self.rng.below(2) == 0 {
+                        let b =
+                            self.param(&[co], &format!("uniform(low=-0.5, high=0.5, seed={seed})"));
+                        format!(", %{b}")
+                    } else {
+                        String::new()
+                    };
+                    self.lines.push(format!(
+                        "%{y} = Conv2d(%{v}, %{w}{bias}) {{pads=[{p},{p},{p},{p}], strides=[{stride},{stride}]}}"
+                    ));
+                    let y = if self.rng.below(2) == 0 {
+                        let r = self.fresh("u");
+                        self.lines.push(format!("%{r} = Relu(%{y})"));
+                        r
+                    } else {
+                        y
+                    };
+                    outs.push(y);
+                }
+                let shape = vec![s[0], co, s[2].div_ceil(stride), s[3].div_ceil(stride)];
+                let mut acc = outs[0].clone();
+                for o in &outs[1..] {
+                    let y = self.fresh("b");
+                    self.lines.push(format!("%{y} = Add(%{acc}, %{o})"));
+                    acc = y;
+                }
+                self.vals.push((acc, shape));
+            }
             _ => {
                 if s[1] >= 2 {
                     let a = 1 + self.rng.below(s[1] - 1);
@@ -262,6 +306,17 @@ fn random_graph(seed: u64) -> String {
         b.lines
             .push(format!("%{y} = Gemm(%{f}, %{w}, %{c}) {{transB=1}}"));
         outs = vec![y];
+        if b.rng.below(2) == 0 {
+            // A second head on the same features (merge-matmuls).
+            let w = b.param(&[3, k], "he(seed=4)");
+            let c = b.param(&[3], "uniform(low=-0.5, high=0.5, seed=5)");
+            let z = b.fresh("fc");
+            b.lines
+                .push(format!("%{z} = Gemm(%{f}, %{w}, %{c}) {{transB=1}}"));
+            let r = b.fresh("u");
+            b.lines.push(format!("%{r} = Sigmoid(%{z})"));
+            outs.push(r);
+        }
     }
     if b.vals.len() > 2 && b.rng.below(2) == 0 {
         let i = b.rng.below(b.vals.len() - 1) + 1;
@@ -310,6 +365,8 @@ fn assert_same(what: &str, a: &[Tensor], b: &[Tensor]) {
 #[test]
 fn random_graphs_keep_their_outputs() {
     let mut fired = 0;
+    let mut rules: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut merges_kept = 0;
     for seed in 0..300 {
         let src = random_graph(seed);
         let g = parse(&src, "random.dnn").unwrap_or_else(|e| panic!("seed {seed}: {e}\n{src}"));
@@ -325,6 +382,16 @@ fn random_graphs_keep_their_outputs() {
             &got,
         );
         fired += stats.replaced as usize;
+        for (r, n) in &stats.fired {
+            *rules.entry(r.clone()).or_default() += n;
+        }
+        let splits = |g: &Graph| {
+            g.topo_order()
+                .into_iter()
+                .filter(|&n| g.node(n).op.name() == "Split")
+                .count()
+        };
+        merges_kept += (stats.replaced && splits(&opt) > splits(&g)) as usize;
         let mut piped = g.clone();
         dnnc_passes::Pipeline::default()
             .run(&mut piped)
@@ -334,4 +401,13 @@ fn random_graphs_keep_their_outputs() {
     }
     // The generator plants identities, so most graphs change.
     assert!(fired >= 100, "only {fired} of 300 graphs were rewritten");
+    // ... and branches and heads that merge.
+    for r in ["merge-convs", "merge-matmuls", "unary-over-split"] {
+        assert!(rules.get(r).copied().unwrap_or(0) >= 5, "{r}: {rules:?}");
+    }
+    assert!(
+        merges_kept >= 5,
+        "merges kept in {merges_kept} graphs: {rules:?}"
+    );
+    eprintln!("rules fired over 300 graphs: {rules:?}; merges kept in {merges_kept}");
 }

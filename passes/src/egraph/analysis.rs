@@ -19,11 +19,14 @@ pub struct SourceInfo {
     pub splat: Option<f32>,
 }
 
-/// The analysis: types, weights-only constness and splat values.
+/// The analysis: types, weights-only constness and splat values; it also
+/// carries the machine profile extraction prices e-nodes with.
 #[derive(Debug, Default)]
 pub struct TensorAnalysis {
     /// Every source of the graph, by value name.
     pub sources: HashMap<String, SourceInfo>,
+    /// The machine the cost model predicts run time on.
+    pub profile: std::sync::Arc<crate::cost::MachineProfile>,
 }
 
 /// What the analysis knows of one e-class.

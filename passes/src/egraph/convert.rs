@@ -61,7 +61,10 @@ pub fn load(g: &Graph) -> Loaded {
             },
         );
     }
-    let mut egraph = TensorGraph::new(TensorAnalysis { sources });
+    let mut egraph = TensorGraph::new(TensorAnalysis {
+        sources,
+        ..Default::default()
+    });
     let mut class_of = vec![Id::from(0usize); g.value_count()];
     for id in g.topo_order() {
         let node = g.node(id);
@@ -116,6 +119,7 @@ pub fn extract(
         used: HashSet::new(),
         out: Graph::new(g.name.clone()),
         done: HashMap::new(),
+        open: HashSet::new(),
         fresh: 0,
     };
     for v in g.inputs() {
@@ -176,6 +180,9 @@ struct Extraction<'a> {
     out: Graph,
     /// The values emitted for each e-class (several for a tuple class).
     done: HashMap<Id, Vec<ValueId>>,
+    /// The e-classes being emitted (a choice that reaches one again is a
+    /// cycle, which an extraction must not contain).
+    open: HashSet<Id>,
     fresh: usize,
 }
 
@@ -213,6 +220,11 @@ impl Extraction<'_> {
         let c = self.egraph.find(c);
         if let Some(v) = self.done.get(&c) {
             return Ok(v.clone());
+        }
+        if !self.open.insert(c) {
+            return Err(GraphError::UnknownValue(format!(
+                "e-class {c}, which the extracted program computes from itself"
+            )));
         }
         let node = (self.best)(c);
         let vs = match &node {
@@ -277,6 +289,7 @@ impl Extraction<'_> {
                 self.out.add_node(op, &ins, &refs)?
             }
         };
+        self.open.remove(&c);
         self.done.insert(c, vs.clone());
         Ok(vs)
     }

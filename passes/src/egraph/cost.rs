@@ -1,36 +1,119 @@
-//! What extraction minimises: an estimate of each e-node's run time from
-//! its Work-Depth figures ([`crate::wd::rules::node_cost`]) and the bytes
-//! it writes, fusion-aware in the simplest way: an elementwise op costs
-//! its arithmetic only (the fusion pass folds it into its producer's
-//! kernel, so its result makes no round trip through memory), a view
-//! costs nothing, and a node computed from weights alone costs nothing
-//! (it is computed once, when the model is compiled).
+//! What extraction minimises: each e-node's predicted run time in seconds
+//! on the machine of a [`MachineProfile`], fusion-aware in the simplest
+//! way:
+//!
+//! - a view, a Split or Concat whose pieces are contiguous slices (the CPU
+//!   backend makes them views), and a node computed from weights alone
+//!   (computed once, when the model is compiled) cost nothing;
+//! - an elementwise op costs its arithmetic only: the fusion pass folds it
+//!   into its producer's kernel, so its result makes no round trip
+//!   through memory;
+//! - a convolution costs what the profile predicts for the algorithm it
+//!   will run (its `algo` attribute, or the heuristic's choice when it has
+//!   none): `fixed + max(W / rate, bytes / bandwidth)`;
+//! - a MatMul or Gemm is priced as a pointwise convolution (the same
+//!   packed GEMM);
+//! - any other kernel costs the profile's per-kernel overhead plus its
+//!   work at [`STREAM_RATE`] or its bytes at the profile's bandwidth,
+//!   whichever is slower.
+//!
+//! The per-kernel fixed costs are what make merging kernels pay: two
+//! convs of one input merged into one save a kernel's overhead and the
+//! second pass over the input.
 
 use super::analysis::TensorGraph;
 use super::lang::TensorNode;
-use dnnc_ir::{OpClass, TensorType};
+use crate::conv_algo::ConvGeom;
+use crate::cost::MachineProfile;
+use crate::wd::conv::ConvShape;
+use dnnc_ir::op::ConvAlgo;
+use dnnc_ir::{Op, OpClass, TensorType};
 use egg::{CostFunction, Id, Language};
 
-/// Relative cost of writing one byte against one unit of work (an
-/// operation): the machine streams ~4 bytes in the time of one
-/// multiply-accumulate of a packed GEMM.
-const BYTE_COST: f64 = 0.25;
+/// Work units per second of a standalone generated loop (pooling,
+/// reductions, data movement): ~2-3 elements or taps per ns, as measured
+/// for the runtime's split rule (`dnnc_runtime::cpu::schedule`).
+pub const STREAM_RATE: f64 = 2.5e9;
 
-/// A small charge every op carries on top of its estimate, so a free op
-/// (a view, a weights-only node) never ties with its operand and
+/// Work units per second of elementwise arithmetic fused into a kernel's
+/// epilogue: f32x4 vectors on a value already in registers.
+pub const FUSED_RATE: f64 = 1.6e10;
+
+/// A small charge (seconds) every op carries on top of its estimate, so a
+/// free op (a view, a weights-only node) never ties with its operand and
 /// extraction never goes round a cycle of free ops.
-pub const OP_CHARGE: f64 = 1e-3;
+pub const OP_CHARGE: f64 = 1e-12;
 
-/// The estimate of one op from its operand and result types: its
-/// Work-Depth work, plus [`BYTE_COST`] per byte written unless it is
-/// elementwise (fused into its producer) or a view (free).
-fn price(op: &dnnc_ir::Op, ins: &[&TensorType], outs: &[&TensorType]) -> f64 {
+/// Whether a Split or Concat along `axis` of `shape` has contiguous
+/// pieces: only size-1 axes before the axis.
+fn contiguous_pieces(op: &Op, shape: &[usize]) -> bool {
+    let axis = match op {
+        Op::Split { axis, .. } | Op::Concat { axis } => *axis,
+        _ => return false,
+    };
+    dnnc_ir::infer::norm_axis(axis, shape.len()).is_ok_and(|a| shape[..a].iter().all(|&d| d == 1))
+}
+
+/// The predicted seconds of one op from its operand and result types;
+/// `const_w` tells whether a conv's filter is known at compile time.
+fn price(
+    profile: &MachineProfile,
+    op: &Op,
+    ins: &[&TensorType],
+    outs: &[&TensorType],
+    const_w: bool,
+) -> f64 {
     let work = crate::wd::rules::node_cost(op, ins, outs).work as f64;
-    let bytes: f64 = outs.iter().map(|t| t.size_bytes() as f64).sum();
+    let written: f64 = outs.iter().map(|t| t.size_bytes() as f64).sum();
+    let read: f64 = ins.iter().map(|t| t.size_bytes() as f64).sum();
+    match op {
+        Op::Conv2d(p) => {
+            if let (Some(x), Some(w), Some(y)) = (ins.first(), ins.get(1), outs.first()) {
+                if let Ok(geo) = ConvGeom::from_shapes(p, &x.shape, &w.shape, &y.shape, const_w) {
+                    let algo = match p.algo {
+                        ConvAlgo::Auto => geo.default_algo(),
+                        a if geo.unfit(a).is_none() => a,
+                        _ => geo.default_algo(),
+                    };
+                    let shape = ConvShape::from_types(p, x, w, y);
+                    if let Some(t) = profile.predict_conv(algo.name(), &shape) {
+                        return t;
+                    }
+                }
+            }
+        }
+        Op::MatMul | Op::Gemm(_) => {
+            let rate = profile
+                .rates
+                .get("pointwise")
+                .copied()
+                .unwrap_or(STREAM_RATE);
+            let fixed = profile
+                .fixed
+                .get("pointwise")
+                .copied()
+                .unwrap_or(profile.overhead);
+            // A and B, not the bias: a fused bias reads what the Add it
+            // replaces did.
+            let ab: f64 = ins.iter().take(2).map(|t| t.size_bytes() as f64).sum();
+            return fixed + (work / rate).max((ab + written) / profile.bandwidth);
+        }
+        Op::Split { .. } | Op::Concat { .. } => {
+            let whole = if matches!(op, Op::Split { .. }) {
+                ins.first()
+            } else {
+                outs.first()
+            };
+            if whole.is_some_and(|t| contiguous_pieces(op, &t.shape)) {
+                return 0.0;
+            }
+        }
+        _ => {}
+    }
     match op.class() {
         OpClass::Source | OpClass::View => 0.0,
-        OpClass::Elementwise => work,
-        _ => work + BYTE_COST * bytes,
+        OpClass::Elementwise => work / FUSED_RATE,
+        _ => profile.overhead + (work / STREAM_RATE).max((read + written) / profile.bandwidth),
     }
 }
 
@@ -45,12 +128,21 @@ pub fn node_cost(egraph: &TensorGraph, node: &TensorNode) -> Option<f64> {
         .iter()
         .map(|a| egraph[*a].data.ty())
         .collect::<Option<_>>()?;
-    if args.iter().all(|a| egraph[*a].data.weights_only) && !args.is_empty() {
+    // Operands all weights, or none (a constant generator): computed
+    // when the model is compiled.
+    if args.iter().all(|a| egraph[*a].data.weights_only) {
         return Some(0.0);
     }
     let outs = dnnc_ir::infer::infer(op, &ins).ok()?;
     let out_refs: Vec<&TensorType> = outs.iter().collect();
-    Some(price(op, &ins, &out_refs))
+    let const_w = args.get(1).is_some_and(|w| egraph[*w].data.weights_only);
+    Some(price(
+        &egraph.analysis.profile,
+        op,
+        &ins,
+        &out_refs,
+        const_w,
+    ))
 }
 
 /// What extraction charges an e-node alone: [`node_cost`] plus
@@ -82,18 +174,19 @@ impl CostFunction<TensorNode> for RunTime<'_> {
     }
 }
 
-/// The run-time estimate of a whole graph: every node once, by the same
-/// rule as [`node_cost`] (a node whose operands are all parameters or
-/// constants, directly or through such nodes, costs nothing).
-pub fn graph_cost(g: &dnnc_ir::Graph) -> f64 {
+/// The predicted seconds of a whole graph on `profile`'s machine: every
+/// node once, by the same rule as [`node_cost`] (a node whose operands
+/// are all parameters or constants, directly or through such nodes, or
+/// that has none, costs nothing).
+pub fn graph_cost(g: &dnnc_ir::Graph, profile: &MachineProfile) -> f64 {
     let mut weights_only = vec![false; g.value_count()];
     let mut total = 0.0;
     for id in g.topo_order() {
         let node = g.node(id);
         let wo = match &node.op {
-            dnnc_ir::Op::Input => false,
-            dnnc_ir::Op::Param(_) | dnnc_ir::Op::Constant => true,
-            _ => !node.inputs.is_empty() && node.inputs.iter().all(|v| weights_only[v.index()]),
+            Op::Input => false,
+            Op::Param(_) | Op::Constant => true,
+            _ => node.inputs.iter().all(|v| weights_only[v.index()]),
         };
         for &v in &node.outputs {
             weights_only[v.index()] = wo;
@@ -103,7 +196,8 @@ pub fn graph_cost(g: &dnnc_ir::Graph) -> f64 {
         }
         let ins: Vec<&TensorType> = node.inputs.iter().map(|&v| &g.value(v).ty).collect();
         let outs: Vec<&TensorType> = node.outputs.iter().map(|&v| &g.value(v).ty).collect();
-        total += OP_CHARGE + price(&node.op, &ins, &outs);
+        let const_w = node.inputs.get(1).is_some_and(|v| weights_only[v.index()]);
+        total += OP_CHARGE + price(profile, &node.op, &ins, &outs, const_w);
     }
     total
 }

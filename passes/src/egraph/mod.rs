@@ -19,6 +19,7 @@ pub mod convert;
 pub mod cost;
 pub mod extract;
 pub mod lang;
+pub mod merge;
 pub mod rules;
 
 #[cfg(test)]
@@ -38,6 +39,8 @@ pub struct EGraphConfig {
     pub iter_limit: usize,
     /// Wall-clock budget for saturation.
     pub time_limit: Duration,
+    /// The machine extraction predicts run time on.
+    pub profile: std::sync::Arc<crate::cost::MachineProfile>,
 }
 
 impl Default for EGraphConfig {
@@ -48,6 +51,7 @@ impl Default for EGraphConfig {
             node_limit: 100_000,
             iter_limit: 30,
             time_limit: Duration::from_secs(1),
+            profile: Default::default(),
         }
     }
 }
@@ -87,14 +91,16 @@ pub struct EGraphStats {
     pub stop_reason: String,
     /// Times each rule applied (merged two e-classes), by rule name.
     pub fired: BTreeMap<String, usize>,
-    /// The cost estimate of the graph before.
+    /// The predicted seconds of the graph before.
     pub cost_before: f64,
-    /// The cost estimate of the extracted program.
+    /// The predicted seconds of the extracted program.
     pub cost_after: f64,
     /// Whether the extracted program replaced the graph.
     pub replaced: bool,
     /// Which extraction gave the program: `greedy` (tree cost), `dag`
-    /// (shared subexpressions once), or `none` when no rule fired.
+    /// (shared subexpressions once), `dag+merges` (the DAG choice with
+    /// whole merges switched in, [`extract::with_merges`]), or `none` when
+    /// no rule fired.
     pub extractor: &'static str,
 }
 
@@ -111,9 +117,9 @@ impl EGraphStats {
                 self.stop_reason
             ),
             format!(
-                "estimated cost {:.4e} -> {:.4e} ({}; {} extraction)",
-                self.cost_before,
-                self.cost_after,
+                "estimated time {:.4} ms -> {:.4} ms ({}; {} extraction)",
+                self.cost_before * 1e3,
+                self.cost_after * 1e3,
                 if self.replaced {
                     "extracted program kept"
                 } else {
@@ -142,7 +148,8 @@ impl EGraphStats {
 pub fn optimize(g: &Graph, cfg: &EGraphConfig) -> Result<(Graph, EGraphStats), PassError> {
     cfg.validate()?;
     let t0 = Instant::now();
-    let loaded = convert::load(g);
+    let mut loaded = convert::load(g);
+    loaded.egraph.analysis.profile = cfg.profile.clone();
     let rules = rules::rules();
     let rewrites: Vec<_> = rules.iter().map(|r| &r.rewrite).collect();
     let runner = egg::Runner::default()
@@ -168,35 +175,49 @@ pub fn optimize(g: &Graph, cfg: &EGraphConfig) -> Result<(Graph, EGraphStats), P
         None => "not run".to_string(),
     };
     let egraph = &runner.egraph;
-    let cost_before = cost::graph_cost(g);
+    let profile = &cfg.profile;
+    let cost_before = cost::graph_cost(g, profile);
     let mut extractor = "none";
     let (out, cost_after) = if fired.is_empty() {
         (None, cost_before)
     } else {
-        // Both extractions; the program the whole-graph estimate rates
-        // cheaper wins (the greedy one on a tie).
+        // Three extractions; the program the whole-graph estimate rates
+        // cheapest wins (the earlier one on a tie).
         let ex = egg::Extractor::new(egraph, cost::RunTime { egraph });
         let best = |c| ex.find_best_node(c).clone();
         let greedy = convert::extract(g, egraph, &loaded.class_of, &best)
             .map_err(|e| PassError::graph("egraph", e))?;
-        let greedy_cost = cost::graph_cost(&greedy);
+        let mut picked = ("greedy", cost::graph_cost(&greedy, profile), greedy);
         let dag = extract::DagExtractor::new(egraph);
         let dag_best = |c| {
             dag.best_node(c)
                 .cloned()
                 .unwrap_or_else(|| ex.find_best_node(c).clone())
         };
-        let dag_graph = convert::extract(g, egraph, &loaded.class_of, &dag_best).ok();
-        match dag_graph.map(|d| (cost::graph_cost(&d), d)) {
-            Some((c, d)) if c < greedy_cost => {
-                extractor = "dag";
-                (Some(d), c)
-            }
-            _ => {
-                extractor = "greedy";
-                (Some(greedy), greedy_cost)
+        let roots: Vec<egg::Id> = g
+            .outputs()
+            .iter()
+            .map(|v| loaded.class_of[v.index()])
+            .collect();
+        let merged = extract::with_merges(egraph, &roots, &dag_best);
+        let merged_best = |c: egg::Id| {
+            merged
+                .get(&egraph.find(c))
+                .cloned()
+                .unwrap_or_else(|| dag_best(c))
+        };
+        let others: [(&'static str, &dyn Fn(egg::Id) -> lang::TensorNode); 2] =
+            [("dag", &dag_best), ("dag+merges", &merged_best)];
+        for (name, choose) in others {
+            if let Ok(d) = convert::extract(g, egraph, &loaded.class_of, choose) {
+                let c = cost::graph_cost(&d, profile);
+                if c < picked.1 {
+                    picked = (name, c, d);
+                }
             }
         }
+        extractor = picked.0;
+        (Some(picked.2), picked.1)
     };
     let replaced = out.is_some() && cost_after < cost_before;
     let stats = EGraphStats {

@@ -5,6 +5,7 @@
 
 use super::analysis::{TensorAnalysis, TensorGraph};
 use super::lang::TensorNode;
+use super::merge::{MergeKind, MergeShared, UnaryOverSplit};
 use dnnc_ir::op::Binary;
 use dnnc_ir::{Op, OpClass};
 use egg::{
@@ -108,6 +109,21 @@ pub fn rules() -> Vec<Rule> {
             Rewrite::new("unary-over-concat", UnaryOverConcat, UnaryOverConcat).expect("rule"),
         ),
         row(
+            "unary-over-split",
+            "an elementwise unary op of result i of a Split = result i of the Split of the op",
+            Rewrite::new("unary-over-split", UnaryOverSplit, UnaryOverSplit).expect("rule"),
+        ),
+        row(
+            "merge-convs",
+            "Conv2ds of one input with one stride = one Conv2d of the concatenated (smaller ones zero-padded) filters, then Split",
+            Rewrite::new("merge-convs", MergeShared(MergeKind::Conv), MergeShared(MergeKind::Conv)).expect("rule"),
+        ),
+        row(
+            "merge-matmuls",
+            "MatMuls or Gemms of one left operand = one of the column-concatenated weights, then Split",
+            Rewrite::new("merge-matmuls", MergeShared(MergeKind::Contraction), MergeShared(MergeKind::Contraction)).expect("rule"),
+        ),
+        row(
             "view-chain",
             "a view (Reshape, Flatten, Squeeze, Unsqueeze) of a view = one Reshape",
             Rewrite::new("view-chain", ViewOfView { x }, ReshapeTo { x }).expect("rule"),
@@ -151,7 +167,7 @@ fn keeps_type_with_splat(
 
 /// Merges every class of `ids` whose types are `eclass`'s into it; the
 /// changed class, if any merge changed something (an applier's result).
-fn merge(
+pub(super) fn merge(
     eg: &mut TensorGraph,
     eclass: Id,
     ids: impl IntoIterator<Item = Id>,
@@ -171,14 +187,14 @@ fn merge(
 }
 
 /// A substitution binding one variable.
-fn bind(v: Var, id: Id) -> Subst {
+pub(super) fn bind(v: Var, id: Id) -> Subst {
     let mut s = Subst::with_capacity(1);
     s.insert(v, id);
     s
 }
 
 /// The matches of a searcher in `eclass`, if any.
-fn found(eclass: Id, substs: Vec<Subst>) -> Option<SearchMatches<'static, TensorNode>> {
+pub(super) fn found(eclass: Id, substs: Vec<Subst>) -> Option<SearchMatches<'static, TensorNode>> {
     (!substs.is_empty()).then_some(SearchMatches {
         eclass,
         substs,

@@ -474,6 +474,173 @@ fn non_channel_or_non_weight_operands_do_not_fold() {
     );
 }
 
+/// Three 1x1 convs of one input (an inception module's branch heads),
+/// each with its Relu: one conv of 40 channels, one Relu, one Split.
+#[test]
+fn merge_convs() {
+    insta::assert_snapshot!(rule_effect(
+        "merge-convs",
+        "graph t {
+           input %x: f32[1,8,12,12]
+           param %w1: f32[16,8,1,1] = he(seed=1)
+           param %b1: f32[16] = uniform(low=-1, high=1, seed=2)
+           param %w2: f32[16,8,1,1] = he(seed=3)
+           param %b2: f32[16] = uniform(low=-1, high=1, seed=4)
+           param %w3: f32[8,8,1,1] = he(seed=5)
+           param %b3: f32[8] = uniform(low=-1, high=1, seed=6)
+           param %k: f32[8,16,3,3] = he(seed=7)
+           %c1 = Conv2d(%x, %w1, %b1)
+           %r1 = Relu(%c1)
+           %c2 = Conv2d(%x, %w2, %b2)
+           %r2 = Relu(%c2)
+           %c3 = Conv2d(%x, %w3, %b3)
+           %r3 = Relu(%c3)
+           %d = Conv2d(%r2, %k) {pads=[1,1,1,1]}
+           output %r1, %d, %r3
+         }"
+    ));
+}
+
+/// A 1x1 and a 3x3 conv of one small input: the 1x1 filter zero-padded
+/// to 3x3 (its padding grown by one) saves a kernel's fixed cost, and the
+/// 1x1 conv without a bias gets a zero one.
+#[test]
+fn merge_convs_of_different_kernel_sizes() {
+    let out = rule_effect(
+        "merge-convs",
+        "graph t {
+           input %x: f32[1,4,6,6]
+           param %w1: f32[4,4,1,1] = he(seed=1)
+           param %w3: f32[4,4,3,3] = he(seed=2)
+           param %b3: f32[4] = uniform(low=-1, high=1, seed=3)
+           %a = Conv2d(%x, %w1)
+           %b = Conv2d(%x, %w3, %b3) {pads=[1,1,1,1]}
+           %y = Add(%a, %b)
+           output %y
+         }",
+    );
+    assert!(out.contains("Pad("), "{out}");
+    insta::assert_snapshot!(out);
+}
+
+/// Two Gemm heads of one feature vector: one Gemm of the concatenated
+/// (transposed) weights and biases, then Split.
+#[test]
+fn merge_matmuls() {
+    insta::assert_snapshot!(rule_effect(
+        "merge-matmuls",
+        "graph t {
+           input %x: f32[1,32]
+           param %w1: f32[16,32] = he(seed=1)
+           param %b1: f32[16] = uniform(low=-1, high=1, seed=2)
+           param %w2: f32[48,32] = he(seed=3)
+           param %b2: f32[48] = uniform(low=-1, high=1, seed=4)
+           %a = Gemm(%x, %w1, %b1) {transB=1}
+           %b = Gemm(%x, %w2, %b2) {transB=1}
+           %sa = Sigmoid(%a)
+           output %sa, %b
+         }"
+    ));
+}
+
+/// A Relu of each piece of a Split is one Relu before it.
+#[test]
+fn unary_over_split() {
+    insta::assert_snapshot!(rule_effect(
+        "unary-over-split",
+        "graph t {
+           input %x: f32[1,32,4,4]
+           %a, %b = Split(%x) {axis=1, split=[16,16]}
+           %ra = Relu(%a)
+           %rb = Relu(%b)
+           %y = Sub(%ra, %rb)
+           output %y
+         }"
+    ));
+}
+
+/// What merges do not take: convs of different strides, grouped convs,
+/// convs whose filter is an input, a conv and the BatchNorm of it (a
+/// fold's rewrite, not a second branch). None of these fires the rule.
+#[test]
+fn unmergeable_convs_stay_apart() {
+    for src in [
+        "graph t {
+           input %x: f32[1,8,8,8]
+           param %w1: f32[8,8,1,1] = he(seed=1)
+           param %w2: f32[8,8,1,1] = he(seed=2)
+           %a = Conv2d(%x, %w1)
+           %b = Conv2d(%x, %w2) {strides=[2,2]}
+           output %a, %b
+         }",
+        "graph t {
+           input %x: f32[1,8,8,8]
+           param %w1: f32[8,4,1,1] = he(seed=1)
+           param %w2: f32[8,4,1,1] = he(seed=2)
+           %a = Conv2d(%x, %w1) {group=2}
+           %b = Conv2d(%x, %w2) {group=2}
+           output %a, %b
+         }",
+        "graph t {
+           input %x: f32[1,8,8,8]
+           input %w1: f32[8,8,1,1]
+           param %w2: f32[8,8,1,1] = he(seed=2)
+           %a = Conv2d(%x, %w1)
+           %b = Conv2d(%x, %w2)
+           output %a, %b
+         }",
+        "graph t {
+           input %x: f32[1,8,8,8]
+           param %w: f32[8,8,1,1] = he(seed=1)
+           param %g: f32[8] = uniform(low=0.5, high=1.5, seed=3)
+           param %be: f32[8] = uniform(low=-1, high=1, seed=4)
+           param %mu: f32[8] = uniform(low=-1, high=1, seed=5)
+           param %va: f32[8] = uniform(low=0.5, high=1.5, seed=6)
+           %c = Conv2d(%x, %w)
+           %n = BatchNormalization(%c, %g, %be, %mu, %va) {epsilon=0.001}
+           output %n
+         }",
+    ] {
+        let g = parse(src, "t.dnn").unwrap();
+        let (out, stats) = optimize(&g, &EGraphConfig::default()).unwrap();
+        assert!(
+            !stats.fired.contains_key("merge-convs"),
+            "{src}\n{:?}",
+            stats.fired
+        );
+        same_outputs(&g, &out);
+    }
+}
+
+/// A merge the cost model rejects: a 1x1 stride-2 downsample and a 3x3
+/// stride-2 conv of one 64-channel input (ResNet's block entry) would
+/// run the 1x1's work nine times over. The rule fires; the graph keeps
+/// two convs.
+#[test]
+fn a_merge_that_costs_more_is_not_extracted() {
+    let g = parse(
+        "graph t {
+           input %x: f32[1,64,28,28]
+           param %w1: f32[128,64,1,1] = he(seed=1)
+           param %w3: f32[128,64,3,3] = he(seed=2)
+           %a = Conv2d(%x, %w1) {strides=[2,2]}
+           %b = Conv2d(%x, %w3) {strides=[2,2], pads=[1,1,1,1]}
+           %y = Add(%a, %b)
+           output %y
+         }",
+        "t.dnn",
+    )
+    .unwrap();
+    let (out, stats) = optimize(&g, &EGraphConfig::default()).unwrap();
+    assert!(stats.fired.contains_key("merge-convs"), "{:?}", stats.fired);
+    let convs = out
+        .topo_order()
+        .into_iter()
+        .filter(|&n| out.node(n).op.name() == "Conv2d")
+        .count();
+    assert_eq!(convs, 2, "{}", print(&out));
+}
+
 /// Every rule in the table has a snapshot test above (a rule added
 /// without one fails here).
 #[test]

@@ -211,6 +211,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let mut vbuf: HashMap<ValueId, BufId> = HashMap::new();
     let mut inputs = Vec::new();
     let in_place = in_place_concats(g, &kernels);
+    let views_of_split = in_place_splits(g, &kernels, &in_place);
     for n in g.topo_order() {
         let node = g.node(n);
         let Some(&v) = node.outputs.first() else {
@@ -294,23 +295,24 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         {
             continue;
         }
-        if k.kind == KernelKind::View {
-            let node = g.node(anchor);
-            let (Some(&x), Some(&y)) = (node.inputs.first(), node.outputs.first()) else {
-                return Err(unsupported(g, anchor, "view without operand or result"));
-            };
+        let split_views = views_of_split.iter().find(|s| s.kernel == ki);
+        if let Some(sp) = split_views {
             let of = *vbuf
-                .get(&x)
+                .get(&sp.operand)
                 .ok_or_else(|| unsupported(g, anchor, "operand has no buffer"))?;
-            vbuf.insert(y, buffers.len());
-            buffers.push(Buffer {
-                name: g.value(y).name.clone(),
-                bytes: g.value(y).ty.size_bytes(),
-                kind: BufferKind::Alias { of, offset: 0 },
-            });
-            continue;
+            for &(v, offset) in &sp.parts {
+                vbuf.insert(v, buffers.len());
+                buffers.push(Buffer {
+                    name: g.value(v).name.clone(),
+                    bytes: g.value(v).ty.size_bytes(),
+                    kind: BufferKind::Alias { of, offset },
+                });
+            }
         }
         for &v in &k.outputs {
+            if split_views.is_some_and(|sp| sp.parts.iter().any(|&(p, _)| p == v)) {
+                continue;
+            }
             vbuf.insert(v, buffers.len());
             buffers.push(Buffer {
                 name: g.value(v).name.clone(),
@@ -413,14 +415,23 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         if k.kind == KernelKind::View
             || matches!(g.node(anchor).op, Op::Shape { .. })
             || in_place.iter().any(|c| c.kernel == ki)
+            || views_of_split
+                .iter()
+                .any(|s| s.kernel == ki && s.parts.len() == k.outputs.len())
         {
             continue;
         }
-        // Arguments: inputs, outputs, workspaces.
+        // Arguments: inputs, outputs, workspaces; a Split's results that
+        // view its operand are none (the kernel copies the others).
+        let views: Vec<ValueId> = views_of_split
+            .iter()
+            .filter(|s| s.kernel == ki)
+            .flat_map(|s| s.parts.iter().map(|&(v, _)| v))
+            .collect();
         let mut args: Vec<BufId> = Vec::new();
         let mut arg_of: HashMap<ValueId, usize> = HashMap::new();
         for &v in k.inputs.iter().chain(&k.outputs) {
-            if arg_of.contains_key(&v) {
+            if arg_of.contains_key(&v) || views.contains(&v) {
                 continue;
             }
             let b = *vbuf.get(&v).ok_or_else(|| {
@@ -743,6 +754,69 @@ fn in_place_concats(g: &Graph, kernels: &[Kernel]) -> Vec<InPlaceConcat> {
             result: *result,
             parts,
         });
+    }
+    found
+}
+
+/// A Split whose results are views of slices of its operand, so they
+/// cost no copy (the mirror of [`InPlaceConcat`]; merged branches end in
+/// one). Results that cannot be views are still copied by the Split's
+/// kernel, which then writes only those.
+struct InPlaceSplit {
+    /// Index of the Split's kernel (generated as nothing when every
+    /// result is a view).
+    kernel: usize,
+    /// The operand.
+    operand: ValueId,
+    /// Each result that views the operand, and its byte offset in it.
+    parts: Vec<(ValueId, usize)>,
+}
+
+/// The Splits with results that can view their operand: along an axis
+/// with only size-1 axes before it (each result is then one contiguous
+/// block). A result is a view when its offset keeps the 64-byte buffer
+/// alignment and it is no graph output and no part of an in-place
+/// Concat (whose producer must write it into the Concat's buffer: the
+/// Split's kernel copies it there).
+fn in_place_splits(g: &Graph, kernels: &[Kernel], concats: &[InPlaceConcat]) -> Vec<InPlaceSplit> {
+    let outputs: std::collections::HashSet<ValueId> = g.outputs().iter().copied().collect();
+    let concat_parts: std::collections::HashSet<ValueId> = concats
+        .iter()
+        .flat_map(|c| c.parts.iter().map(|&(v, _)| v))
+        .collect();
+    let mut found = Vec::new();
+    for (ki, k) in kernels.iter().enumerate() {
+        let [n] = k.nodes[..] else {
+            continue;
+        };
+        let node = g.node(n);
+        let (Op::Split { axis, .. }, [x]) = (&node.op, &node.inputs[..]) else {
+            continue;
+        };
+        let shape = &g.value(*x).ty.shape;
+        let rank = shape.len() as i64;
+        let axis = if *axis < 0 { axis + rank } else { *axis };
+        if !(0..rank).contains(&axis) || shape[..axis as usize].iter().any(|&d| d != 1) {
+            continue;
+        }
+        let mut parts = Vec::new();
+        let mut offset = 0usize;
+        for &v in &node.outputs {
+            if !outputs.contains(&v)
+                && !concat_parts.contains(&v)
+                && offset.is_multiple_of(dnnc_runtime::cpu::ALIGN)
+            {
+                parts.push((v, offset));
+            }
+            offset += g.value(v).ty.size_bytes();
+        }
+        if !parts.is_empty() && offset == g.value(*x).ty.size_bytes() {
+            found.push(InPlaceSplit {
+                kernel: ki,
+                operand: *x,
+                parts,
+            });
+        }
     }
     found
 }

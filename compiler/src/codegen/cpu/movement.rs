@@ -137,7 +137,13 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
     let out_ty = c.g.value(node.outputs[0]).ty.clone();
     let dt = out_ty.dtype;
     let ys = out_ty.shape.clone();
-    let y = e.bufs[c.arg(node.outputs[0])?];
+    // A Split's first result may be a view with no argument (its own
+    // arm finds each result's buffer).
+    let y = match c.arg(node.outputs[0]) {
+        Ok(a) => e.bufs[a],
+        Err(_) if matches!(node.op, Op::Split { .. }) => e.bufs[c.arg(node.inputs[0])?],
+        Err(m) => return Err(m),
+    };
     let bufs = e.bufs.clone();
     let xin = |i: usize| -> Result<(Value, Vec<usize>), String> {
         let v = *node.inputs.get(i).ok_or("missing operand")?;
@@ -202,6 +208,12 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
             let mut at = 0usize;
             for &v in &node.outputs {
                 let os = c.g.value(v).ty.shape.clone();
+                // A result without a buffer argument views the operand
+                // (the code generator's in-place Split): nothing to copy.
+                if !c.arg_of.contains_key(&v) {
+                    at += os[ax];
+                    continue;
+                }
                 let yo = e.bufs[c.arg(v)?];
                 strided_copy(
                     e,
