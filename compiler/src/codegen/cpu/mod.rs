@@ -309,6 +309,22 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 });
             }
         }
+        if k.kind == KernelKind::View {
+            let node = g.node(anchor);
+            let (Some(&x), Some(&y)) = (node.inputs.first(), node.outputs.first()) else {
+                return Err(unsupported(g, anchor, "view without operand or result"));
+            };
+            let of = *vbuf
+                .get(&x)
+                .ok_or_else(|| unsupported(g, anchor, "operand has no buffer"))?;
+            vbuf.insert(y, buffers.len());
+            buffers.push(Buffer {
+                name: g.value(y).name.clone(),
+                bytes: g.value(y).ty.size_bytes(),
+                kind: BufferKind::Alias { of, offset: 0 },
+            });
+            continue;
+        }
         for &v in &k.outputs {
             if split_views.is_some_and(|sp| sp.parts.iter().any(|&(p, _)| p == v)) {
                 continue;
