@@ -148,13 +148,19 @@ impl MachineProfile {
     }
 }
 
+/// Columns the packed GEMM's micro-kernel computes at once (the AVX-512
+/// kernels' 16-wide B panels): a GEMM with fewer pays for them all.
+pub const GEMM_COLUMN_TILE: u64 = 16;
+
 /// The run-time Work-Depth work of `algo` on `shape` (`None` when it
 /// does not apply): the survey's direct count for the direct and
 /// depthwise loops, its im2col count for im2col and pointwise (a 1x1 conv
 /// is its own column matrix), and Winograd F(2x2), F(4x4) and FFT without
 /// the filter transforms, which dnnc does once when the model is compiled
 /// (with them, the 512-channel 7x7 layers' Winograd work is 2-3x what
-/// runs).
+/// runs); Winograd's frequency GEMMs count whole column tiles of
+/// [`GEMM_COLUMN_TILE`] (without that, F(4x4) on 7x7 maps was predicted
+/// 20% faster than F(2x2) and measured 2x slower).
 pub fn conv_work(algo: &str, shape: &ConvShape) -> Option<u64> {
     let s = shape;
     let (ci, co) = (s.cin_per_group(), s.cout_per_group());
@@ -162,13 +168,17 @@ pub fn conv_work(algo: &str, shape: &ConvShape) -> Option<u64> {
         "direct" | "depthwise" => s.direct().work,
         "im2col" | "pointwise" => s.im2col().work,
         "winograd2" | "winograd4" => {
-            let all = s
-                .winograd(if algo == "winograd2" { 2 } else { 4 })
-                .ok()?
-                .work;
-            let a = if algo == "winograd2" { 4 } else { 6 };
+            let m = if algo == "winograd2" { 2 } else { 4 };
+            let all = s.winograd(m).ok()?.work;
+            let a = m + s.kh - 1;
             let filter = co * ci * crate::wd::conv::transform_work(s.kh, a) * s.group;
-            all.saturating_sub(filter)
+            // The per-frequency GEMMs have one column per tile, and the
+            // packed GEMM computes whole column tiles: a 7x7 map's 4
+            // F(4x4) tiles cost a full tile of 16.
+            let tiles = s.n * s.h_out.div_ceil(m) * s.w_out.div_ceil(m);
+            let idle = tiles.next_multiple_of(GEMM_COLUMN_TILE) - tiles;
+            let waste = a * a * co * ci * idle * s.group;
+            all.saturating_sub(filter).saturating_add(waste)
         }
         "fft" => {
             let all = s.fft().ok()?.work;

@@ -10,7 +10,9 @@
 //!   through memory;
 //! - a convolution costs what the profile predicts for the algorithm it
 //!   will run (its `algo` attribute, or the heuristic's choice when it has
-//!   none): `fixed + max(W / rate, bytes / bandwidth)`;
+//!   none): `fixed + max(W / rate, bytes / bandwidth)`, and
+//!   [`OVERRIDE_MARGIN`] more for an algorithm other than the heuristic's
+//!   (see [`super::algos`]);
 //! - a MatMul or Gemm is priced as a pointwise convolution (the same
 //!   packed GEMM);
 //! - any other kernel costs the profile's per-kernel overhead plus its
@@ -21,6 +23,7 @@
 //! convs of one input merged into one save a kernel's overhead and the
 //! second pass over the input.
 
+use super::algos::OVERRIDE_MARGIN;
 use super::analysis::TensorGraph;
 use super::lang::TensorNode;
 use crate::conv_algo::ConvGeom;
@@ -70,14 +73,16 @@ fn price(
         Op::Conv2d(p) => {
             if let (Some(x), Some(w), Some(y)) = (ins.first(), ins.get(1), outs.first()) {
                 if let Ok(geo) = ConvGeom::from_shapes(p, &x.shape, &w.shape, &y.shape, const_w) {
-                    let algo = match p.algo {
-                        ConvAlgo::Auto => geo.default_algo(),
-                        a if geo.unfit(a).is_none() => a,
-                        _ => geo.default_algo(),
+                    let heuristic = geo.default_algo();
+                    let (algo, margin) = match p.algo {
+                        ConvAlgo::Auto => (heuristic, 1.0),
+                        a if a == heuristic => (a, 1.0),
+                        a if geo.unfit(a).is_none() => (a, 1.0 + OVERRIDE_MARGIN),
+                        _ => (heuristic, 1.0),
                     };
                     let shape = ConvShape::from_types(p, x, w, y);
                     if let Some(t) = profile.predict_conv(algo.name(), &shape) {
-                        return t;
+                        return t * margin;
                     }
                 }
             }

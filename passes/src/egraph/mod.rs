@@ -14,6 +14,7 @@
 //! merges, algorithm and layout alternatives as e-nodes, the calibrated
 //! cost model driving extraction) build on these pieces.
 
+pub mod algos;
 pub mod analysis;
 pub mod convert;
 pub mod cost;

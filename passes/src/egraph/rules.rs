@@ -3,6 +3,7 @@
 //! with any attributes); the ones that read attributes (permutations,
 //! shapes) or weights (splat values) add a condition or a small applier.
 
+use super::algos::ConvAlgorithms;
 use super::analysis::{TensorAnalysis, TensorGraph};
 use super::lang::TensorNode;
 use super::merge::{MergeKind, MergeShared, UnaryOverSplit};
@@ -122,6 +123,11 @@ pub fn rules() -> Vec<Rule> {
             "merge-matmuls",
             "MatMuls or Gemms of one left operand = one of the column-concatenated weights, then Split",
             Rewrite::new("merge-matmuls", MergeShared(MergeKind::Contraction), MergeShared(MergeKind::Contraction)).expect("rule"),
+        ),
+        row(
+            "conv-algorithms",
+            "Conv2d{algo=auto} = the Conv2d with each algorithm that can compute it",
+            Rewrite::new("conv-algorithms", ConvAlgorithms, ConvAlgorithms).expect("rule"),
         ),
         row(
             "view-chain",

@@ -1,0 +1,133 @@
+//! Algorithm alternatives as e-nodes: a Conv2d that leaves its algorithm
+//! to the backend (`algo=auto`) is equal to the same Conv2d with each
+//! algorithm that can compute it (`ConvGeom::unfit` says which), so
+//! extraction chooses the algorithm by the cost model, together with
+//! every other rewrite (a merged conv gets its own choice).
+//!
+//! The cost model's median error per kernel is about 20% (the figure
+//! `dnnc tune` reports), and the heuristic's choice is within 10% of the
+//! measured best on more layers than the model's. So the model overrides
+//! the heuristic only where it predicts a clear gain: an algorithm other
+//! than the heuristic's is priced [`OVERRIDE_MARGIN`] above its
+//! prediction ([`crate::egraph::cost`]).
+
+use super::analysis::{TensorAnalysis, TensorGraph};
+use super::lang::TensorNode;
+use super::rules::{bind, found, merge};
+use crate::conv_algo::ConvGeom;
+use dnnc_ir::op::ConvAlgo;
+use dnnc_ir::Op;
+use egg::{Applier, Id, Language, PatternAst, SearchMatches, Searcher, Subst, Symbol, Var};
+
+/// How much faster than the heuristic's choice the model must predict an
+/// algorithm to be before extraction takes it: the model's median
+/// per-kernel error.
+pub const OVERRIDE_MARGIN: f64 = 0.2;
+
+/// The algorithms a Conv2d may be given explicitly: the GEMM-based ones.
+/// The direct loop (for a conv that is not depthwise) is 20-50x slower
+/// than them wherever `dnnc tune` measured it, and the model's FFT
+/// figures are its least reliable (3x3 layers predicted ~40% fast, its
+/// fixed cost not fitted by `dnnc calibrate` on this machine class), so
+/// the heuristic alone chooses those two (FFT for large kernels with few
+/// channels).
+const CHOICES: [ConvAlgo; 5] = [
+    ConvAlgo::Im2col,
+    ConvAlgo::Pointwise,
+    ConvAlgo::Depthwise,
+    ConvAlgo::Winograd2,
+    ConvAlgo::Winograd4,
+];
+
+fn conv_var() -> Var {
+    "?conv".parse().expect("var")
+}
+
+/// The geometry of a Conv2d e-node, when its operand types are known.
+pub fn geometry(eg: &TensorGraph, n: &TensorNode) -> Option<ConvGeom> {
+    let Some(Op::Conv2d(p)) = n.ir_op() else {
+        return None;
+    };
+    let x = eg[*n.children().first()?].data.ty()?;
+    let w = eg[*n.children().get(1)?].data.ty()?;
+    let ins: Vec<&dnnc_ir::TensorType> = n
+        .children()
+        .iter()
+        .map(|&c| eg[c].data.ty())
+        .collect::<Option<_>>()?;
+    let y = dnnc_ir::infer::infer(n.ir_op()?, &ins).ok()?;
+    let const_w = eg[n.children()[1]].data.weights_only;
+    ConvGeom::from_shapes(p, &x.shape, &w.shape, &y.first()?.shape, const_w).ok()
+}
+
+/// `(attributes, operands, algorithms that apply)` of every `algo=auto`
+/// Conv2d in `eclass`.
+fn alternatives(
+    eg: &TensorGraph,
+    eclass: Id,
+) -> Vec<(dnnc_ir::op::Conv2d, Vec<Id>, Vec<ConvAlgo>)> {
+    let mut out = Vec::new();
+    for n in eg[eclass].iter() {
+        let Some(Op::Conv2d(p)) = n.ir_op() else {
+            continue;
+        };
+        if p.algo != ConvAlgo::Auto {
+            continue;
+        }
+        let Some(geo) = geometry(eg, n) else { continue };
+        let fits: Vec<ConvAlgo> = CHOICES
+            .into_iter()
+            .filter(|&a| geo.unfit(a).is_none())
+            .collect();
+        out.push((p.clone(), n.children().to_vec(), fits));
+    }
+    out
+}
+
+/// The `conv-algorithms` rule: matches a class with an `algo=auto`
+/// Conv2d, adds the Conv2d with every algorithm that applies.
+pub struct ConvAlgorithms;
+
+impl Searcher<TensorNode, TensorAnalysis> for ConvAlgorithms {
+    fn search_eclass_with_limit(
+        &self,
+        eg: &TensorGraph,
+        eclass: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'_, TensorNode>> {
+        let hit = limit > 0 && !alternatives(eg, eclass).is_empty();
+        found(
+            eclass,
+            if hit {
+                vec![bind(conv_var(), eg.find(eclass))]
+            } else {
+                vec![]
+            },
+        )
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        vec![conv_var()]
+    }
+}
+
+impl Applier<TensorNode, TensorAnalysis> for ConvAlgorithms {
+    fn apply_one(
+        &self,
+        eg: &mut TensorGraph,
+        eclass: Id,
+        _subst: &Subst,
+        _ast: Option<&PatternAst<TensorNode>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
+        let mut ids = Vec::new();
+        for (p, args, fits) in alternatives(eg, eclass) {
+            for a in fits {
+                let mut q = p.clone();
+                q.algo = a;
+                ids.push(eg.add(TensorNode::op(Op::Conv2d(q), args.clone())));
+            }
+        }
+        merge(eg, eclass, ids, rule)
+    }
+}
