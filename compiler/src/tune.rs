@@ -39,6 +39,24 @@ impl LayerTune {
             .min_by(|a, b| a.1.total_cmp(&b.1))
     }
 
+    /// The algorithm the optimiser gives this conv
+    /// ([`dnnc_passes::egraph::algos::optimiser_choice`]: the heuristic's
+    /// unless the model predicts another measured one clearly faster).
+    pub fn optimiser_pick(&self, profile: &MachineProfile) -> ConvAlgo {
+        let names: Vec<&str> = self.measured.keys().map(|a| a.name()).collect();
+        let pick = dnnc_passes::egraph::algos::optimiser_choice(
+            profile,
+            &self.shape,
+            self.heuristic.name(),
+            names,
+        );
+        self.measured
+            .keys()
+            .copied()
+            .find(|a| a.name() == pick)
+            .unwrap_or(self.heuristic)
+    }
+
     /// The algorithm `profile` predicts fastest among the measured ones.
     pub fn predicted_best(&self, profile: &MachineProfile) -> Option<ConvAlgo> {
         self.measured
@@ -134,6 +152,11 @@ pub struct Quality {
     /// Layers whose heuristic algorithm (the default build's) measures
     /// within 10% of the fastest, for comparison.
     pub heuristic_within_10: usize,
+    /// Layers whose optimiser choice ([`LayerTune::optimiser_pick`], what
+    /// `--optimize` builds) measures within 10% of the fastest.
+    pub optimiser_within_10: usize,
+    /// Layers where the optimiser overrides the heuristic.
+    pub overrides: usize,
     /// Median |predicted - measured| / measured of the kernel each layer
     /// runs with the model's choice.
     pub chosen_error: f64,
@@ -155,11 +178,13 @@ impl Quality {
     /// One summary line.
     pub fn line(&self) -> String {
         format!(
-            "{} conv layers: the model's choice is within 10% of the measured fastest for {} ({:.0}%; the heuristic's for {}); median |predicted - measured| / measured {:.0}% for the chosen kernels, {:.0}% over every algorithm measured",
+            "{} conv layers: the model's choice is within 10% of the measured fastest for {} ({:.0}%; the heuristic's for {}; the optimiser's, which overrides the heuristic on {}, for {}); median |predicted - measured| / measured {:.0}% for the chosen kernels, {:.0}% over every algorithm measured",
             self.layers,
             self.within_10,
             self.share() * 100.0,
             self.heuristic_within_10,
+            self.overrides,
+            self.optimiser_within_10,
             self.chosen_error * 100.0,
             self.all_error * 100.0
         )
@@ -200,6 +225,8 @@ fn profiled(
 pub fn quality(layers: &[LayerTune], profile: &MachineProfile) -> Quality {
     let mut within = 0usize;
     let mut heuristic = 0usize;
+    let mut optimiser = 0usize;
+    let mut overrides = 0usize;
     let mut counted = 0usize;
     let (mut chosen, mut all) = (Vec::new(), Vec::new());
     for l in layers {
@@ -216,6 +243,11 @@ pub fn quality(layers: &[LayerTune], profile: &MachineProfile) -> Quality {
         {
             heuristic += 1;
         }
+        let o = l.optimiser_pick(profile);
+        overrides += (o != l.heuristic) as usize;
+        if l.measured.get(&o).is_some_and(|&t| t <= 1.10 * best) {
+            optimiser += 1;
+        }
         for (&a, &t) in &l.measured {
             if let Some(p) = profile.predict_conv(a.name(), &l.shape) {
                 let e = (p - t).abs() / t;
@@ -230,6 +262,8 @@ pub fn quality(layers: &[LayerTune], profile: &MachineProfile) -> Quality {
         layers: counted,
         within_10: within,
         heuristic_within_10: heuristic,
+        optimiser_within_10: optimiser,
+        overrides,
         chosen_error: median(chosen),
         all_error: median(all),
     }
@@ -241,7 +275,7 @@ pub fn quality(layers: &[LayerTune], profile: &MachineProfile) -> Quality {
 pub fn render(layers: &[LayerTune], profile: &MachineProfile) -> String {
     let algos = ConvAlgo::value_variants();
     let mut out = String::new();
-    out.push_str("layer | shape | per algorithm: measured ms / predicted ms (* fastest) | heuristic | model | model within 10%\n");
+    out.push_str("layer | shape | per algorithm: measured ms / predicted ms (* fastest) | heuristic | model | model within 10% | optimiser\n");
     for l in layers {
         let s = &l.shape;
         let shape = format!(
@@ -280,13 +314,14 @@ pub fn render(layers: &[LayerTune], profile: &MachineProfile) -> String {
             _ => "-",
         };
         out.push_str(&format!(
-            "{} | {} | {} | {} | {} | {}\n",
+            "{} | {} | {} | {} | {} | {} | {}\n",
             l.node,
             shape,
             cells.join("  "),
             l.heuristic.name(),
             pick.map_or("-", |p| p.name()),
-            ok
+            ok,
+            l.optimiser_pick(profile).name()
         ));
     }
     out.push('\n');

@@ -39,6 +39,56 @@ const CHOICES: [ConvAlgo; 5] = [
     ConvAlgo::Winograd4,
 ];
 
+/// Whether extraction may give a conv algorithm `name` of its own
+/// accord (one of [`CHOICES`]).
+pub fn offered(name: &str) -> bool {
+    CHOICES.iter().any(|a| a.name() == name)
+}
+
+/// What extraction charges a conv of `shape` computed with `algo` when
+/// the heuristic would take `heuristic`: the profile's prediction, and
+/// [`OVERRIDE_MARGIN`] more for another algorithm than the heuristic's.
+pub fn extraction_price(
+    profile: &crate::cost::MachineProfile,
+    shape: &crate::wd::conv::ConvShape,
+    algo: &str,
+    heuristic: &str,
+) -> Option<f64> {
+    let t = profile.predict_conv(algo, shape)?;
+    Some(if algo == heuristic {
+        t
+    } else {
+        t * (1.0 + OVERRIDE_MARGIN)
+    })
+}
+
+/// The algorithm extraction gives a conv of `shape` among `candidates`
+/// (the heuristic's choice and the [`offered`] ones that apply): the one
+/// with the lowest [`extraction_price`], the heuristic's on a tie. `dnnc
+/// tune` judges the optimiser by this choice.
+pub fn optimiser_choice<'a>(
+    profile: &crate::cost::MachineProfile,
+    shape: &crate::wd::conv::ConvShape,
+    heuristic: &'a str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> &'a str {
+    let mut best = (
+        heuristic,
+        extraction_price(profile, shape, heuristic, heuristic).unwrap_or(f64::INFINITY),
+    );
+    for a in candidates {
+        if !offered(a) {
+            continue;
+        }
+        if let Some(t) = extraction_price(profile, shape, a, heuristic) {
+            if t < best.1 {
+                best = (a, t);
+            }
+        }
+    }
+    best.0
+}
+
 fn conv_var() -> Var {
     "?conv".parse().expect("var")
 }

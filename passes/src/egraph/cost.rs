@@ -11,7 +11,7 @@
 //! - a convolution costs what the profile predicts for the algorithm it
 //!   will run (its `algo` attribute, or the heuristic's choice when it has
 //!   none): `fixed + max(W / rate, bytes / bandwidth)`, and
-//!   [`OVERRIDE_MARGIN`] more for an algorithm other than the heuristic's
+//!   [`super::algos::OVERRIDE_MARGIN`] more for an algorithm other than the heuristic's
 //!   (see [`super::algos`]);
 //! - a MatMul or Gemm is priced as a pointwise convolution (the same
 //!   packed GEMM);
@@ -23,7 +23,7 @@
 //! convs of one input merged into one save a kernel's overhead and the
 //! second pass over the input.
 
-use super::algos::OVERRIDE_MARGIN;
+use super::algos::extraction_price;
 use super::analysis::TensorGraph;
 use super::lang::TensorNode;
 use crate::conv_algo::ConvGeom;
@@ -74,15 +74,15 @@ fn price(
             if let (Some(x), Some(w), Some(y)) = (ins.first(), ins.get(1), outs.first()) {
                 if let Ok(geo) = ConvGeom::from_shapes(p, &x.shape, &w.shape, &y.shape, const_w) {
                     let heuristic = geo.default_algo();
-                    let (algo, margin) = match p.algo {
-                        ConvAlgo::Auto => (heuristic, 1.0),
-                        a if a == heuristic => (a, 1.0),
-                        a if geo.unfit(a).is_none() => (a, 1.0 + OVERRIDE_MARGIN),
-                        _ => (heuristic, 1.0),
+                    let algo = match p.algo {
+                        a if a != ConvAlgo::Auto && geo.unfit(a).is_none() => a,
+                        _ => heuristic,
                     };
                     let shape = ConvShape::from_types(p, x, w, y);
-                    if let Some(t) = profile.predict_conv(algo.name(), &shape) {
-                        return t * margin;
+                    if let Some(t) =
+                        extraction_price(profile, &shape, algo.name(), heuristic.name())
+                    {
+                        return t;
                     }
                 }
             }
