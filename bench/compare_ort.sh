@@ -8,12 +8,16 @@
 # onnxruntime alternating, and prints the medians of the R medians and of
 # the R per-round ratios: on a shared machine one pair can be off by 0.05
 # or more in its ratio, and more rounds shrink that.
+# OPTIMIZE=1 also times `dnnc bench --optimize` (the pass pipeline, e-graph
+# included, before compiling) in each round, between the two, and adds
+# its median, its per-round ratio to the default build and to onnxruntime.
 # Needs: a release build (`cargo build --release -p dnnc-compiler`), the
 # onnxruntime venv at ../ort-venv, /usr/bin/time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ITERS=${1:-20}
 ROUNDS=${ROUNDS:-1}
+OPTIMIZE=${OPTIMIZE:-0}
 MODELS=../shared/models
 PY=../ort-venv/bin/python
 ORT=../shared/bench/ort_reference.py
@@ -25,20 +29,33 @@ head=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD 2>/dev/null || head="$head+uncommitted"
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC') dnnc $head, $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# dnnc bench --warmup 3 --iters $ITERS vs ort_reference.py --warmup 3 --runs $ITERS; medians in ms (median of $ROUNDS rounds)"
-printf '%-20s %7s %10s %10s %10s %12s\n' model threads dnnc_ms ort_ms dnnc/ort dnnc_GFLOP/s
+if [ "$OPTIMIZE" = 1 ]; then
+  printf '%-20s %7s %10s %10s %10s %12s %10s %9s %9s\n' model threads dnnc_ms ort_ms dnnc/ort dnnc_GFLOP/s opt_ms opt/dnnc opt/ort
+else
+  printf '%-20s %7s %10s %10s %10s %12s\n' model threads dnnc_ms ort_ms dnnc/ort dnnc_GFLOP/s
+fi
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 for dir in "$MODELS"/*/; do
   name=$(basename "$dir")
   for t in 1 2; do
-    ds=(); os=(); rs=(); gs=()
+    ds=(); os=(); rs=(); gs=(); ps=(); pd=(); po=()
     for _ in $(seq "$ROUNDS"); do
       d=$("$DNNC" bench "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --warmup 3 --iters "$ITERS" 2>/dev/null) || continue
       dms=$(sed -n 's/.*median \([0-9.]*\) ms.*/\1/p' <<<"$d")
       gs+=("$(sed -n 's/.*throughput *\([0-9.]*\) GFLOP.*/\1/p' <<<"$d")")
+      if [ "$OPTIMIZE" = 1 ]; then
+        p=$("$DNNC" bench "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --warmup 3 --iters "$ITERS" --optimize 2>/dev/null) || continue
+        pms=$(sed -n 's/.*median \([0-9.]*\) ms.*/\1/p' <<<"$p")
+      fi
       o=$("$PY" "$ORT" "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --runs "$ITERS" 2>/dev/null)
       oms=$(sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' <<<"$o")
       ds+=("$dms"); os+=("$oms")
       rs+=("$(awk -v a="$dms" -v b="$oms" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }')")
+      if [ "$OPTIMIZE" = 1 ]; then
+        ps+=("$pms")
+        pd+=("$(awk -v a="$pms" -v b="$dms" 'BEGIN { printf "%.3f", a / b }')")
+        po+=("$(awk -v a="$pms" -v b="$oms" 'BEGIN { printf "%.3f", a / b }')")
+      fi
     done
     if [ ${#ds[@]} -eq 0 ]; then
       printf '%-20s %7s %10s\n' "$name" "$t" "failed"; continue
@@ -47,7 +64,14 @@ for dir in "$MODELS"/*/; do
     oms=$(printf '%s\n' "${os[@]}" | median)
     ratio=$(printf '%s\n' "${rs[@]}" | median | awk '{ printf "%.2f", $1 }')
     gf=$(printf '%s\n' "${gs[@]}" | median)
-    printf '%-20s %7s %10s %10s %10s %12s\n' "$name" "$t" "$dms" "$oms" "$ratio" "$gf"
+    if [ "$OPTIMIZE" = 1 ]; then
+      pms=$(printf '%s\n' "${ps[@]}" | median)
+      rpd=$(printf '%s\n' "${pd[@]}" | median | awk '{ printf "%.3f", $1 }')
+      rpo=$(printf '%s\n' "${po[@]}" | median | awk '{ printf "%.2f", $1 }')
+      printf '%-20s %7s %10s %10s %10s %12s %10s %9s %9s\n' "$name" "$t" "$dms" "$oms" "$ratio" "$gf" "$pms" "$rpd" "$rpo"
+    else
+      printf '%-20s %7s %10s %10s %10s %12s\n' "$name" "$t" "$dms" "$oms" "$ratio" "$gf"
+    fi
   done
 done
 
