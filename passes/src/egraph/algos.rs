@@ -13,7 +13,7 @@
 
 use super::analysis::{TensorAnalysis, TensorGraph};
 use super::lang::TensorNode;
-use super::rules::{bind, found, merge};
+use super::rules::{found_any, merge};
 use crate::conv_algo::ConvGeom;
 use dnnc_ir::op::ConvAlgo;
 use dnnc_ir::Op;
@@ -146,14 +146,7 @@ impl Searcher<TensorNode, TensorAnalysis> for ConvAlgorithms {
         limit: usize,
     ) -> Option<SearchMatches<'_, TensorNode>> {
         let hit = limit > 0 && !alternatives(eg, eclass).is_empty();
-        found(
-            eclass,
-            if hit {
-                vec![bind(conv_var(), eg.find(eclass))]
-            } else {
-                vec![]
-            },
-        )
+        found_any(eclass, hit, conv_var(), eg)
     }
 
     fn vars(&self) -> Vec<Var> {

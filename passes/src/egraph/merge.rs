@@ -24,7 +24,7 @@
 
 use super::analysis::TensorGraph;
 use super::lang::TensorNode;
-use super::rules::{bind, found, merge};
+use super::rules::{found_any, merge};
 use dnnc_ir::op::{ConvAlgo, PadMode, Scalar};
 use dnnc_ir::Op;
 use egg::{Applier, Id, Language, PatternAst, SearchMatches, Searcher, Subst, Symbol, Var};
@@ -124,14 +124,7 @@ impl Searcher<TensorNode, crate::egraph::analysis::TensorAnalysis> for MergeShar
         limit: usize,
     ) -> Option<SearchMatches<'_, TensorNode>> {
         let hit = limit > 0 && readers(eg, eclass, self.wanted()).len() >= 2;
-        found(
-            eclass,
-            if hit {
-                vec![bind(shared_var(), eg.find(eclass))]
-            } else {
-                vec![]
-            },
-        )
+        found_any(eclass, hit, shared_var(), eg)
     }
 
     fn vars(&self) -> Vec<Var> {
@@ -464,14 +457,7 @@ impl Searcher<TensorNode, crate::egraph::analysis::TensorAnalysis> for UnaryOver
         limit: usize,
     ) -> Option<SearchMatches<'_, TensorNode>> {
         let hit = limit > 0 && !unary_of_split(eg, eclass).is_empty();
-        found(
-            eclass,
-            if hit {
-                vec![bind(unary_var(), eg.find(eclass))]
-            } else {
-                vec![]
-            },
-        )
+        found_any(eclass, hit, unary_var(), eg)
     }
 
     fn vars(&self) -> Vec<Var> {

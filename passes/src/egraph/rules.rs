@@ -210,7 +210,7 @@ pub(super) fn found(eclass: Id, substs: Vec<Subst>) -> Option<SearchMatches<'sta
 
 /// One match in `eclass` binding `v` to the class itself, when `hit`
 /// (for searchers whose applier reads the matched nodes from the class).
-fn found_any(
+pub(super) fn found_any(
     eclass: Id,
     hit: bool,
     v: Var,
