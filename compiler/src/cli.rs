@@ -187,9 +187,14 @@ pub enum Command {
         #[arg(long, conflicts_with_all = ["after", "passes"])]
         rules: bool,
         /// Run the pipeline up to and including PASS and print the result
-        /// (for `fusion`, the IR grouped into kernels).
+        /// (for `fusion`, the IR grouped into kernels; `partition`, after
+        /// the whole pipeline, adds how the CPU executable runs each kernel
+        /// on --threads threads).
         #[arg(long, value_name = "PASS")]
         after: Option<String>,
+        /// With --after partition: the thread count to partition for.
+        #[arg(long, value_name = "N", default_value_t = 1, requires = "after")]
+        threads: usize,
         /// With --after: append each pass's statistics as `#` comment
         /// lines (for `egraph`: iterations, e-nodes, e-classes, time, stop
         /// reason, rules fired, predicted time before and after).
@@ -487,10 +492,14 @@ fn execute_command(
             rules: _,
             after,
             stats,
+            threads,
             egraph_nodes,
             egraph_iters,
             egraph_ms,
         } => {
+            if threads == 0 {
+                return Err(DnncError::Usage("--threads must be at least 1".into()));
+            }
             let d = dnnc_passes::egraph::EGraphConfig::default();
             let cfg = dnnc_passes::egraph::EGraphConfig {
                 profile: Default::default(),
@@ -501,7 +510,13 @@ fn execute_command(
             // Budgets are checked before the model loads.
             cfg.validate()?;
             let pipeline = dnnc_passes::Pipeline::with_egraph(cfg);
-            ir_command(&model, pipeline, (passes, stats), after.as_deref(), notes)
+            ir_command(
+                &model,
+                pipeline,
+                (passes, stats, threads),
+                after.as_deref(),
+                notes,
+            )
         }
         Command::Tune {
             models,
@@ -620,30 +635,47 @@ pub fn compile_for_cpu(
 
 /// `dnnc ir`: the pipeline's pass list, the IR after a pass, or the
 /// unoptimised IR. An unknown pass name is checked before the model loads.
+/// The stage after the pipeline that `dnnc ir --after` also shows: how
+/// the CPU executable runs each kernel (`codegen::cpu::partition`).
+const PARTITION: &str = "partition";
+const PARTITION_DOC: &str = "(cpu backend, after the pipeline) each kernel's tasks on --threads threads and which independent kernels run concurrently, as the runtime decides them";
+
 fn ir_command(
     model: &Path,
     mut pipeline: dnnc_passes::Pipeline,
-    (passes, with_stats): (bool, bool),
+    (passes, with_stats, threads): (bool, bool, usize),
     after: Option<&str>,
     notes: &mut dyn FnMut(&str),
 ) -> Result<String, DnncError> {
     if passes {
-        return Ok(pipeline.describe());
+        let mut text = pipeline.describe();
+        let width = pipeline.names().iter().map(|n| n.len()).max().unwrap_or(0);
+        text.push_str(&format!("{PARTITION:width$}  {PARTITION_DOC}\n"));
+        return Ok(text);
     }
     let Some(after) = after else {
         return Ok(dnnc_ir::text::print(&load_model(model)?));
     };
-    if !pipeline.names().contains(&after) {
+    let partition = after == PARTITION;
+    if !partition && !pipeline.names().contains(&after) {
+        let mut valid: Vec<String> = pipeline.names().iter().map(|s| s.to_string()).collect();
+        valid.push(PARTITION.to_string());
         return Err(dnnc_passes::PassError::UnknownPass {
             name: after.to_string(),
-            valid: pipeline.names().iter().map(|s| s.to_string()).collect(),
+            valid,
         }
         .into());
     }
     let mut g = load_model(model)?;
     pipeline.verify = true;
-    let result = pipeline.run_until(&mut g, after)?;
+    let last = if partition { "fusion" } else { after };
+    let result = pipeline.run_until(&mut g, last)?;
     let mut text = match &result.kernels {
+        _ if partition => {
+            let mut exe = crate::codegen::cpu::compile_cpu(&g, &Default::default())?;
+            exe.set_threads(threads).map_err(DnncError::Usage)?;
+            crate::codegen::cpu::partition::report(&g, &exe)
+        }
         Some(kg) if after == "fusion" => dnnc_passes::print_kernels(&g, kg),
         _ => dnnc_ir::text::print(&g),
     };

@@ -44,7 +44,8 @@ fn passes_lists_the_pipeline_in_order() {
             "egraph",
             "fold-weights",
             "select-conv-algo",
-            "fusion"
+            "fusion",
+            "partition"
         ],
         "{out}"
     );
@@ -61,10 +62,68 @@ fn unknown_pass_exits_2_listing_valid_names() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("unknown pass `fuse`; the passes are: simplify, fold-batchnorm, egraph, fold-weights, select-conv-algo, fusion"),
+        err.contains("unknown pass `fuse`; the passes are: simplify, fold-batchnorm, egraph, fold-weights, select-conv-algo, fusion, partition"),
         "{err}"
     );
     assert!(o.stdout.is_empty());
+}
+
+/// `--after partition`: the fused dump with a `partition:` line per
+/// kernel (what the 2-thread executable does with it) and a line per wave
+/// of independent kernels; every added line is a comment, so it parses
+/// back to the graph `--after fusion` prints.
+#[test]
+fn after_partition_shows_each_kernels_tasks_and_the_waves() {
+    let block = example("inception_block.dnn");
+    let block = block.to_str().unwrap();
+    let fused = stdout(&dnnc(&["ir", block, "--after", "fusion"]));
+    let out = stdout(&dnnc(&[
+        "ir",
+        block,
+        "--after",
+        "partition",
+        "--threads",
+        "2",
+    ]));
+    let kernels = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("# kernel "))
+        .count();
+    let parts = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("#   partition: "))
+        .count();
+    assert!(kernels >= 5 && parts == kernels, "{out}");
+    assert!(out.starts_with("# partition for 2 thread(s)"), "{out}");
+    // The max pool shares its 192 planes out; the merged 1x1 convs'
+    // GEMM splits inside the call; the Concat is built in place.
+    assert!(
+        out.contains("#   partition: 2 tasks over its 192 output planes"),
+        "{out}"
+    );
+    assert!(
+        out.contains("#   partition: its GEMMs split inside the call, up to 2 slices"),
+        "{out}"
+    );
+    assert!(
+        out.contains("#   partition: no code: a view, or built in place"),
+        "{out}"
+    );
+    assert!(out.contains("# wave 0: 2 independent kernels"), "{out}");
+    let a = dnnc_ir::text::parse(&out, "partition.dnn").expect("the dump parses");
+    let b = dnnc_ir::text::parse(&fused, "fusion.dnn").unwrap();
+    assert_eq!(dnnc_ir::text::print(&a), dnnc_ir::text::print(&b));
+    // One thread: nothing splits.
+    let one = stdout(&dnnc(&["ir", block, "--after", "partition"]));
+    assert!(one.starts_with("# partition for 1 thread(s)"), "{one}");
+    assert!(!one.contains("2 tasks"), "{one}");
+    let o = dnnc(&["ir", block, "--after", "partition", "--threads", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--threads must be at least 1"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]

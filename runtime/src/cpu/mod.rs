@@ -185,6 +185,11 @@ pub struct Step {
     /// Split extents of phases `1..P` of a phased kernel (module docs,
     /// "Phases"); empty for a single-phase kernel.
     pub phase_splits: Vec<usize>,
+    /// What the units of `split` and of each of `phase_splits` are
+    /// (`output planes`, `bands of output rows`, ...), in that order;
+    /// empty for a kernel that does not split. For the partition `dnnc ir
+    /// --after partition` shows.
+    pub split_units: Vec<String>,
     /// Argument indices of workspaces the runtime sizes per task (module
     /// docs, "Kernel ABI"): the declared size times the planned tasks.
     pub task_ws: Vec<usize>,
@@ -420,6 +425,13 @@ impl Executable {
     /// whether each runs concurrently (see [`schedule`] for the rule).
     pub fn waves(&self) -> &[Wave] {
         &self.prepared.waves
+    }
+
+    /// The tasks each step's kernel runs as with the current thread count
+    /// (indexed like [`Executable::steps`]; 1 for a step in a concurrent
+    /// wave, and for a GEMM kernel, whose GEMMs split inside the call).
+    pub fn planned_tasks(&self) -> &[usize] {
+        &self.prepared.tasks
     }
 
     /// The policy for concurrent waves ([`Executable::set_concurrency`]).
@@ -1225,6 +1237,7 @@ pub(crate) mod tests {
             split_work: 0,
             split: 1,
             phase_splits: Vec::new(),
+            split_units: Vec::new(),
             task_ws: Vec::new(),
         };
         let steps = vec![

@@ -369,6 +369,7 @@ mod tests {
             split_work: s,
             split,
             phase_splits: Vec::new(),
+            split_units: Vec::new(),
             task_ws: Vec::new(),
         }
     }

@@ -1230,7 +1230,7 @@ fn conv_gemm(
         // at once (as halves, the smaller GEMMs measured 5% slower at one
         // thread). ResNet-18's 14x14 and 7x7 convs had only the GEMM split,
         // both threads reading the columns one of them packed.
-        let (lo, hi) = e.task_range(2)?;
+        let (lo, hi) = e.task_range(2, "halves of the output rows")?;
         let col = e.task_slice(ws, col, im2col_ws_bytes(geo, rows_tab.is_some()));
         let zero = e.ci(0);
         let (xg, a, yg, _, epg) = group(e, zero, zero);
@@ -1260,7 +1260,7 @@ fn conv_gemm(
         return Ok(());
     }
     if let (Some((ws, col)), None, true) = (col, spec, units >= 2) {
-        let (lo, hi) = e.task_range(units)?;
+        let (lo, hi) = e.task_range(units, "column chunks (images x groups x row chunks)")?;
         let col = e.task_slice(ws, col, im2col_ws_bytes(geo, rows_tab.is_some()));
         e.for_range(lo, hi, 1, |e, u| {
             let ng = e.b.ins().udiv_imm_u(u, chunks as i64);

@@ -923,7 +923,7 @@ pub(crate) fn depthwise(
     // stack frame, so every task has its own.
     let band = match band_rows(geo) {
         Some(u) if fused.is_some() || spec.is_none() => {
-            let (lo, hi) = e.task_range(geo.oh / u)?;
+            let (lo, hi) = e.task_range(geo.oh / u, "bands of output rows")?;
             let lo = e.b.ins().imul_imm_s(lo, u as i64);
             let hi = e.b.ins().imul_imm_s(hi, u as i64);
             Some((lo, hi))
@@ -932,7 +932,7 @@ pub(crate) fn depthwise(
     };
     let (lo, hi) = match band {
         Some(_) => (e.ci(0), e.ci((geo.n * geo.m) as i64)),
-        None => e.task_range(geo.n * geo.m)?,
+        None => e.task_range(geo.n * geo.m, "output planes (images x channels)")?,
     };
     // (image, channel) of plane `pn`, divided out once per task and then
     // stepped: compiled in order, a division by a constant stays a `div`

@@ -252,7 +252,7 @@ fn emit_nest(
             return Ok(());
         }
         let units: usize = sub.lens[..prefix].iter().product();
-        let (lo, hi) = e.task_range(units)?;
+        let (lo, hi) = e.task_range(units, "index tuples of the leading axes")?;
         let rest: Vec<Vec<i64>> = all_strides.iter().map(|s| s[prefix..].to_vec()).collect();
         let outer = contiguous(&sub.lens[..prefix]);
         let mut err = None;

@@ -40,6 +40,11 @@ pub(crate) struct Emit<'a> {
     /// and this task's unit range (`None`: the kernel does not split and
     /// ignores `task`/`tasks`).
     pub split: Option<(usize, (Value, Value))>,
+    /// What the split's units are (`output planes`, `bands of output
+    /// rows`, ...), for the partition `dnnc ir --after partition` shows.
+    pub split_unit: Option<&'static str>,
+    /// What each phase's units are, in order (see [`Emit::phase`]).
+    pub phase_units: Vec<&'static str>,
     /// This call's phase (the kernel ABI's `phase`, i64).
     pub phase: Value,
     /// Extents of the phases declared with [`Emit::phase`], in order
@@ -89,7 +94,11 @@ impl<'a> Emit<'a> {
     /// can cover the same units), another extent is an error. Call it in
     /// straight-line code of the function body (not inside a loop or
     /// branch) so the range dominates every later use.
-    pub fn task_range(&mut self, extent: usize) -> Result<(Value, Value), String> {
+    pub fn task_range(
+        &mut self,
+        extent: usize,
+        unit: &'static str,
+    ) -> Result<(Value, Value), String> {
         if let Some((n, r)) = self.split {
             return if n == extent {
                 Ok(r)
@@ -104,6 +113,7 @@ impl<'a> Emit<'a> {
         let hi = self.b.ins().imul(e, t1);
         let hi = self.b.ins().udiv(hi, self.tasks);
         self.split = Some((extent, (lo, hi)));
+        self.split_unit = Some(unit);
         Ok((lo, hi))
     }
 
@@ -116,6 +126,7 @@ impl<'a> Emit<'a> {
     pub fn phase(
         &mut self,
         extent: usize,
+        unit: &'static str,
         body: impl FnOnce(&mut Self, Value, Value) -> Result<(), String>,
     ) -> Result<(), String> {
         if self.split.is_some() {
@@ -123,6 +134,7 @@ impl<'a> Emit<'a> {
         }
         let k = self.phases.len() as i64;
         self.phases.push(extent.max(1));
+        self.phase_units.push(unit);
         let run = self.b.create_block();
         let next = self.b.create_block();
         let is = self.b.ins().icmp_imm_s(IntCC::Equal, self.phase, k);

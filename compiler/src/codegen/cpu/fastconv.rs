@@ -473,17 +473,21 @@ pub(crate) fn lower(
     if is_phased(geo) {
         let (cg, mg) = geo.per_group();
         let zero = e.ci(0);
-        e.phase(cg, |e, lo, hi| {
+        e.phase(cg, "input channels (transform)", |e, lo, hi| {
             let xb = e.bufs[w.args[0]];
             let xp = e.task_slice(w.args[0], xb, w.ws[0]);
             w.input(e, xp, zero, lo, hi);
             Ok(())
         })?;
-        e.phase(1, |e, _, _| {
-            w.gemm(e, zero);
-            Ok(())
-        })?;
-        return e.phase(mg, |e, lo, hi| {
+        e.phase(
+            1,
+            "the frequency GEMMs, split inside the GEMM call",
+            |e, _, _| {
+                w.gemm(e, zero);
+                Ok(())
+            },
+        )?;
+        return e.phase(mg, "output channels (inverse transform)", |e, lo, hi| {
             let zb = e.bufs[w.args[3]];
             let zp = e.task_slice(w.args[3], zb, w.ws[3]);
             // The epilogue reads the staging plane through its argument.

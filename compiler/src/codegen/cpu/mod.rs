@@ -23,6 +23,7 @@ mod fastconv;
 mod group;
 mod math;
 mod movement;
+pub mod partition;
 mod recurrent;
 mod reduce;
 mod resize;
@@ -527,6 +528,8 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 task,
                 tasks,
                 split: None,
+                split_unit: None,
+                phase_units: Vec::new(),
                 phase,
                 phases: Vec::new(),
                 task_ws: Vec::new(),
@@ -552,6 +555,11 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let (split, phase_splits) = match e.phases.split_first() {
                 Some((&first, rest)) => (first, rest.to_vec()),
                 None => (e.split.map_or(1, |(n, _)| n), Vec::new()),
+            };
+            let split_units: Vec<String> = if e.phase_units.is_empty() {
+                e.split_unit.iter().map(|u| u.to_string()).collect()
+            } else {
+                e.phase_units.iter().map(|u| u.to_string()).collect()
             };
             let task_ws = std::mem::take(&mut e.task_ws);
             in_order = e.in_order;
@@ -589,6 +597,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                     split_work,
                     split,
                     phase_splits,
+                    split_units,
                     task_ws,
                 },
             ));

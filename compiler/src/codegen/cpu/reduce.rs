@@ -437,7 +437,7 @@ fn pool(
             e.in_order = true;
         }
         pp.init(e, f32::NEG_INFINITY);
-        let (lo, hi) = plane_range(e, planes, split)?;
+        let (lo, hi) = plane_range(e, planes, "output planes", split)?;
         e.for_range(lo, hi, 1, |e, pl| {
             let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
             let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
@@ -463,7 +463,7 @@ fn pool(
             e.b.switch_to_block(done);
         });
     } else {
-        let (lo, hi) = plane_range(e, planes, split)?;
+        let (lo, hi) = plane_range(e, planes, "output planes", split)?;
         e.for_range(lo, hi, 1, |e, pl| {
             let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
             let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
@@ -487,9 +487,14 @@ fn pool_rows(stride: usize) -> usize {
 }
 
 /// This task's units `[lo, hi)` of `units` (all of them without a split).
-fn plane_range(e: &mut Emit<'_>, units: usize, split: bool) -> Result<(Value, Value), String> {
+fn plane_range(
+    e: &mut Emit<'_>,
+    units: usize,
+    unit: &'static str,
+    split: bool,
+) -> Result<(Value, Value), String> {
     if split {
-        e.task_range(units)
+        e.task_range(units, unit)
     } else {
         Ok((e.ci(0), e.ci(units as i64)))
     }
@@ -673,7 +678,7 @@ fn reduce(
         e.for_nest(&kept_dims, &mut body);
         return Ok(());
     }
-    let (lo, hi) = e.task_range(outputs)?;
+    let (lo, hi) = e.task_range(outputs, "result elements")?;
     e.for_range(lo, hi, 1, |e, f| {
         // The kept indices of result element `f`.
         let idx: Vec<Value> = (0..kept_dims.len())
@@ -789,7 +794,7 @@ fn softmax(
     let outer: usize = xs[..ax].iter().product();
     let len = xs[ax];
     let inner: usize = xs[ax + 1..].iter().product();
-    let (lo, hi) = plane_range(e, outer * inner, split)?;
+    let (lo, hi) = plane_range(e, outer * inner, "rows along the axis", split)?;
     e.for_range(lo, hi, 1, |e, lane| {
         {
             let o = e.b.ins().udiv_imm_u(lane, inner as i64);
