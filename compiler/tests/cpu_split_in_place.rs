@@ -115,3 +115,60 @@ fn splits_that_cannot_be_views_keep_their_kernel() {
     check(&g, &x(&[1, 32, 4, 4], 7));
     assert_eq!(split_steps(&g), 1);
 }
+
+/// Slice steps of `g`'s executable.
+fn slice_steps(g: &Graph) -> usize {
+    let exe = compile_cpu(g, &CpuOptions::default()).unwrap();
+    exe.steps()
+        .iter()
+        .filter(|s| s.op.contains("Slice"))
+        .count()
+}
+
+/// Slices that are one contiguous, aligned block of their operand view
+/// it (ShuffleNet-V2's channel halves); the others copy. Each matches the
+/// interpreter.
+#[test]
+fn contiguous_slices_view_their_operand() {
+    let views = [
+        // The second half of the channels at batch 1.
+        "starts=[16], ends=[32], axes=[1]",
+        // Negative indices, the same block.
+        "starts=[-16], ends=[100], axes=[1]",
+        // Channels 3 and 4 (192 bytes in: 64-byte aligned), with the
+        // whole of axis 2 named.
+        "starts=[3, 0], ends=[5, 4], axes=[1, 2], steps=[1, 1]",
+        // Everything.
+        "starts=[0], ends=[32], axes=[1]",
+    ];
+    for attrs in views {
+        let g = parse(&format!(
+            "  input %x: f32[1,32,4,4]\n  %e = Exp(%x)\n  %s = Slice(%e) {{{attrs}}}\n  %y = Neg(%s)\n  output %y"
+        ));
+        check(&g, &x(&[1, 32, 4, 4], 8));
+        assert_eq!(slice_steps(&g), 0, "{attrs}");
+    }
+    let copies = [
+        // Every other channel.
+        "starts=[0], ends=[32], axes=[1], steps=[2]",
+        // Reversed channels.
+        "starts=[-1], ends=[-100], axes=[1], steps=[-1]",
+        // Columns 1..3 of every row: strided.
+        "starts=[1], ends=[3], axes=[3]",
+        // Row 1 of channel 1: contiguous, but 80 bytes in.
+        "starts=[1, 1], ends=[2, 2], axes=[1, 2]",
+    ];
+    for attrs in copies {
+        let g = parse(&format!(
+            "  input %x: f32[1,32,4,4]\n  %e = Exp(%x)\n  %s = Slice(%e) {{{attrs}}}\n  %y = Neg(%s)\n  output %y"
+        ));
+        check(&g, &x(&[1, 32, 4, 4], 9));
+        assert_eq!(slice_steps(&g), 1, "{attrs}");
+    }
+    // Batch 2: a channel range is two blocks.
+    let g = parse(
+        "  input %x: f32[2,32,4,4]\n  %s = Slice(%x) {starts=[16], ends=[32], axes=[1]}\n  %y = Neg(%s)\n  output %y",
+    );
+    check(&g, &x(&[2, 32, 4, 4], 10));
+    assert_eq!(slice_steps(&g), 1);
+}

@@ -820,6 +820,10 @@ fn in_place_splits(g: &Graph, kernels: &[Kernel], concats: &[InPlaceConcat]) -> 
             continue;
         };
         let node = g.node(n);
+        if let Some(view) = slice_view(g, ki, n, &outputs, &concat_parts) {
+            found.push(view);
+            continue;
+        }
         let (Op::Split { axis, .. }, [x]) = (&node.op, &node.inputs[..]) else {
             continue;
         };
@@ -846,6 +850,66 @@ fn in_place_splits(g: &Graph, kernels: &[Kernel], concats: &[InPlaceConcat]) -> 
         }
     }
     found
+}
+
+/// A Slice (node `n`, kernel `ki`) whose result is one contiguous block
+/// of its operand at a 64-byte aligned offset, and no graph output or
+/// in-place Concat part, as a view: every axis before the last sliced
+/// one keeps one index, the last sliced one a step-1 range, and every
+/// later one all of it (ShuffleNet-V2's channel halves at batch 1).
+fn slice_view(
+    g: &Graph,
+    ki: usize,
+    n: dnnc_ir::NodeId,
+    outputs: &std::collections::HashSet<ValueId>,
+    concat_parts: &std::collections::HashSet<ValueId>,
+) -> Option<InPlaceSplit> {
+    let node = g.node(n);
+    let (
+        Op::Slice {
+            starts,
+            ends,
+            axes,
+            steps,
+        },
+        [x, ..],
+        [y],
+    ) = (&node.op, &node.inputs[..], &node.outputs[..])
+    else {
+        return None;
+    };
+    if outputs.contains(y) || concat_parts.contains(y) {
+        return None;
+    }
+    let xs = &g.value(*x).ty.shape;
+    // (start, step, len) per axis; unsliced axes whole.
+    let mut r: Vec<(i64, i64, usize)> = xs.iter().map(|&d| (0, 1, d)).collect();
+    for (i, &a) in axes.iter().enumerate() {
+        let ax = dnnc_ir::infer::norm_axis(a, xs.len()).ok()?;
+        let step = steps.get(i).copied().unwrap_or(1);
+        r[ax] = dnnc_ir::infer::slice_range(xs[ax], *starts.get(i)?, *ends.get(i)?, step);
+    }
+    let last = (0..xs.len()).rev().find(|&a| r[a].2 != xs[a]).unwrap_or(0);
+    let whole_after = (last + 1..xs.len()).all(|a| r[a].1 == 1 || xs[a] <= 1);
+    let one_before = (0..last).all(|a| r[a].2 == 1);
+    let step_one = r.get(last).is_none_or(|&(_, st, len)| st == 1 || len <= 1);
+    if !(whole_after && one_before && step_one) || r.iter().any(|&(_, _, len)| len == 0) {
+        return None;
+    }
+    let elem = g.value(*x).ty.dtype.size_bytes();
+    let mut stride = elem;
+    let mut offset = 0usize;
+    for a in (0..xs.len()).rev() {
+        offset += r[a].0 as usize * stride;
+        stride *= xs[a];
+    }
+    offset
+        .is_multiple_of(dnnc_runtime::cpu::ALIGN)
+        .then(|| InPlaceSplit {
+            kernel: ki,
+            operand: *x,
+            parts: vec![(*y, offset)],
+        })
 }
 
 /// Placeholder until the real pointer is known after finalisation.
