@@ -175,6 +175,41 @@ fn max_and_average_pools_split_over_planes() {
     }
 }
 
+/// One-copy movement kernels split over the outer rows of the copy
+/// (Transpose, a strided Slice, Expand) or over 4096-element chunks when
+/// the copy is one run (a misaligned contiguous Slice, a Split copying
+/// its one piece that cannot be a view).
+#[test]
+fn copies_split_over_outer_rows_or_chunks() {
+    for (src, op) in [
+        ("%y = Transpose(%x) {perm=[0,2,1,3]}", "Transpose"),
+        (
+            "%y = Slice(%x) {starts=[1], ends=[9], axes=[3], steps=[2]}",
+            "Slice",
+        ),
+    ] {
+        let g = parse(&format!(
+            "  input %x: f32[2,6,20,11]\n  {src}\n  %z = Neg(%y)\n  output %z"
+        ));
+        split_equal(&g, &x(&[2, 6, 20, 11], 11), op);
+    }
+    let g = parse(
+        "  input %x: f32[1,5,1,9]\n  %y = Expand(%x) {shape=[3,5,4,9]}\n  %z = Neg(%y)\n  output %z",
+    );
+    split_equal(&g, &x(&[1, 5, 1, 9], 12), "Expand");
+    // 4 bytes into the operand: contiguous, but no aligned view.
+    let g = parse(
+        "  input %x: f32[1,20001]\n  %e = Exp(%x)\n  %y = Slice(%e) {starts=[1], ends=[20001], axes=[1]}\n  %z = Neg(%y)\n  output %z",
+    );
+    split_equal(&g, &x(&[1, 20001], 13), "Slice");
+    // The first piece is a graph output (copied, in 4096-element chunks);
+    // the second views the operand.
+    let g = parse(
+        "  input %x: f32[1,32,40,40]\n  %e = Exp(%x)\n  %a, %b = Split(%e) {axis=1, split=[16,16]}\n  %z = Neg(%b)\n  output %a, %z",
+    );
+    split_equal(&g, &x(&[1, 32, 40, 40], 14), "Split");
+}
+
 #[test]
 fn broadcasting_elementwise_splits_over_leading_axes() {
     let g = parse(

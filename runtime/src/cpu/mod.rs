@@ -427,13 +427,6 @@ impl Executable {
         &self.prepared.waves
     }
 
-    /// The tasks each step's kernel runs as with the current thread count
-    /// (indexed like [`Executable::steps`]; 1 for a step in a concurrent
-    /// wave, and for a GEMM kernel, whose GEMMs split inside the call).
-    pub fn planned_tasks(&self) -> &[usize] {
-        &self.prepared.tasks
-    }
-
     /// The policy for concurrent waves ([`Executable::set_concurrency`]).
     pub fn concurrency(&self) -> Concurrency {
         self.concurrency

@@ -87,16 +87,102 @@ pub(crate) fn strided_copy(
         return;
     }
     let (d, sd, ss) = coalesce2(dims, dst_str, src_str);
+    let (db, sb) = (e.ci(dst_off), e.ci(src_off));
+    copy_nest(e, &d, &sd, &ss, (dst, db), (src, sb), dt);
+}
+
+/// Elements per task unit of a copy that coalesces to one run.
+const COPY_CHUNK: usize = 4096;
+
+/// [`strided_copy`] shared out as tasks (the kernel ABI's split): over
+/// the outermost loop of the coalesced copy, or over [`COPY_CHUNK`]
+/// element chunks when it coalesces to one run. For the kernels that are
+/// one copy (Transpose, Slice, Expand, a Split copying one piece); the
+/// runtime picks the task count by the copy's work.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn strided_copy_tasks(
+    e: &mut Emit<'_>,
+    dims: &[usize],
+    dst: Value,
+    dst_off: i64,
+    dst_str: &[i64],
+    src: Value,
+    src_off: i64,
+    src_str: &[i64],
+    dt: DType,
+) -> Result<(), String> {
+    if dims.contains(&0) {
+        return Ok(());
+    }
+    let (d, sd, ss) = coalesce2(dims, dst_str, src_str);
+    if d.len() == 1 {
+        let n = d[0];
+        let chunks = n.div_ceil(COPY_CHUNK);
+        if chunks < 2 {
+            strided_copy(e, dims, dst, dst_off, dst_str, src, src_off, src_str, dt);
+            return Ok(());
+        }
+        let (lo, hi) = e.task_range(chunks, "4096-element chunks of the copy")?;
+        let end = e.ci(n as i64);
+        e.for_range(lo, hi, 1, |e, c| {
+            let start = e.b.ins().imul_imm_s(c, COPY_CHUNK as i64);
+            let stop = e.b.ins().iadd_imm_s(start, COPY_CHUNK as i64);
+            let stop = e.b.ins().smin(stop, end);
+            if sd[0] == 1 && ss[0] == 1 {
+                let esz = dt.size_bytes();
+                let od = e.b.ins().iadd_imm_s(start, dst_off);
+                let os = e.b.ins().iadd_imm_s(start, src_off);
+                let pd = e.addr(dst, od, esz);
+                let ps = e.addr(src, os, esz);
+                let len = e.b.ins().isub(stop, start);
+                let n = e.b.ins().imul_imm_s(len, esz as i64);
+                let tc = e.cfg;
+                e.b.call_memcpy(tc, pd, ps, n);
+                return;
+            }
+            e.for_range(start, stop, 1, |e, j| {
+                let td = e.b.ins().imul_imm_s(j, sd[0]);
+                let td = e.b.ins().iadd_imm_s(td, dst_off);
+                let ts = e.b.ins().imul_imm_s(j, ss[0]);
+                let ts = e.b.ins().iadd_imm_s(ts, src_off);
+                let ty = elem_ty(dt);
+                let v = e.load_ty(ty, src, ts);
+                e.store_ty(v, dst, td);
+            });
+        });
+        return Ok(());
+    }
+    let (lo, hi) = e.task_range(d[0], "outer rows of the copy")?;
+    e.for_range(lo, hi, 1, |e, i| {
+        let db = e.b.ins().imul_imm_s(i, sd[0]);
+        let db = e.b.ins().iadd_imm_s(db, dst_off);
+        let sb = e.b.ins().imul_imm_s(i, ss[0]);
+        let sb = e.b.ins().iadd_imm_s(sb, src_off);
+        copy_nest(e, &d[1..], &sd[1..], &ss[1..], (dst, db), (src, sb), dt);
+    });
+    Ok(())
+}
+
+/// The loops of a coalesced copy `d` (innermost last) from `src` at
+/// element offset `sb` to `dst` at `db`: whole contiguous runs of 64
+/// bytes or more by `memcpy`, the rest element by element.
+fn copy_nest(
+    e: &mut Emit<'_>,
+    d: &[usize],
+    sd: &[i64],
+    ss: &[i64],
+    (dst, db): (Value, Value),
+    (src, sb): (Value, Value),
+    dt: DType,
+) {
     let r = d.len();
     let inner = d[r - 1];
     let esz = dt.size_bytes();
     let ty = elem_ty(dt);
     let contiguous_run = sd[r - 1] == 1 && ss[r - 1] == 1;
     e.for_nest(&d[..r - 1], &mut |e, idx| {
-        let od = e.linear(None, idx, &sd[..r - 1]);
-        let od = e.b.ins().iadd_imm_s(od, dst_off);
-        let os = e.linear(None, idx, &ss[..r - 1]);
-        let os = e.b.ins().iadd_imm_s(os, src_off);
+        let od = e.linear(Some(db), idx, &sd[..r - 1]);
+        let os = e.linear(Some(sb), idx, &ss[..r - 1]);
         if contiguous_run && inner * esz >= 64 {
             let pd = e.addr(dst, od, esz);
             let ps = e.addr(src, os, esz);
@@ -155,7 +241,7 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
             let (x, xs) = xin(0)?;
             let xst = contiguous(&xs);
             let src: Vec<i64> = perm.iter().map(|&p| xst[p]).collect();
-            strided_copy(e, &ys, y, 0, &contiguous(&ys), x, 0, &src, dt);
+            strided_copy_tasks(e, &ys, y, 0, &contiguous(&ys), x, 0, &src, dt)?;
         }
         Op::Slice {
             starts,
@@ -174,12 +260,12 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
                 off += s * xst[ax];
                 src[ax] = st * xst[ax];
             }
-            strided_copy(e, &ys, y, 0, &contiguous(&ys), x, off, &src, dt);
+            strided_copy_tasks(e, &ys, y, 0, &contiguous(&ys), x, off, &src, dt)?;
         }
         Op::Expand { .. } => {
             let (x, xs) = xin(0)?;
             let src = bcast_strides(&xs, &ys).ok_or("input does not broadcast")?;
-            strided_copy(e, &ys, y, 0, &contiguous(&ys), x, 0, &src, dt);
+            strided_copy_tasks(e, &ys, y, 0, &contiguous(&ys), x, 0, &src, dt)?;
         }
         Op::Concat { axis } => {
             let ax = norm_axis(*axis, ys.len())?;
@@ -206,6 +292,13 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
             let ax = norm_axis(*axis, xs.len())?;
             let xst = contiguous(&xs);
             let mut at = 0usize;
+            // One piece to copy (the others view the operand): its copy
+            // is the kernel, shared out as tasks.
+            let copied = node
+                .outputs
+                .iter()
+                .filter(|v| c.arg_of.contains_key(v))
+                .count();
             for &v in &node.outputs {
                 let os = c.g.value(v).ty.shape.clone();
                 // A result without a buffer argument views the operand
@@ -215,17 +308,12 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
                     continue;
                 }
                 let yo = e.bufs[c.arg(v)?];
-                strided_copy(
-                    e,
-                    &os,
-                    yo,
-                    0,
-                    &contiguous(&os),
-                    x,
-                    at as i64 * xst[ax],
-                    &xst,
-                    dt,
-                );
+                let args = (yo, &contiguous(&os), at as i64 * xst[ax]);
+                if copied == 1 {
+                    strided_copy_tasks(e, &os, args.0, 0, args.1, x, args.2, &xst, dt)?;
+                } else {
+                    strided_copy(e, &os, args.0, 0, args.1, x, args.2, &xst, dt);
+                }
                 at += os[ax];
             }
         }

@@ -15,7 +15,7 @@ use std::fmt::Write;
 /// The partition line of step `j` of `exe`, given the wave it is in.
 fn describe(exe: &Executable, j: usize, wave: Option<(usize, usize)>) -> String {
     let s = &exe.steps()[j];
-    let tasks = exe.planned_tasks().get(j).copied().unwrap_or(1);
+    let tasks = exe.step_tasks().get(j).copied().unwrap_or(1);
     let unit = |i: usize| s.split_units.get(i).map_or("units", String::as_str);
     if let Some((w, k)) = wave {
         let gemm = if s.split_work > 0 {
