@@ -13,11 +13,11 @@
 
 use super::analysis::{TensorAnalysis, TensorGraph};
 use super::lang::TensorNode;
-use super::rules::{found_any, merge};
+use super::rules::merge;
 use crate::conv_algo::ConvGeom;
 use dnnc_ir::op::ConvAlgo;
 use dnnc_ir::Op;
-use egg::{Applier, Id, Language, PatternAst, SearchMatches, Searcher, Subst, Symbol, Var};
+use egg::{Applier, Id, Language, PatternAst, Subst, Symbol};
 
 /// How much faster than the heuristic's choice the model must predict an
 /// algorithm to be before extraction takes it: the model's median
@@ -89,10 +89,6 @@ pub fn optimiser_choice<'a>(
     best.0
 }
 
-fn conv_var() -> Var {
-    "?conv".parse().expect("var")
-}
-
 /// The geometry of a Conv2d e-node, when its operand types are known.
 pub fn geometry(eg: &TensorGraph, n: &TensorNode) -> Option<ConvGeom> {
     let Some(Op::Conv2d(p)) = n.ir_op() else {
@@ -134,24 +130,14 @@ fn alternatives(
     out
 }
 
-/// The `conv-algorithms` rule: matches a class with an `algo=auto`
-/// Conv2d, adds the Conv2d with every algorithm that applies.
+/// The `conv-algorithms` applier: to a class with an `algo=auto` Conv2d,
+/// adds the Conv2d with every algorithm that applies.
 pub struct ConvAlgorithms;
 
-impl Searcher<TensorNode, TensorAnalysis> for ConvAlgorithms {
-    fn search_eclass_with_limit(
-        &self,
-        eg: &TensorGraph,
-        eclass: Id,
-        limit: usize,
-    ) -> Option<SearchMatches<'_, TensorNode>> {
-        let hit = limit > 0 && !alternatives(eg, eclass).is_empty();
-        found_any(eclass, hit, conv_var(), eg)
-    }
-
-    fn vars(&self) -> Vec<Var> {
-        vec![conv_var()]
-    }
+/// Whether class `c` holds an `algo=auto` Conv2d (`conv-algorithms`'s
+/// match).
+pub fn auto_conv(eg: &TensorGraph, c: Id) -> bool {
+    !alternatives(eg, c).is_empty()
 }
 
 impl Applier<TensorNode, TensorAnalysis> for ConvAlgorithms {

@@ -24,13 +24,13 @@
 
 use super::analysis::TensorGraph;
 use super::lang::TensorNode;
-use super::rules::{found_any, merge};
+use super::rules::merge;
 use dnnc_ir::op::{ConvAlgo, PadMode, Scalar};
 use dnnc_ir::Op;
-use egg::{Applier, Id, Language, PatternAst, SearchMatches, Searcher, Subst, Symbol, Var};
+use egg::{Applier, Id, Language, PatternAst, Subst, Symbol, Var};
 
 /// `?shared`: the operand the merged ops have in common.
-fn shared_var() -> Var {
+pub(super) fn shared_var() -> Var {
     "?shared".parse().expect("var")
 }
 
@@ -43,9 +43,9 @@ pub enum MergeKind {
     Contraction,
 }
 
-/// The merge rule for one [`MergeKind`]: matches a class read as the
-/// first operand by at least two mergeable ops, and applies every merge
-/// of them (per group of compatible attributes).
+/// The merge rule's applier for one [`MergeKind`]: given a class read as
+/// the first operand by at least two mergeable ops, applies every merge of
+/// them (per group of compatible attributes).
 pub struct MergeShared(pub MergeKind);
 
 /// Every not-yet-merged class whose node `wanted` accepts reads `x` as its
@@ -116,20 +116,16 @@ impl MergeShared {
     }
 }
 
-impl Searcher<TensorNode, crate::egraph::analysis::TensorAnalysis> for MergeShared {
-    fn search_eclass_with_limit(
-        &self,
-        eg: &TensorGraph,
-        eclass: Id,
-        limit: usize,
-    ) -> Option<SearchMatches<'_, TensorNode>> {
-        let hit = limit > 0 && readers(eg, eclass, self.wanted()).len() >= 2;
-        found_any(eclass, hit, shared_var(), eg)
-    }
+/// Whether at least two convs of class `x` would merge (`merge-convs`'s
+/// match).
+pub fn convs_to_merge(eg: &TensorGraph, x: Id) -> bool {
+    readers(eg, x, mergeable_conv).len() >= 2
+}
 
-    fn vars(&self) -> Vec<Var> {
-        vec![shared_var()]
-    }
+/// Whether at least two MatMuls/Gemms of class `x` would merge
+/// (`merge-matmuls`'s match).
+pub fn contractions_to_merge(eg: &TensorGraph, x: Id) -> bool {
+    readers(eg, x, mergeable_contraction).len() >= 2
 }
 
 impl Applier<TensorNode, crate::egraph::analysis::TensorAnalysis> for MergeShared {
@@ -414,15 +410,11 @@ fn split_back(eg: &mut TensorGraph, merged: Id, axis: usize, sizes: Vec<usize>) 
         .collect()
 }
 
-/// Matches an elementwise unary op of a projection of a Split; applies by
-/// adding the projection of the Split of the op on the Split's operand
+/// Given an elementwise unary op of a projection of a Split, adds the
+/// projection of the Split of the op on the Split's operand
 /// (so the op of every piece is one op on the whole, fused into the
 /// merged op's kernel).
 pub struct UnaryOverSplit;
-
-fn unary_var() -> Var {
-    "?u".parse().expect("var")
-}
 
 /// `(unary op, piece index, split op, split operand)` of every unary op of
 /// a Split's projection in `eclass`.
@@ -449,20 +441,10 @@ fn unary_of_split(eg: &TensorGraph, eclass: Id) -> Vec<(Op, usize, Op, Id)> {
     out
 }
 
-impl Searcher<TensorNode, crate::egraph::analysis::TensorAnalysis> for UnaryOverSplit {
-    fn search_eclass_with_limit(
-        &self,
-        eg: &TensorGraph,
-        eclass: Id,
-        limit: usize,
-    ) -> Option<SearchMatches<'_, TensorNode>> {
-        let hit = limit > 0 && !unary_of_split(eg, eclass).is_empty();
-        found_any(eclass, hit, unary_var(), eg)
-    }
-
-    fn vars(&self) -> Vec<Var> {
-        vec![unary_var()]
-    }
+/// Whether class `c` holds an elementwise unary op of a Split's piece
+/// (`unary-over-split`'s match).
+pub fn unary_of_a_piece(eg: &TensorGraph, c: Id) -> bool {
+    !unary_of_split(eg, c).is_empty()
 }
 
 impl Applier<TensorNode, crate::egraph::analysis::TensorAnalysis> for UnaryOverSplit {

@@ -3,10 +3,12 @@
 //! with any attributes); the ones that read attributes (permutations,
 //! shapes) or weights (splat values) add a condition or a small applier.
 
-use super::algos::ConvAlgorithms;
+use super::algos::{auto_conv, ConvAlgorithms};
 use super::analysis::{TensorAnalysis, TensorGraph};
 use super::lang::TensorNode;
-use super::merge::{MergeKind, MergeShared, UnaryOverSplit};
+use super::merge::{
+    contractions_to_merge, convs_to_merge, unary_of_a_piece, MergeKind, MergeShared, UnaryOverSplit,
+};
 use dnnc_ir::op::Binary;
 use dnnc_ir::{Op, OpClass};
 use egg::{
@@ -112,22 +114,22 @@ pub fn rules() -> Vec<Rule> {
         row(
             "unary-over-split",
             "an elementwise unary op of result i of a Split = result i of the Split of the op",
-            Rewrite::new("unary-over-split", UnaryOverSplit, UnaryOverSplit).expect("rule"),
+            Rewrite::new("unary-over-split", ClassWhere::new("?u", unary_of_a_piece), UnaryOverSplit).expect("rule"),
         ),
         row(
             "merge-convs",
             "Conv2ds of one input with one stride = one Conv2d of the concatenated (smaller ones zero-padded) filters, then Split",
-            Rewrite::new("merge-convs", MergeShared(MergeKind::Conv), MergeShared(MergeKind::Conv)).expect("rule"),
+            Rewrite::new("merge-convs", ClassWhere::new("?shared", convs_to_merge), MergeShared(MergeKind::Conv)).expect("rule"),
         ),
         row(
             "merge-matmuls",
             "MatMuls or Gemms of one left operand = one of the column-concatenated weights, then Split",
-            Rewrite::new("merge-matmuls", MergeShared(MergeKind::Contraction), MergeShared(MergeKind::Contraction)).expect("rule"),
+            Rewrite::new("merge-matmuls", ClassWhere::new("?shared", contractions_to_merge), MergeShared(MergeKind::Contraction)).expect("rule"),
         ),
         row(
             "conv-algorithms",
             "Conv2d{algo=auto} = the Conv2d with each algorithm that can compute it",
-            Rewrite::new("conv-algorithms", ConvAlgorithms, ConvAlgorithms).expect("rule"),
+            Rewrite::new("conv-algorithms", ClassWhere::new("?conv", auto_conv), ConvAlgorithms).expect("rule"),
         ),
         row(
             "view-chain",
@@ -210,7 +212,7 @@ pub(super) fn found(eclass: Id, substs: Vec<Subst>) -> Option<SearchMatches<'sta
 
 /// One match in `eclass` binding `v` to the class itself, when `hit`
 /// (for searchers whose applier reads the matched nodes from the class).
-pub(super) fn found_any(
+fn found_any(
     eclass: Id,
     hit: bool,
     v: Var,
@@ -224,6 +226,39 @@ pub(super) fn found_any(
             vec![]
         },
     )
+}
+
+/// Matches every e-class `hit` accepts, binding `var` to the class
+/// itself: the searcher of the rules whose applier reads the matched
+/// nodes from the class (merges, algorithm alternatives,
+/// unary-over-split).
+pub(super) struct ClassWhere {
+    var: Var,
+    hit: fn(&TensorGraph, Id) -> bool,
+}
+
+impl ClassWhere {
+    fn new(var: &str, hit: fn(&TensorGraph, Id) -> bool) -> Self {
+        ClassWhere {
+            var: var.parse().expect("var"),
+            hit,
+        }
+    }
+}
+
+impl Searcher<TensorNode, TensorAnalysis> for ClassWhere {
+    fn search_eclass_with_limit(
+        &self,
+        eg: &TensorGraph,
+        eclass: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'_, TensorNode>> {
+        found_any(eclass, limit > 0 && (self.hit)(eg, eclass), self.var, eg)
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        vec![self.var]
+    }
 }
 
 fn is_view(n: &TensorNode) -> bool {
