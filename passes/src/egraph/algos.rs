@@ -40,7 +40,7 @@ const CHOICES: [ConvAlgo; 5] = [
 ];
 
 /// Whether extraction may give a conv algorithm `name` of its own
-/// accord (one of [`CHOICES`]).
+/// accord: im2col, pointwise, depthwise, Winograd F(2x2) or F(4x4).
 pub fn offered(name: &str) -> bool {
     CHOICES.iter().any(|a| a.name() == name)
 }
