@@ -5,7 +5,7 @@
 //! added. Also prints the acceptance metric: the pass rate among tests
 //! whose op types (INDEX.tsv) are all in the importer's supported set.
 
-use dnnc_compiler::conformance::{run_dirs, run_dirs_on, Backend, Outcome, Report};
+use dnnc_compiler::conformance::{run_dirs, run_dirs_on, run_dirs_with, Backend, Outcome, Report};
 use dnnc_compiler::onnx::SUPPORTED_OPS;
 use dnnc_integration::shared_or_skip;
 use std::collections::{BTreeSet, HashMap};
@@ -182,4 +182,41 @@ fn expected_pass_list_holds_on_the_cpu_backend() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// Every listed test also passes when its graph goes through the
+/// optimisation pipeline (simplify, the folds, the e-graph, algorithm
+/// selection, fusion) before it runs, on the interpreter and on the cpu
+/// backend: the rewrites keep ONNX's semantics on every op kind listed.
+#[test]
+fn expected_pass_list_holds_after_the_optimisation_pipeline() {
+    let Some(shared) = shared_or_skip("expected_pass_list_holds_after_the_optimisation_pipeline")
+    else {
+        return;
+    };
+    let node = shared.join("onnx-tests").join("node");
+    if !node.is_dir() {
+        eprintln!(
+            "SKIPPED expected_pass_list_holds_after_the_optimisation_pipeline: {} is missing",
+            node.display()
+        );
+        return;
+    }
+    let dirs: Vec<_> = expected().iter().map(|n| node.join(n)).collect();
+    for backend in [Backend::Interp, Backend::Cpu] {
+        let report = run_dirs_with(&dirs, backend, true, &mut |_| {})
+            .expect("the listed test folders are readable");
+        let failures: Vec<String> = report
+            .results
+            .iter()
+            .filter(|r| !matches!(r.outcome, Outcome::Pass { .. }))
+            .map(|r| r.to_string())
+            .collect();
+        assert!(
+            failures.is_empty(),
+            "{} listed test(s) fail after the pipeline on {backend:?}:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
 }

@@ -265,6 +265,10 @@ pub enum Command {
         /// Execution backend, as for `run`.
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
+        /// Run the optimisation pipeline (the e-graph included) on each
+        /// imported graph first.
+        #[arg(long)]
+        optimize: bool,
         /// Test folders (with model.onnx and test_data_set_N/), or folders
         /// of test folders such as onnx's `backend/test/data/node`.
         #[arg(required = true, value_name = "DIR")]
@@ -573,8 +577,12 @@ fn execute_command(
             }
         }
         Command::Dot { model } => Ok(dnnc_ir::dot::to_dot(&load_model(&model)?)),
-        Command::OnnxTest { backend, dirs } => {
-            let report = crate::conformance::run_dirs_on(&dirs, backend, &mut |_| {})
+        Command::OnnxTest {
+            backend,
+            optimize,
+            dirs,
+        } => {
+            let report = crate::conformance::run_dirs_with(&dirs, backend, optimize, &mut |_| {})
                 .map_err(|e| DnncError::Usage(e.to_string()))?;
             *status = report.exit_code();
             Ok(report.render())

@@ -234,10 +234,22 @@ pub fn run_dirs_on(
     backend: Backend,
     progress: &mut dyn FnMut(&TestResult),
 ) -> Result<Report, ConformanceError> {
+    run_dirs_with(dirs, backend, false, progress)
+}
+
+/// [`run_dirs_on`], with `optimize`: each imported graph goes through the
+/// optimisation pipeline (`dnnc_passes::Pipeline`, the e-graph included)
+/// before it runs, so the conformance data checks the rewrites too.
+pub fn run_dirs_with(
+    dirs: &[PathBuf],
+    backend: Backend,
+    optimize: bool,
+    progress: &mut dyn FnMut(&TestResult),
+) -> Result<Report, ConformanceError> {
     let tests = discover(dirs)?;
     let mut report = Report::default();
     for t in tests {
-        let r = run_test_on(&t, backend);
+        let r = run_test_with(&t, backend, optimize);
         progress(&r);
         report.results.push(r);
     }
@@ -253,25 +265,32 @@ pub fn run_test(dir: &Path) -> TestResult {
 /// [`run_test`] on a chosen backend; on `Cpu` a graph the code generator
 /// rejects is a failure (the interpreter is never a fallback).
 pub fn run_test_on(dir: &Path, backend: Backend) -> TestResult {
+    run_test_with(dir, backend, false)
+}
+
+/// [`run_test_on`], optimising the graph first when `optimize` (see
+/// [`run_dirs_with`]).
+pub fn run_test_with(dir: &Path, backend: Backend, optimize: bool) -> TestResult {
     let name = dir
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| dir.display().to_string());
-    let outcome =
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| try_test(dir, backend))) {
-            Ok(Ok(o)) => o,
-            Ok(Err(o)) => o,
-            Err(payload) => {
-                let msg = payload
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "panic".into());
-                Outcome::Fail {
-                    reason: format!("panicked: {msg}"),
-                }
+    let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        try_test(dir, backend, optimize)
+    })) {
+        Ok(Ok(o)) => o,
+        Ok(Err(o)) => o,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            Outcome::Fail {
+                reason: format!("panicked: {msg}"),
             }
-        };
+        }
+    };
     TestResult {
         name,
         dir: dir.to_path_buf(),
@@ -464,7 +483,7 @@ fn import_outcome(e: OnnxError) -> Outcome {
     }
 }
 
-fn try_test(dir: &Path, backend: Backend) -> Result<Outcome, Outcome> {
+fn try_test(dir: &Path, backend: Backend, optimize: bool) -> Result<Outcome, Outcome> {
     let bytes = read(&dir.join("model.onnx"))?;
     let model = ModelProto::decode(bytes.as_slice())
         .map_err(|e| fail(format!("model.onnx is not a ModelProto: {e}")))?;
@@ -577,6 +596,12 @@ fn try_test(dir: &Path, backend: Backend) -> Result<Outcome, Outcome> {
                 out_files.len(),
                 g.outputs().len()
             )));
+        }
+        let mut g = g;
+        if optimize {
+            dnnc_passes::Pipeline::default()
+                .run(&mut g)
+                .map_err(|e| fail(format!("optimisation pipeline: {e}")))?;
         }
         let results = match backend {
             Backend::Interp => dnnc_runtime::run(&g, &feeds)
