@@ -682,7 +682,7 @@ fn ir_command(
         _ if partition => {
             let mut exe = crate::codegen::cpu::compile_cpu(&g, &Default::default())?;
             exe.set_threads(threads).map_err(DnncError::Usage)?;
-            crate::codegen::cpu::partition::report(&g, &exe)
+            crate::codegen::cpu::partition::report(&g, &exe, &Default::default())
         }
         Some(kg) if after == "fusion" => dnnc_passes::print_kernels(&g, kg),
         _ => dnnc_ir::text::print(&g),

@@ -487,6 +487,63 @@ fn machine_name() -> String {
 /// has no calibrated rate for.
 pub const LOOP_RATE: f64 = 2.5e9;
 
+/// The Work-Depth figures of a graph's nodes by name, to price the
+/// compiled steps that fuse them ([`StepCosts::predict`]).
+pub struct StepCosts {
+    nodes: std::collections::HashMap<String, dnnc_passes::wd::NodeCost>,
+}
+
+impl StepCosts {
+    /// The figures of every node of `g`.
+    pub fn of(g: &Graph) -> Self {
+        let analysis = dnnc_passes::wd::analyze(g);
+        StepCosts {
+            nodes: analysis
+                .nodes
+                .into_iter()
+                .map(|n| (n.name.clone(), n))
+                .collect(),
+        }
+    }
+
+    /// One thread's predicted seconds of `step`, and whether it holds a
+    /// contraction: convolutions priced by `profile` (their algorithm's
+    /// rate and fixed cost), Gemm/MatMul at the im2col GEMM rate, an
+    /// epilogue fused into either at nothing, everything else at
+    /// [`LOOP_RATE`] per Work-Depth unit, plus the profile's per-kernel
+    /// overhead.
+    pub fn predict(&self, step: &dnnc_runtime::cpu::Step, profile: &MachineProfile) -> (f64, bool) {
+        let mut predicted = profile.overhead;
+        let contraction = step.nodes.iter().any(|n| {
+            self.nodes
+                .get(n.as_str())
+                .is_some_and(|nc| nc.class == dnnc_ir::OpClass::Contraction)
+        });
+        for n in &step.nodes {
+            let Some(nc) = self.nodes.get(n.as_str()) else {
+                continue;
+            };
+            // An epilogue fused into a contraction runs in its registers
+            // as it stores: no loop of its own.
+            if contraction && nc.class == dnnc_ir::OpClass::Elementwise {
+                continue;
+            }
+            let conv = nc.conv.as_ref().and_then(|c| {
+                let algo = step.algo.as_deref()?;
+                profile.predict_conv(algo, &c.shape)
+            });
+            predicted += match conv {
+                Some(t) => t,
+                None if nc.class == dnnc_ir::OpClass::Contraction => {
+                    nc.work as f64 / profile.rates.get("im2col").copied().unwrap_or(LOOP_RATE)
+                }
+                None => nc.work as f64 / LOOP_RATE,
+            };
+        }
+        (predicted, contraction)
+    }
+}
+
 /// One kernel's predicted and measured time.
 #[derive(Clone, Debug)]
 pub struct KernelTime {
@@ -517,43 +574,12 @@ pub fn kernel_times(
     runs: usize,
     profile: &MachineProfile,
 ) -> Result<Vec<KernelTime>, DnncError> {
-    let analysis = dnnc_passes::wd::analyze(g);
-    let node_cost: std::collections::HashMap<&str, &dnnc_passes::wd::NodeCost> = analysis
-        .nodes
-        .iter()
-        .map(|n| (n.name.as_str(), n))
-        .collect();
+    let costs = StepCosts::of(g);
     let (exe, medians) = profiled(g, &CpuOptions::default(), feeds, threads, runs)?;
     let tasks = exe.step_tasks().to_vec();
     let mut out = Vec::new();
     for (i, (step, &measured)) in exe.steps().iter().zip(&medians).enumerate() {
-        let mut predicted = profile.overhead;
-        let contraction = step.nodes.iter().any(|n| {
-            node_cost
-                .get(n.as_str())
-                .is_some_and(|nc| nc.class == dnnc_ir::OpClass::Contraction)
-        });
-        for n in &step.nodes {
-            let Some(nc) = node_cost.get(n.as_str()) else {
-                continue;
-            };
-            // An epilogue fused into a contraction runs in its registers
-            // as it stores: no loop of its own.
-            if contraction && nc.class == dnnc_ir::OpClass::Elementwise {
-                continue;
-            }
-            let conv = nc.conv.as_ref().and_then(|c| {
-                let algo = step.algo.as_deref()?;
-                profile.predict_conv(algo, &c.shape)
-            });
-            predicted += match conv {
-                Some(t) => t,
-                None if nc.class == dnnc_ir::OpClass::Contraction => {
-                    nc.work as f64 / profile.rates.get("im2col").copied().unwrap_or(LOOP_RATE)
-                }
-                None => nc.work as f64 / LOOP_RATE,
-            };
-        }
+        let (mut predicted, contraction) = costs.predict(step, profile);
         let splits = tasks.get(i).copied().unwrap_or(1) > 1 || contraction;
         if splits && threads > 1 {
             predicted /= threads as f64;

@@ -94,6 +94,13 @@ fn after_partition_shows_each_kernels_tasks_and_the_waves() {
         .filter(|l| l.trim_start().starts_with("#   partition: "))
         .count();
     assert!(kernels >= 5 && parts == kernels, "{out}");
+    // Each kernel with code carries the cost model's prediction.
+    assert!(
+        out.lines()
+            .filter(|l| l.contains("#   partition: ") && !l.contains("no code"))
+            .all(|l| l.contains(" ms on one thread")),
+        "{out}"
+    );
     assert!(out.starts_with("# partition for 2 thread(s)"), "{out}");
     // The max pool shares its 192 planes out; the merged 1x1 convs'
     // GEMM splits inside the call; the Concat is built in place.

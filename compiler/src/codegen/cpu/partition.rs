@@ -60,10 +60,12 @@ fn describe(exe: &Executable, j: usize, wave: Option<(usize, usize)>) -> String 
 
 /// The fused IR of `g` (as `dnnc ir --after fusion` prints it), each
 /// kernel followed by a `#   partition:` line for `exe` (compiled from
-/// `g`, set to its thread count), then a line per wave of independent
-/// kernels with the runtime's estimates. The dump still parses: every
-/// added line is a comment.
-pub fn report(g: &Graph, exe: &Executable) -> String {
+/// `g`, set to its thread count) with the cost model's one-thread
+/// prediction for it on `profile`'s machine, then a line per wave of
+/// independent kernels with the runtime's estimates. The dump still
+/// parses: every added line is a comment.
+pub fn report(g: &Graph, exe: &Executable, profile: &dnnc_passes::cost::MachineProfile) -> String {
+    let costs = crate::tune::StepCosts::of(g);
     let kg = dnnc_passes::fusion::fuse(g);
     let fused = dnnc_passes::print_kernels(g, &kg);
     let by_name: HashMap<&str, usize> = exe
@@ -97,7 +99,12 @@ pub fn report(g: &Graph, exe: &Executable) -> String {
         let text = match by_name.get(name) {
             Some(&j) => {
                 shown[j] = true;
-                describe(exe, j, wave_of.get(&j).copied())
+                let (t, _) = costs.predict(&exe.steps()[j], profile);
+                format!(
+                    "{}; predicted {:.3} ms on one thread",
+                    describe(exe, j, wave_of.get(&j).copied()),
+                    t * 1e3
+                )
             }
             None => "no code: a view, or built in place by its producers".to_string(),
         };
