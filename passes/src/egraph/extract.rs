@@ -180,6 +180,76 @@ pub fn with_merges(
     choice
 }
 
+/// Makes the choices that compute `roots` acyclic: the DAG heuristic
+/// compares class sets recorded when each choice was made, so a later
+/// choice can close a cycle through an earlier one. Where the program
+/// reaches a class again on its own path, that class and every class its
+/// `fallback` choice reaches take their `fallback` choices (egg's greedy
+/// extraction, acyclic because every op costs more than its operands), and
+/// the walk repeats; each round moves at least one class to the fallback.
+pub fn repair_cycles(
+    eg: &TensorGraph,
+    choice: &mut std::collections::HashMap<Id, TensorNode>,
+    roots: &[Id],
+    fallback: &dyn Fn(Id) -> TensorNode,
+) {
+    let roots: Vec<Id> = roots.iter().map(|&r| eg.find(r)).collect();
+    for _ in 0..=choice.len() {
+        let Some(c) = first_cycle(eg, choice, &roots) else {
+            return;
+        };
+        let mut stack = vec![c];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(k) = stack.pop() {
+            let k = eg.find(k);
+            if !seen.insert(k) {
+                continue;
+            }
+            let n = fallback(k);
+            stack.extend(n.children().iter().copied());
+            choice.insert(k, n);
+        }
+    }
+}
+
+/// A class the choices reach again on its own path from `roots`, if any.
+fn first_cycle(
+    eg: &TensorGraph,
+    choice: &std::collections::HashMap<Id, TensorNode>,
+    roots: &[Id],
+) -> Option<Id> {
+    // 1 on the path, 2 done.
+    let mut state: std::collections::HashMap<Id, u8> = Default::default();
+    for &r in roots {
+        let mut stack = vec![(r, false)];
+        while let Some((c, leaving)) = stack.pop() {
+            let c = eg.find(c);
+            if leaving {
+                state.insert(c, 2);
+                continue;
+            }
+            match state.get(&c) {
+                Some(2) => continue,
+                Some(1) => return Some(c),
+                _ => {}
+            }
+            state.insert(c, 1);
+            stack.push((c, true));
+            if let Some(n) = choice.get(&c) {
+                for &k in n.children() {
+                    let k = eg.find(k);
+                    match state.get(&k) {
+                        Some(2) => {}
+                        Some(1) => return Some(k),
+                        _ => stack.push((k, false)),
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
 /// The cost of computing `roots` with `choice` (each class once), or
 /// infinity when the choices form a cycle or miss a class.
 fn program_cost(
@@ -277,5 +347,45 @@ mod tests {
         let unit = 8.0 * 16.0 * 16.0 / crate::egraph::cost::FUSED_RATE;
         let cost = dag.cost_of(&[t]).unwrap();
         assert!((cost / unit - 23.0).abs() < 0.01, "{}", cost / unit);
+    }
+
+    /// A choice map with a cycle (class `r` chosen as `Neg(n)`, `n` as
+    /// `Neg(r)`) is repaired by the fallback: `r` takes `Relu(x)`, and
+    /// the program from `n` is acyclic.
+    #[test]
+    fn cyclic_choices_fall_back() {
+        let ty = TensorType::f32([1, 4]);
+        let mut sources = std::collections::HashMap::new();
+        sources.insert(
+            "x".to_string(),
+            SourceInfo {
+                ty,
+                weight: false,
+                splat: None,
+            },
+        );
+        let mut eg = TensorGraph::new(TensorAnalysis {
+            sources,
+            ..Default::default()
+        });
+        let x = eg.add(TensorNode::Source("x".into()));
+        let r = eg.add(TensorNode::op(Op::Unary(Unary::Relu), vec![x]));
+        let n = eg.add(TensorNode::op(Op::Unary(Unary::Neg), vec![r]));
+        let nn = eg.add(TensorNode::op(Op::Unary(Unary::Neg), vec![n]));
+        eg.union(r, nn);
+        eg.rebuild();
+        let (r, n) = (eg.find(r), eg.find(n));
+        let mut choice: std::collections::HashMap<Id, TensorNode> = Default::default();
+        choice.insert(eg.find(x), TensorNode::Source("x".into()));
+        choice.insert(r, TensorNode::op(Op::Unary(Unary::Neg), vec![n]));
+        choice.insert(n, TensorNode::op(Op::Unary(Unary::Neg), vec![r]));
+        assert!(first_cycle(&eg, &choice, &[n]).is_some());
+        let greedy = egg::Extractor::new(&eg, crate::egraph::cost::RunTime { egraph: &eg });
+        repair_cycles(&eg, &mut choice, &[n], &|c| {
+            greedy.find_best_node(c).clone()
+        });
+        assert_eq!(first_cycle(&eg, &choice, &[n]), None);
+        assert_eq!(choice[&r].op_name(), Some("Relu"));
+        assert!(program_cost(&eg, &choice, &[n]).is_finite());
     }
 }

@@ -190,16 +190,28 @@ pub fn optimize(g: &Graph, cfg: &EGraphConfig) -> Result<(Graph, EGraphStats), P
             .map_err(|e| PassError::graph("egraph", e))?;
         let mut picked = ("greedy", cost::graph_cost(&greedy, profile), greedy);
         let dag = extract::DagExtractor::new(egraph);
-        let dag_best = |c| {
-            dag.best_node(c)
-                .cloned()
-                .unwrap_or_else(|| ex.find_best_node(c).clone())
-        };
         let roots: Vec<egg::Id> = g
             .outputs()
             .iter()
             .map(|v| loaded.class_of[v.index()])
             .collect();
+        let mut dag_choice: std::collections::HashMap<egg::Id, lang::TensorNode> = egraph
+            .classes()
+            .map(|c| {
+                let n = dag
+                    .best_node(c.id)
+                    .cloned()
+                    .unwrap_or_else(|| ex.find_best_node(c.id).clone());
+                (c.id, n)
+            })
+            .collect();
+        extract::repair_cycles(egraph, &mut dag_choice, &roots, &best);
+        let dag_best = |c: egg::Id| {
+            dag_choice
+                .get(&egraph.find(c))
+                .cloned()
+                .unwrap_or_else(|| ex.find_best_node(c).clone())
+        };
         let merged = extract::with_merges(egraph, &roots, &dag_best);
         let merged_best = |c: egg::Id| {
             merged
