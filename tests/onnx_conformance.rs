@@ -149,24 +149,27 @@ fn onnx_node_tests_pass_on_the_interpreter() {
     );
 }
 
+/// The folders of the listed tests, or `None` (with a SKIPPED line naming
+/// `test`) when the shared test data is missing.
+fn listed_dirs(test: &str) -> Option<Vec<std::path::PathBuf>> {
+    let shared = shared_or_skip(test)?;
+    let node = shared.join("onnx-tests").join("node");
+    if !node.is_dir() {
+        eprintln!("SKIPPED {test}: {} is missing", node.display());
+        return None;
+    }
+    Some(expected().iter().map(|n| node.join(n)).collect())
+}
+
 /// The committed expected-pass list holds on the compiled CPU backend too
 /// (the default of `dnnc run` and `dnnc onnx-test`): every listed test
 /// passes with the same tolerance rule, and nothing falls back to the
 /// interpreter.
 #[test]
 fn expected_pass_list_holds_on_the_cpu_backend() {
-    let Some(shared) = shared_or_skip("expected_pass_list_holds_on_the_cpu_backend") else {
+    let Some(dirs) = listed_dirs("expected_pass_list_holds_on_the_cpu_backend") else {
         return;
     };
-    let node = shared.join("onnx-tests").join("node");
-    if !node.is_dir() {
-        eprintln!(
-            "SKIPPED expected_pass_list_holds_on_the_cpu_backend: {} is missing",
-            node.display()
-        );
-        return;
-    }
-    let dirs: Vec<_> = expected().iter().map(|n| node.join(n)).collect();
     let report = run_dirs_on(&dirs, Backend::Cpu, &mut |_| {})
         .expect("the listed test folders are readable");
     print_report(&report);
@@ -190,19 +193,9 @@ fn expected_pass_list_holds_on_the_cpu_backend() {
 /// backend: the rewrites keep ONNX's semantics on every op kind listed.
 #[test]
 fn expected_pass_list_holds_after_the_optimisation_pipeline() {
-    let Some(shared) = shared_or_skip("expected_pass_list_holds_after_the_optimisation_pipeline")
-    else {
+    let Some(dirs) = listed_dirs("expected_pass_list_holds_after_the_optimisation_pipeline") else {
         return;
     };
-    let node = shared.join("onnx-tests").join("node");
-    if !node.is_dir() {
-        eprintln!(
-            "SKIPPED expected_pass_list_holds_after_the_optimisation_pipeline: {} is missing",
-            node.display()
-        );
-        return;
-    }
-    let dirs: Vec<_> = expected().iter().map(|n| node.join(n)).collect();
     for backend in [Backend::Interp, Backend::Cpu] {
         let report = run_dirs_with(&dirs, backend, true, &mut |_| {})
             .expect("the listed test folders are readable");

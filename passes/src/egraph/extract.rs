@@ -302,13 +302,8 @@ mod tests {
     use dnnc_ir::op::Unary;
     use dnnc_ir::{Op, TensorType};
 
-    /// `t = Add(Relu(s), Sigmoid(s))` with `s` twenty Tanhs of `x`, and
-    /// `t` also equal to 26 Tanhs of `x` (six on top of `s`). The tree
-    /// cost of the Add counts `s` twice (43 units) and takes the chain
-    /// (26); the DAG cost counts `s` once (23) and keeps the Add.
-    #[test]
-    fn shared_subexpressions_count_once() {
-        let ty = TensorType::f32([1, 8, 16, 16]);
+    /// An empty e-graph whose one source `x` has type `ty`.
+    fn graph_of_x(ty: TensorType) -> TensorGraph {
         let mut sources = std::collections::HashMap::new();
         sources.insert(
             "x".to_string(),
@@ -318,10 +313,20 @@ mod tests {
                 splat: None,
             },
         );
-        let mut eg = TensorGraph::new(TensorAnalysis {
+        TensorGraph::new(TensorAnalysis {
             sources,
             ..Default::default()
-        });
+        })
+    }
+
+    /// `t = Add(Relu(s), Sigmoid(s))` with `s` twenty Tanhs of `x`, and
+    /// `t` also equal to 26 Tanhs of `x` (six on top of `s`). The tree
+    /// cost of the Add counts `s` twice (43 units) and takes the chain
+    /// (26); the DAG cost counts `s` once (23) and keeps the Add.
+    #[test]
+    fn shared_subexpressions_count_once() {
+        let ty = TensorType::f32([1, 8, 16, 16]);
+        let mut eg = graph_of_x(ty);
         let x = eg.add(TensorNode::Source("x".into()));
         let tanh = |eg: &mut TensorGraph, from: Id, n: usize| {
             (0..n).fold(from, |a, _| {
@@ -355,19 +360,7 @@ mod tests {
     #[test]
     fn cyclic_choices_fall_back() {
         let ty = TensorType::f32([1, 4]);
-        let mut sources = std::collections::HashMap::new();
-        sources.insert(
-            "x".to_string(),
-            SourceInfo {
-                ty,
-                weight: false,
-                splat: None,
-            },
-        );
-        let mut eg = TensorGraph::new(TensorAnalysis {
-            sources,
-            ..Default::default()
-        });
+        let mut eg = graph_of_x(ty);
         let x = eg.add(TensorNode::Source("x".into()));
         let r = eg.add(TensorNode::op(Op::Unary(Unary::Relu), vec![x]));
         let n = eg.add(TensorNode::op(Op::Unary(Unary::Neg), vec![r]));
