@@ -436,7 +436,46 @@ pub const CALIBRATION_MODEL: &str = "graph calibration {
 }
 ";
 
-/// Measures [`CALIBRATION_MODEL`] and fits `base`'s rates to it.
+/// The non-convolution kernels `dnnc calibrate` measures for the loop
+/// rates of the kernel classes, each on graph inputs of its own so
+/// nothing fuses across them: the zoo's pools (stride-2 stems, GoogLeNet's
+/// stride-1 branch pool, global pools, ShuffleNet's ReduceMean), a
+/// residual Add+Relu and standalone activations, and copies (channel
+/// shuffles, a Concat whose parts cannot be views, a strided Slice).
+pub const LOOP_CALIBRATION_MODEL: &str = "graph loops {
+  input %a: f32[1,64,112,112]
+  %pa = MaxPool(%a) {kernel=[3,3], strides=[2,2], pads=[1,1,1,1]}
+  input %b: f32[1,96,111,111]
+  %pb = MaxPool(%b) {kernel=[3,3], strides=[2,2], ceil_mode=1}
+  input %c: f32[1,192,28,28]
+  %pc = MaxPool(%c) {kernel=[3,3], strides=[1,1], pads=[1,1,1,1]}
+  input %d: f32[1,512,7,7]
+  %pd = GlobalAveragePool(%d)
+  input %e: f32[1,1024,7,7]
+  %pe = ReduceMean(%e) {axes=[2,3], keepdims=0}
+  input %f: f32[1,64,56,56]
+  input %g: f32[1,64,56,56]
+  %af = Add(%f, %g)
+  %rf = Relu(%af)
+  input %h: f32[1,256,28,28]
+  %sh = Sigmoid(%h)
+  input %i: f32[1,96,112,112]
+  %ci = Clip(%i) {min=0.0, max=6.0}
+  input %j: f32[1,2,58,28,28]
+  %tj = Transpose(%j) {perm=[0,2,1,3,4]}
+  input %k: f32[1,2,116,14,14]
+  %tk = Transpose(%k) {perm=[0,2,1,3,4]}
+  input %l: f32[1,232,7,7]
+  input %m: f32[1,232,7,7]
+  %cl = Concat(%l, %m) {axis=1}
+  input %n: f32[1,64,56,56]
+  %sn = Slice(%n) {starts=[0], ends=[56], axes=[3], steps=[2]}
+  output %pa, %pb, %pc, %pd, %pe, %rf, %sh, %ci, %tj, %tk, %cl, %sn
+}
+";
+
+/// Measures [`CALIBRATION_MODEL`] and fits `base`'s rates to it, then
+/// [`LOOP_CALIBRATION_MODEL`] for the loop rates of the kernel classes.
 pub fn calibrate(
     base: &MachineProfile,
     threads: usize,
@@ -446,6 +485,20 @@ pub fn calibrate(
     let feeds = crate::cli::gather_inputs(&g, &[], &mut |_| {})?;
     let layers = measure(&g, &feeds, threads, runs)?;
     let mut p = dnnc_passes::cost::fit(base, &samples(&layers));
+    let g = crate::model::load_model_str(LOOP_CALIBRATION_MODEL, "loops.dnn")?;
+    let feeds = crate::cli::gather_inputs(&g, &[], &mut |_| {})?;
+    let (exe, medians) = profiled(&g, &CpuOptions::default(), &feeds, threads, runs)?;
+    let costs = StepCosts::of(&g);
+    let samples: Vec<(dnnc_ir::OpClass, u64, f64)> = exe
+        .steps()
+        .iter()
+        .zip(&medians)
+        .filter_map(|(s, &t)| {
+            let (class, work) = costs.class_and_work(s)?;
+            Some((class, work, t))
+        })
+        .collect();
+    p.class_rates = dnnc_passes::cost::fit_loops(&p, &samples);
     p.threads = threads;
     p.machine = machine_name();
     Ok((p, layers))
@@ -481,11 +534,7 @@ fn machine_name() -> String {
     )
 }
 
-/// Work units per second the generated non-GEMM loops (elementwise,
-/// pooling, data movement) sustain at one thread: ~2.5 units/ns
-/// (ARCHITECTURE.md, "the rule"), the cost model's figure for kernels it
-/// has no calibrated rate for.
-pub const LOOP_RATE: f64 = 2.5e9;
+pub use dnnc_passes::cost::LOOP_RATE;
 
 /// The Work-Depth figures of a graph's nodes by name, to price the
 /// compiled steps that fuse them ([`StepCosts::predict`]).
@@ -504,6 +553,34 @@ impl StepCosts {
                 .map(|n| (n.name.clone(), n))
                 .collect(),
         }
+    }
+
+    /// The class of a step that is one generated loop (a reduction if it
+    /// holds one, else data movement if it holds a copy, else
+    /// elementwise) and its Work-Depth work; `None` for a contraction or
+    /// a step without known nodes.
+    pub fn class_and_work(
+        &self,
+        step: &dnnc_runtime::cpu::Step,
+    ) -> Option<(dnnc_ir::OpClass, u64)> {
+        use dnnc_ir::OpClass;
+        let nodes: Vec<&dnnc_passes::wd::NodeCost> = step
+            .nodes
+            .iter()
+            .filter_map(|n| self.nodes.get(n.as_str()))
+            .collect();
+        if nodes.is_empty() || nodes.iter().any(|n| n.class == OpClass::Contraction) {
+            return None;
+        }
+        let has = |c| nodes.iter().any(|n| n.class == c);
+        let class = if has(OpClass::Reduction) {
+            OpClass::Reduction
+        } else if has(OpClass::DataMovement) {
+            OpClass::DataMovement
+        } else {
+            OpClass::Elementwise
+        };
+        Some((class, nodes.iter().map(|n| n.work).sum()))
     }
 
     /// One thread's predicted seconds of `step`, and whether it holds a
@@ -537,7 +614,7 @@ impl StepCosts {
                 None if nc.class == dnnc_ir::OpClass::Contraction => {
                     nc.work as f64 / profile.rates.get("im2col").copied().unwrap_or(LOOP_RATE)
                 }
-                None => nc.work as f64 / LOOP_RATE,
+                None => nc.work as f64 / profile.loop_rate(nc.class),
             };
         }
         (predicted, contraction)

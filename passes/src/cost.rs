@@ -29,6 +29,13 @@ pub struct MachineProfile {
     /// missing.
     #[serde(default)]
     pub fixed: BTreeMap<String, f64>,
+    /// Work-Depth units per second of the generated loops that are not
+    /// convolutions, by kernel class (`reduction`: pools, reductions,
+    /// normalisations; `elementwise`: a standalone elementwise chain;
+    /// `movement`: copies), measured by `dnnc calibrate`; a class
+    /// without an entry runs at [`LOOP_RATE`].
+    #[serde(default)]
+    pub class_rates: BTreeMap<String, f64>,
     /// Bytes per second a kernel streams from outside its core's caches.
     pub bandwidth: f64,
     /// Seconds every kernel costs besides its work (call, hand-off).
@@ -71,6 +78,24 @@ impl Default for MachineProfile {
     }
 }
 
+/// Work units per second of a generated non-GEMM loop when the profile
+/// has no rate for its class: ~2-3 elements or taps per ns, as the
+/// runtime's split rule assumes (`dnnc_runtime::cpu` schedule docs).
+pub const LOOP_RATE: f64 = 2.5e9;
+
+/// The kernel classes a profile may give a loop rate.
+pub const CLASSES: [&str; 3] = ["reduction", "elementwise", "movement"];
+
+/// The profile key of a kernel class, for the classes with loop rates.
+pub fn class_key(class: dnnc_ir::OpClass) -> Option<&'static str> {
+    match class {
+        dnnc_ir::OpClass::Reduction => Some("reduction"),
+        dnnc_ir::OpClass::Elementwise => Some("elementwise"),
+        dnnc_ir::OpClass::DataMovement => Some("movement"),
+        _ => None,
+    }
+}
+
 /// Every algorithm name a profile may rate.
 pub const ALGOS: [&str; 7] = [
     "direct",
@@ -110,6 +135,20 @@ impl MachineProfile {
                 return Err(bad(format!("rates.{k}"), "a positive number", r));
             }
         }
+        for (k, &r) in &p.class_rates {
+            if !CLASSES.contains(&k.as_str()) {
+                return Err(ProfileError::Malformed {
+                    origin: origin.to_string(),
+                    message: format!(
+                        "unknown kernel class `{k}` in class_rates; known: {}",
+                        CLASSES.join(", ")
+                    ),
+                });
+            }
+            if !(r.is_finite() && r > 0.0) {
+                return Err(bad(format!("class_rates.{k}"), "a positive number", r));
+            }
+        }
         if !(p.bandwidth.is_finite() && p.bandwidth > 0.0) {
             return Err(bad("bandwidth".into(), "a positive number", p.bandwidth));
         }
@@ -129,6 +168,14 @@ impl MachineProfile {
     /// The profile as pretty JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("profiles serialise") + "\n"
+    }
+
+    /// Work units per second of a generated loop of `class` (its measured
+    /// rate, or [`LOOP_RATE`]).
+    pub fn loop_rate(&self, class: dnnc_ir::OpClass) -> f64 {
+        class_key(class)
+            .and_then(|k| self.class_rates.get(k).copied())
+            .unwrap_or(LOOP_RATE)
     }
 
     /// Predicted seconds of one convolution kernel computed with `algo`,
@@ -267,6 +314,29 @@ pub fn fit(base: &MachineProfile, samples: &[(String, ConvShape, f64)]) -> Machi
     p
 }
 
+/// The loop rate of each kernel class from measured kernels `(class,
+/// Work-Depth work, seconds)`: the median over its samples of `W / (t −
+/// overhead)` (at least a tenth of `t` left for the loop), so one
+/// outlier cannot pull it. Classes without samples get no entry.
+pub fn fit_loops(
+    base: &MachineProfile,
+    samples: &[(dnnc_ir::OpClass, u64, f64)],
+) -> BTreeMap<String, f64> {
+    let mut by: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+    for &(class, w, t) in samples {
+        if let (Some(k), true) = (class_key(class), t > 0.0 && w > 0) {
+            let loop_t = (t - base.overhead).max(t * 0.1);
+            by.entry(k).or_default().push(w as f64 / loop_t);
+        }
+    }
+    by.into_iter()
+        .map(|(k, mut r)| {
+            r.sort_by(|a, b| a.total_cmp(b));
+            (k.to_string(), r[r.len() / 2])
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,6 +383,50 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("bandwidth"), "{e}");
+    }
+
+    #[test]
+    fn loop_rates_are_checked_and_fitted() {
+        let p = MachineProfile::default();
+        for c in CLASSES {
+            assert!(p.class_rates.get(c).is_some_and(|&r| r > 0.0), "{c}");
+        }
+        assert_eq!(
+            p.loop_rate(dnnc_ir::OpClass::View),
+            LOOP_RATE,
+            "a class without a rate runs at LOOP_RATE"
+        );
+        let text = p.to_json().replace("\"movement\"", "\"copies\"");
+        let e = MachineProfile::from_json(&text, "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown kernel class `copies`"), "{e}");
+        let mut q = p.clone();
+        q.class_rates.insert("reduction".into(), 0.0);
+        let e = MachineProfile::from_json(&q.to_json(), "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("class_rates.reduction must be a positive number"),
+            "{e}"
+        );
+        // Three pools at 4 units/ns after the overhead, one outlier at 40:
+        // the median keeps 4.
+        let o = p.overhead;
+        let w = 1_000_000u64;
+        let t = |rate: f64| o + w as f64 / rate;
+        let r = dnnc_ir::OpClass::Reduction;
+        let fitted = fit_loops(
+            &p,
+            &[
+                (r, w, t(4e9)),
+                (r, w, t(4e9)),
+                (r, w, t(40e9)),
+                (r, w, t(4e9)),
+            ],
+        );
+        assert!((fitted["reduction"] / 4e9 - 1.0).abs() < 1e-9, "{fitted:?}");
+        assert!(!fitted.contains_key("elementwise"));
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! - a MatMul or Gemm is priced as a pointwise convolution (the same
 //!   packed GEMM);
 //! - any other kernel costs the profile's per-kernel overhead plus its
-//!   work at [`STREAM_RATE`] or its bytes at the profile's bandwidth,
+//!   work at its class's loop rate (`MachineProfile::loop_rate`) or its
+//!   bytes at the profile's bandwidth,
 //!   whichever is slower.
 //!
 //! The per-kernel fixed costs are what make merging kernels pay: two
@@ -32,11 +33,6 @@ use crate::wd::conv::ConvShape;
 use dnnc_ir::op::ConvAlgo;
 use dnnc_ir::{Op, OpClass, TensorType};
 use egg::{CostFunction, Id, Language};
-
-/// Work units per second of a standalone generated loop (pooling,
-/// reductions, data movement): ~2-3 elements or taps per ns, as measured
-/// for the runtime's split rule (`dnnc_runtime::cpu::schedule`).
-pub const STREAM_RATE: f64 = 2.5e9;
 
 /// Work units per second of elementwise arithmetic fused into a kernel's
 /// epilogue: f32x4 vectors on a value already in registers.
@@ -92,7 +88,7 @@ fn price(
                 .rates
                 .get("pointwise")
                 .copied()
-                .unwrap_or(STREAM_RATE);
+                .unwrap_or(crate::cost::LOOP_RATE);
             let fixed = profile
                 .fixed
                 .get("pointwise")
@@ -118,7 +114,10 @@ fn price(
     match op.class() {
         OpClass::Source | OpClass::View => 0.0,
         OpClass::Elementwise => work / FUSED_RATE,
-        _ => profile.overhead + (work / STREAM_RATE).max((read + written) / profile.bandwidth),
+        class => {
+            profile.overhead
+                + (work / profile.loop_rate(class)).max((read + written) / profile.bandwidth)
+        }
     }
 }
 
