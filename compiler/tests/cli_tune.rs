@@ -198,3 +198,30 @@ fn analyze_measure_puts_predictions_next_to_measurements() {
     ]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// `dnnc calibrate --out` writes a profile that reads back, with a rate
+/// and fixed cost for every algorithm the calibration layers take and a
+/// loop rate for every kernel class; the run it would print names the
+/// layers it fitted on. (Every algorithm on every layer: ~10 s.)
+#[test]
+#[ignore = "measures the 28 calibration layers with every algorithm (~10 s in release)"]
+fn calibrate_writes_every_rate() {
+    let s = Scratch::new("calibrate");
+    let out = s.0.join("profile.json");
+    let o = dnnc(&["calibrate", "--runs", "2", "--out", out.to_str().unwrap()]);
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("fitted on 28 conv layers"), "{err}");
+    let p = dnnc_passes::cost::MachineProfile::from_json(
+        &std::fs::read_to_string(&out).unwrap(),
+        "profile.json",
+    )
+    .expect("the written profile reads back");
+    for a in ["im2col", "pointwise", "depthwise", "winograd2", "winograd4"] {
+        assert!(p.rates.get(a).is_some_and(|&r| r > 0.0), "{a}: {p:?}");
+        assert!(p.fixed.contains_key(a), "{a}: {p:?}");
+    }
+    for c in dnnc_passes::cost::CLASSES {
+        assert!(p.class_rates.get(c).is_some_and(|&r| r > 0.0), "{c}: {p:?}");
+    }
+}
