@@ -585,7 +585,8 @@ impl StepCosts {
 
     /// One thread's predicted seconds of `step`, and whether it holds a
     /// contraction: convolutions priced by `profile` (their algorithm's
-    /// rate and fixed cost), Gemm/MatMul at the im2col GEMM rate, an
+    /// rate and fixed cost), Gemm/MatMul at the im2col GEMM rate or
+    /// streaming their weights at its bandwidth, whichever is slower, an
     /// epilogue fused into either at nothing, everything else at
     /// [`LOOP_RATE`] per Work-Depth unit, plus the profile's per-kernel
     /// overhead.
@@ -612,7 +613,13 @@ impl StepCosts {
             predicted += match conv {
                 Some(t) => t,
                 None if nc.class == dnnc_ir::OpClass::Contraction => {
-                    nc.work as f64 / profile.rates.get("im2col").copied().unwrap_or(LOOP_RATE)
+                    // A MatMul/Gemm: its arithmetic, or streaming its
+                    // weights (K·N floats: work / M, M the result's rows)
+                    // when that is slower, as for an FC layer at batch 1.
+                    let rows: usize = nc.shape.iter().rev().skip(1).product();
+                    let weights = 4.0 * nc.work as f64 / rows.max(1) as f64;
+                    let rate = profile.rates.get("im2col").copied().unwrap_or(LOOP_RATE);
+                    (nc.work as f64 / rate).max(weights / profile.bandwidth)
                 }
                 None => nc.work as f64 / profile.loop_rate(nc.class),
             };
