@@ -149,6 +149,23 @@ fn onnx_node_tests_pass_on_the_interpreter() {
     );
 }
 
+/// Fails naming every test of `report` that did not pass (`when` says
+/// how they were run).
+fn assert_all_pass(report: &Report, when: &str) {
+    let failures: Vec<String> = report
+        .results
+        .iter()
+        .filter(|r| !matches!(r.outcome, Outcome::Pass { .. }))
+        .map(|r| r.to_string())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} listed test(s) fail {when}:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 /// The folders of the listed tests, or `None` (with a SKIPPED line naming
 /// `test`) when the shared test data is missing.
 fn listed_dirs(test: &str) -> Option<Vec<std::path::PathBuf>> {
@@ -173,18 +190,7 @@ fn expected_pass_list_holds_on_the_cpu_backend() {
     let report = run_dirs_on(&dirs, Backend::Cpu, &mut |_| {})
         .expect("the listed test folders are readable");
     print_report(&report);
-    let failures: Vec<String> = report
-        .results
-        .iter()
-        .filter(|r| !matches!(r.outcome, Outcome::Pass { .. }))
-        .map(|r| r.to_string())
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} listed test(s) fail on the cpu backend:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_all_pass(&report, "on the cpu backend");
 }
 
 /// Every listed test also passes when its graph goes through the
@@ -199,17 +205,6 @@ fn expected_pass_list_holds_after_the_optimisation_pipeline() {
     for backend in [Backend::Interp, Backend::Cpu] {
         let report = run_dirs_with(&dirs, backend, true, &mut |_| {})
             .expect("the listed test folders are readable");
-        let failures: Vec<String> = report
-            .results
-            .iter()
-            .filter(|r| !matches!(r.outcome, Outcome::Pass { .. }))
-            .map(|r| r.to_string())
-            .collect();
-        assert!(
-            failures.is_empty(),
-            "{} listed test(s) fail after the pipeline on {backend:?}:\n{}",
-            failures.len(),
-            failures.join("\n")
-        );
+        assert_all_pass(&report, &format!("after the pipeline on {backend:?}"));
     }
 }

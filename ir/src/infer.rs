@@ -145,6 +145,14 @@ pub fn reshape_target(input: &[usize], target: &[i64]) -> Result<Vec<usize>, Str
     Ok(out)
 }
 
+/// Whether cutting `shape` along `axis` (negative from the end) gives
+/// contiguous pieces: only size-1 axes before it. The CPU backend builds
+/// such Concats and Splits in place, and the optimiser's cost model
+/// prices them as free.
+pub fn contiguous_pieces(shape: &[usize], axis: i64) -> bool {
+    norm_axis(axis, shape.len()).is_ok_and(|a| shape[..a].iter().all(|&d| d == 1))
+}
+
 /// Normalised `(start, step, len)` of an ONNX slice along a dimension.
 pub fn slice_range(dim: usize, start: i64, end: i64, step: i64) -> (i64, i64, usize) {
     // i128 so that extreme starts, ends and steps (ONNX exporters use

@@ -121,32 +121,26 @@ impl MachineProfile {
             want,
             found,
         };
-        for (k, &r) in &p.rates {
-            if !ALGOS.contains(&k.as_str()) {
-                return Err(ProfileError::Malformed {
-                    origin: origin.to_string(),
-                    message: format!(
-                        "unknown algorithm `{k}` in rates; known: {}",
-                        ALGOS.join(", ")
-                    ),
-                });
-            }
-            if !(r.is_finite() && r > 0.0) {
-                return Err(bad(format!("rates.{k}"), "a positive number", r));
-            }
-        }
-        for (k, &r) in &p.class_rates {
-            if !CLASSES.contains(&k.as_str()) {
-                return Err(ProfileError::Malformed {
-                    origin: origin.to_string(),
-                    message: format!(
-                        "unknown kernel class `{k}` in class_rates; known: {}",
-                        CLASSES.join(", ")
-                    ),
-                });
-            }
-            if !(r.is_finite() && r > 0.0) {
-                return Err(bad(format!("class_rates.{k}"), "a positive number", r));
+        // (field, its entries, the names it may hold, what a name is)
+        type RateMap<'a> = (&'a str, &'a BTreeMap<String, f64>, &'a [&'a str], &'a str);
+        let maps: [RateMap; 2] = [
+            ("rates", &p.rates, &ALGOS, "algorithm"),
+            ("class_rates", &p.class_rates, &CLASSES, "kernel class"),
+        ];
+        for (field, map, known, what) in maps {
+            for (k, &r) in map {
+                if !known.contains(&k.as_str()) {
+                    return Err(ProfileError::Malformed {
+                        origin: origin.to_string(),
+                        message: format!(
+                            "unknown {what} `{k}` in {field}; known: {}",
+                            known.join(", ")
+                        ),
+                    });
+                }
+                if !(r.is_finite() && r > 0.0) {
+                    return Err(bad(format!("{field}.{k}"), "a positive number", r));
+                }
             }
         }
         if !(p.bandwidth.is_finite() && p.bandwidth > 0.0) {

@@ -46,11 +46,12 @@ pub const OP_CHARGE: f64 = 1e-12;
 /// Whether a Split or Concat along `axis` of `shape` has contiguous
 /// pieces: only size-1 axes before the axis.
 fn contiguous_pieces(op: &Op, shape: &[usize]) -> bool {
-    let axis = match op {
-        Op::Split { axis, .. } | Op::Concat { axis } => *axis,
-        _ => return false,
-    };
-    dnnc_ir::infer::norm_axis(axis, shape.len()).is_ok_and(|a| shape[..a].iter().all(|&d| d == 1))
+    match op {
+        Op::Split { axis, .. } | Op::Concat { axis } => {
+            dnnc_ir::infer::contiguous_pieces(shape, *axis)
+        }
+        _ => false,
+    }
 }
 
 /// The predicted seconds of one op from its operand and result types;

@@ -218,36 +218,7 @@ fn first_cycle(
     choice: &std::collections::HashMap<Id, TensorNode>,
     roots: &[Id],
 ) -> Option<Id> {
-    // 1 on the path, 2 done.
-    let mut state: std::collections::HashMap<Id, u8> = Default::default();
-    for &r in roots {
-        let mut stack = vec![(r, false)];
-        while let Some((c, leaving)) = stack.pop() {
-            let c = eg.find(c);
-            if leaving {
-                state.insert(c, 2);
-                continue;
-            }
-            match state.get(&c) {
-                Some(2) => continue,
-                Some(1) => return Some(c),
-                _ => {}
-            }
-            state.insert(c, 1);
-            stack.push((c, true));
-            if let Some(n) = choice.get(&c) {
-                for &k in n.children() {
-                    let k = eg.find(k);
-                    match state.get(&k) {
-                        Some(2) => {}
-                        Some(1) => return Some(k),
-                        _ => stack.push((k, false)),
-                    }
-                }
-            }
-        }
-    }
-    None
+    walk(eg, choice, roots).err()
 }
 
 /// The cost of computing `roots` with `choice` (each class once), or
@@ -257,9 +228,27 @@ fn program_cost(
     choice: &std::collections::HashMap<Id, TensorNode>,
     roots: &[Id],
 ) -> f64 {
-    // 0 unseen, 1 on the path, 2 done.
+    let Ok(reached) = walk(eg, choice, roots) else {
+        return f64::INFINITY;
+    };
+    reached
+        .iter()
+        .map(|c| choice.get(c).and_then(|n| charge(eg, n)))
+        .sum::<Option<f64>>()
+        .unwrap_or(f64::INFINITY)
+}
+
+/// Every class the program `choice` computes for `roots`, each once (a
+/// class without a choice is a leaf), or `Err` with a class the program
+/// reaches again on its own path (a cycle).
+fn walk(
+    eg: &TensorGraph,
+    choice: &std::collections::HashMap<Id, TensorNode>,
+    roots: &[Id],
+) -> Result<Vec<Id>, Id> {
+    // 1 on the path, 2 done.
     let mut state: std::collections::HashMap<Id, u8> = Default::default();
-    let mut total = 0.0;
+    let mut reached = Vec::new();
     for &r in roots {
         let mut stack = vec![(r, false)];
         while let Some((c, leaving)) = stack.pop() {
@@ -270,29 +259,23 @@ fn program_cost(
             }
             match state.get(&c) {
                 Some(2) => continue,
-                Some(1) => return f64::INFINITY,
+                Some(1) => return Err(c),
                 _ => {}
             }
-            let Some(n) = choice.get(&c) else {
-                return f64::INFINITY;
-            };
-            let Some(own) = charge(eg, n) else {
-                return f64::INFINITY;
-            };
-            total += own;
             state.insert(c, 1);
+            reached.push(c);
             stack.push((c, true));
-            for &k in n.children() {
+            for &k in choice.get(&c).map_or(&[][..], |n| n.children()) {
                 let k = eg.find(k);
                 match state.get(&k) {
                     Some(2) => {}
-                    Some(1) => return f64::INFINITY,
+                    Some(1) => return Err(k),
                     _ => stack.push((k, false)),
                 }
             }
         }
     }
-    total
+    Ok(reached)
 }
 
 #[cfg(test)]

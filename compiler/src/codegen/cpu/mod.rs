@@ -704,14 +704,6 @@ fn inplace_pairs(g: &Graph, k: &Kernel, arg_of: &HashMap<ValueId, usize>) -> Vec
     pairs
 }
 
-/// Whether cutting `shape` along `axis` (negative from the end) gives
-/// contiguous pieces: only size-1 axes before it.
-fn contiguous_pieces(shape: &[usize], axis: i64) -> bool {
-    let rank = shape.len() as i64;
-    let axis = if axis < 0 { axis + rank } else { axis };
-    (0..rank).contains(&axis) && shape[..axis as usize].iter().all(|&d| d == 1)
-}
-
 /// A Concat whose parts are written straight into their slices of its
 /// result, so it costs no kernel and no copy.
 struct InPlaceConcat {
@@ -753,7 +745,7 @@ fn in_place_concats(g: &Graph, kernels: &[Kernel]) -> Vec<InPlaceConcat> {
         let (Op::Concat { axis }, [result]) = (&node.op, &node.outputs[..]) else {
             continue;
         };
-        if !contiguous_pieces(&g.value(*result).ty.shape, *axis) {
+        if !dnnc_ir::infer::contiguous_pieces(&g.value(*result).ty.shape, *axis) {
             continue;
         }
         let mut parts = Vec::new();
@@ -827,7 +819,7 @@ fn in_place_splits(g: &Graph, kernels: &[Kernel], concats: &[InPlaceConcat]) -> 
         let (Op::Split { axis, .. }, [x]) = (&node.op, &node.inputs[..]) else {
             continue;
         };
-        if !contiguous_pieces(&g.value(*x).ty.shape, *axis) {
+        if !dnnc_ir::infer::contiguous_pieces(&g.value(*x).ty.shape, *axis) {
             continue;
         }
         let mut parts = Vec::new();
