@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod cpu;
+pub mod gpu;
 pub mod interp;
 mod kernels;
 pub use kernels::resize_axis_taps;

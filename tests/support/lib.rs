@@ -76,3 +76,68 @@ pub fn stem(p: &Path) -> String {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default()
 }
+
+/// Opens the default GPU adapter, or prints why the calling test is
+/// skipped. With `DNNC_REQUIRE_GPU=1` (CI) a missing adapter fails the
+/// test instead, so GPU tests can never pass by skipping.
+pub fn gpu_or_skip(test: &str) -> Option<std::sync::Arc<dnnc_runtime::gpu::GpuDevice>> {
+    match dnnc_runtime::gpu::GpuDevice::open(&dnnc_runtime::gpu::AdapterChoice::Default) {
+        Ok(d) => Some(d),
+        Err(e) if std::env::var("DNNC_REQUIRE_GPU").as_deref() == Ok("1") => {
+            panic!("{test}: DNNC_REQUIRE_GPU=1 but no GPU is usable: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED {test}: no GPU adapter ({e})");
+            None
+        }
+    }
+}
+
+/// Compiles the `.dnn` text `src` for the GPU (with `opts`, its limits set
+/// from the device), runs it and the reference interpreter on the same
+/// seeded inputs, and asserts every output matches (f32 by numpy's
+/// `allclose(rtol, atol)`, i64/bool exactly). Skips without an adapter
+/// (see [`gpu_or_skip`]).
+pub fn gpu_check_with(
+    test: &str,
+    src: &str,
+    mut opts: dnnc_compiler::codegen::gpu::GpuOptions,
+    rtol: f32,
+    atol: f32,
+) {
+    use dnnc_ir::Tensor;
+    let Some(dev) = gpu_or_skip(test) else {
+        return;
+    };
+    let g = dnnc_compiler::model::load_model_str(src, "test.dnn")
+        .unwrap_or_else(|e| panic!("{test}: {e:?}"));
+    let feeds = dnnc_compiler::cli::gather_inputs(&g, &[], &mut |_| {}).expect("inputs");
+    let want = dnnc_runtime::interp::run(&g, &feeds).expect("interpreter");
+    opts.limits = dev.limits();
+    let prog = dnnc_compiler::codegen::gpu::compile_gpu(&g, &opts)
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let exe =
+        dnnc_runtime::gpu::GpuExecutable::new(dev, prog).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let got = exe.run(&feeds).unwrap_or_else(|e| panic!("{test}: {e}"));
+    assert_eq!(got.len(), want.len());
+    for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a.ty(), e.ty(), "{test}: output {i} type");
+        match (a, e) {
+            (Tensor::F32(a), Tensor::F32(e)) => {
+                let a: Vec<f32> = a.iter().copied().collect();
+                let e: Vec<f32> = e.iter().copied().collect();
+                let (ok, abs, rel) = allclose(&a, &e, rtol, atol);
+                assert!(
+                    ok,
+                    "{test}: output {i} differs from the interpreter: max abs {abs:e}, max rel {rel:e}"
+                );
+            }
+            _ => assert_eq!(a, e, "{test}: output {i}"),
+        }
+    }
+}
+
+/// [`gpu_check_with`] with the default options.
+pub fn gpu_check(test: &str, src: &str, rtol: f32, atol: f32) {
+    gpu_check_with(test, src, Default::default(), rtol, atol)
+}

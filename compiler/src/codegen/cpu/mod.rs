@@ -20,7 +20,7 @@ mod elementwise;
 mod emit;
 mod extended;
 mod fastconv;
-mod group;
+pub(crate) mod group;
 mod math;
 mod movement;
 pub mod partition;
@@ -80,6 +80,17 @@ pub enum CodegenError {
         name: String,
         /// What is wrong.
         message: String,
+    },
+    /// A generated WGSL shader failed naga's validation (a code generator
+    /// bug): reported with the shader, never shipped to a driver.
+    #[error("internal compiler error: kernel `{kernel}`: the generated WGSL shader is invalid:\n{message}\n--- shader source ---\n{shader}")]
+    Shader {
+        /// Kernel (stage) name.
+        kernel: String,
+        /// naga's diagnostic.
+        message: String,
+        /// The shader.
+        shader: String,
     },
     /// Cranelift rejected generated code (a code generator bug).
     #[error("kernel `{kernel}`: code generation failed: {message}")]

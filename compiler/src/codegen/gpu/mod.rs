@@ -1,0 +1,477 @@
+//! The GPU code generator: one WGSL compute shader (or a few stages) per
+//! fused kernel, validated by naga, run by `dnnc_runtime::gpu`.
+//!
+//! Everything above code generation is the CPU backend's: the same fusion
+//! overlay (`cpu::group::kernels`), the same liveness planner for the
+//! activation arena (`dnnc_ir::memplan`), the same weights. Only the
+//! emitter differs. Lowerings by kernel kind:
+//!
+//! - elementwise chains ([`elementwise`]): one invocation per output
+//!   element, operands broadcast by index arithmetic;
+//! - contractions ([`contraction`]): MatMul, Gemm and Conv2d as a tiled
+//!   GEMM with workgroup shared memory and register blocking (convolution
+//!   as implicit GEMM: the im2col matrix is never built), depthwise and
+//!   grouped convolution directly, Winograd F(2x2,3x3) as input transform,
+//!   batched GEMM and output transform; the fused epilogue runs on each
+//!   output element before it is stored;
+//! - reductions ([`reduce`]): pools per output element, Reduce*,
+//!   global pools, Softmax and the normalisations as log-depth workgroup
+//!   tree reductions;
+//! - data movement ([`movement`]): one invocation per output element
+//!   reading its source element;
+//! - views alias their operand (no shader).
+//!
+//! Workgroup sizes and GEMM tiles come from the device's limits
+//! ([`GpuLimits`]) and each GEMM's shape; every shader is validated with
+//! naga before the program is returned, so the driver never sees one that
+//! is not valid WGSL.
+
+mod contraction;
+mod elementwise;
+mod extended;
+mod movement;
+pub(crate) mod point;
+mod reduce;
+pub(crate) mod wgsl;
+
+use super::cpu::group::{self, Kernel, KernelKind};
+use super::cpu::CodegenError;
+use dnnc_ir::{memplan, DType, Graph, NodeId, Op, Tensor, ValueId};
+use dnnc_runtime::gpu::{tensor_words, GpuIo, GpuKernel, GpuLimits, GpuProgram, GpuStage};
+use std::collections::HashMap;
+use wgsl::{Buf, Loc};
+
+/// Options of the GPU code generator.
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// The limits of the device the shaders are for (`Default`: WebGPU's
+    /// guaranteed minimums, valid on every adapter).
+    pub limits: GpuLimits,
+    /// Whether 3x3 stride-1 convolutions may use Winograd F(2x2,3x3)
+    /// (`None`: when it pays by the operation count; `Some(false)`:
+    /// never; `Some(true)`: wherever it applies, for tests).
+    pub winograd: Option<bool>,
+}
+
+/// Per-kernel facts the lowerings use.
+pub(crate) struct GCtx<'a> {
+    /// The graph.
+    pub g: &'a Graph,
+    /// The kernel being lowered.
+    pub k: &'a Kernel,
+    /// Options (limits).
+    pub opts: &'a GpuOptions,
+    locs: &'a HashMap<ValueId, Loc>,
+    scratch_base: usize,
+    scratch_used: usize,
+}
+
+impl GCtx<'_> {
+    /// Where `v` lives.
+    pub fn loc(&self, v: ValueId) -> Result<Loc, String> {
+        self.locs
+            .get(&v)
+            .copied()
+            .ok_or_else(|| format!("value `%{}` has no buffer", self.g.value(v).name))
+    }
+
+    /// A closure form of [`GCtx::loc`] for the point evaluator.
+    pub fn locf(&self) -> impl Fn(ValueId) -> Result<Loc, String> + '_ {
+        move |v| self.loc(v)
+    }
+
+    /// `words` of scratch memory in the arena, live only during this
+    /// kernel.
+    pub fn scratch(&mut self, words: usize) -> Loc {
+        let offset = self.scratch_base + self.scratch_used;
+        self.scratch_used += words.div_ceil(4) * 4;
+        Loc {
+            buf: Buf::Arena,
+            offset,
+            dtype: DType::F32,
+        }
+    }
+
+    /// The anchor node.
+    pub fn anchor(&self) -> NodeId {
+        self.k.anchor.unwrap_or(self.k.nodes[0])
+    }
+
+    /// The fused nodes after the anchor (the epilogue).
+    pub fn epilogue(&self) -> &[NodeId] {
+        &self.k.nodes[1..]
+    }
+
+    /// The limits shaders are sized by.
+    pub fn limits(&self) -> &GpuLimits {
+        &self.opts.limits
+    }
+
+    /// A label for stage `what` of this kernel.
+    pub fn label(&self, what: &str) -> String {
+        if what.is_empty() {
+            self.k.name.clone()
+        } else {
+            format!("{}.{what}", self.k.name)
+        }
+    }
+}
+
+fn node_label(g: &Graph, n: NodeId) -> String {
+    g.node(n)
+        .outputs
+        .first()
+        .map(|&v| g.value(v).name.clone())
+        .unwrap_or_else(|| format!("#{}", n.index()))
+}
+
+fn unsupported(g: &Graph, n: NodeId, reason: impl Into<String>) -> CodegenError {
+    CodegenError::Unsupported {
+        node: node_label(g, n),
+        op: g.node(n).op.name().to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Whether the GPU backend has a lowering for `op` in a kernel of `kind`.
+fn supported(g: &Graph, k: &Kernel, n: NodeId) -> bool {
+    let op = &g.node(n).op;
+    let first = n == k.nodes[0];
+    match k.kind {
+        KernelKind::View => true,
+        KernelKind::Elementwise => point::supports(op),
+        KernelKind::Contraction => {
+            (first && (contraction::supports(op) || extended::supports(op))) || point::supports(op)
+        }
+        KernelKind::Reduction => (first && reduce::supports(op)) || point::supports(op),
+        KernelKind::DataMovement => movement::supports(op) || extended::supports(op),
+    }
+}
+
+fn lower(cx: &mut GCtx<'_>) -> Result<Vec<GpuStage>, String> {
+    let op = &cx.g.node(cx.anchor()).op;
+    match cx.k.kind {
+        KernelKind::View => Ok(Vec::new()),
+        KernelKind::Elementwise => elementwise::lower(cx),
+        KernelKind::Contraction if contraction::supports(op) => contraction::lower(cx),
+        KernelKind::Reduction => reduce::lower(cx),
+        KernelKind::DataMovement if movement::supports(op) => movement::lower(cx),
+        _ => extended::lower(cx),
+    }
+}
+
+/// Validates `src` with naga (parse + full validation).
+pub fn validate_wgsl(src: &str) -> Result<(), String> {
+    let module = naga::front::wgsl::parse_str(src).map_err(|e| e.emit_to_string(src))?;
+    naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::default(),
+    )
+    .validate(&module)
+    .map_err(|e| e.emit_to_string(src))?;
+    Ok(())
+}
+
+/// Compiles `g` to WGSL compute shaders for a device with `opts.limits`.
+///
+/// Every op must have a lowering (the error names the node otherwise) and
+/// every shader must pass naga's validation (an internal compiler error
+/// with the node and the shader source otherwise).
+pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenError> {
+    let kernels = group::kernels(g);
+    for k in &kernels {
+        for &n in &k.nodes {
+            if !supported(g, k, n) {
+                return Err(unsupported(
+                    g,
+                    n,
+                    "the GPU backend has no lowering for this op yet",
+                ));
+            }
+        }
+    }
+    let nk = kernels.len();
+    let mut kernel_of: HashMap<NodeId, usize> = HashMap::new();
+    for (i, k) in kernels.iter().enumerate() {
+        for &n in &k.nodes {
+            kernel_of.insert(n, i);
+        }
+    }
+
+    // Weights and compile-time constants: binding 0.
+    let mut weights: Vec<u32> = Vec::new();
+    let mut locs: HashMap<ValueId, Loc> = HashMap::new();
+    let mut inputs = Vec::new();
+    for n in g.topo_order() {
+        let node = g.node(n);
+        let Some(&v) = node.outputs.first() else {
+            continue;
+        };
+        let val = g.value(v);
+        let data = match node.op {
+            Op::Param(_) | Op::Constant => {
+                let t = g.weight(v).map_err(|e| CodegenError::Weight {
+                    name: val.name.clone(),
+                    message: e.to_string(),
+                })?;
+                if t.ty() != val.ty {
+                    return Err(CodegenError::Weight {
+                        name: val.name.clone(),
+                        message: format!("data is {}, but the graph declares {}", t.ty(), val.ty),
+                    });
+                }
+                t.into_owned()
+            }
+            Op::Shape { start, end } => {
+                let x = &g.value(node.inputs[0]).ty.shape;
+                let r = x.len() as i64;
+                let clamp = |a: i64| if a < 0 { (a + r).max(0) } else { a.min(r) } as usize;
+                let (s, e) = (clamp(start), clamp(end));
+                let dims: Vec<i64> = x[s..e.max(s)].iter().map(|&d| d as i64).collect();
+                Tensor::I64(
+                    ndarray::ArrayD::from_shape_vec(vec![dims.len()], dims)
+                        .map_err(|e| unsupported(g, n, format!("shape result: {e}")))?,
+                )
+            }
+            Op::Input => {
+                inputs.push(v);
+                continue;
+            }
+            _ => continue,
+        };
+        let w = tensor_words(&data, &format!("weight `%{}`", val.name)).map_err(|e| {
+            CodegenError::Weight {
+                name: val.name.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        locs.insert(
+            v,
+            Loc {
+                buf: Buf::Weights,
+                offset: weights.len(),
+                dtype: val.ty.dtype,
+            },
+        );
+        weights.extend_from_slice(&w);
+        weights.resize(weights.len().div_ceil(4) * 4, 0);
+    }
+
+    // Activation values: producer kernel, views resolved to their root.
+    let mut alias_of: HashMap<ValueId, ValueId> = HashMap::new();
+    for k in &kernels {
+        if k.kind == KernelKind::View {
+            let node = g.node(k.nodes[0]);
+            if let (Some(&x), Some(&y)) = (node.inputs.first(), node.outputs.first()) {
+                let root = alias_of.get(&x).copied().unwrap_or(x);
+                alias_of.insert(y, root);
+            }
+        }
+    }
+    let mut temps: Vec<ValueId> = inputs.clone();
+    let mut first: HashMap<ValueId, usize> = inputs.iter().map(|&v| (v, 0)).collect();
+    for (i, k) in kernels.iter().enumerate() {
+        if k.kind == KernelKind::View || matches!(g.node(k.nodes[0]).op, Op::Shape { .. }) {
+            continue;
+        }
+        for &v in &k.outputs {
+            if !first.contains_key(&v) {
+                first.insert(v, i);
+                temps.push(v);
+            }
+        }
+    }
+    let mut last: HashMap<ValueId, usize> = HashMap::new();
+    for n in g.topo_order() {
+        let Some(&ki) = kernel_of.get(&n) else {
+            continue;
+        };
+        for &v in &g.node(n).inputs {
+            let root = alias_of.get(&v).copied().unwrap_or(v);
+            let e = last.entry(root).or_insert(ki);
+            *e = (*e).max(ki);
+        }
+    }
+    for &v in g.outputs() {
+        let root = alias_of.get(&v).copied().unwrap_or(v);
+        last.insert(root, nk);
+    }
+    for &v in &inputs {
+        last.insert(v, nk);
+    }
+
+    // Scratch needs: lower once against placeholder locations.
+    let placeholder: HashMap<ValueId, Loc> = (0..g.value_count())
+        .map(|i| {
+            let v = ValueId(i as u32);
+            (
+                v,
+                Loc {
+                    buf: Buf::Arena,
+                    offset: 0,
+                    dtype: g.value(v).ty.dtype,
+                },
+            )
+        })
+        .collect();
+    let mut scratch = vec![0usize; nk];
+    for (i, k) in kernels.iter().enumerate() {
+        let mut cx = GCtx {
+            g,
+            k,
+            opts,
+            locs: &placeholder,
+            scratch_base: 0,
+            scratch_used: 0,
+        };
+        lower(&mut cx).map_err(|e| unsupported(g, cx.anchor(), e))?;
+        scratch[i] = cx.scratch_used;
+    }
+
+    let mut intervals = Vec::new();
+    for &v in &temps {
+        let f = first[&v];
+        intervals.push(memplan::Interval {
+            bytes: g.value(v).ty.shape.iter().product::<usize>().max(1) * 4,
+            first: f,
+            last: last.get(&v).copied().unwrap_or(f).max(f),
+            reuse: None,
+        });
+    }
+    for (i, &s) in scratch.iter().enumerate() {
+        if s > 0 {
+            intervals.push(memplan::Interval {
+                bytes: s * 4,
+                first: i,
+                last: i,
+                reuse: None,
+            });
+        }
+    }
+    let plan = memplan::plan(&intervals, 16);
+    for (j, &v) in temps.iter().enumerate() {
+        locs.insert(
+            v,
+            Loc {
+                buf: Buf::Arena,
+                offset: plan.offsets[j] / 4,
+                dtype: g.value(v).ty.dtype,
+            },
+        );
+    }
+    let mut scratch_at = vec![0usize; nk];
+    let mut j = temps.len();
+    for (i, &s) in scratch.iter().enumerate() {
+        if s > 0 {
+            scratch_at[i] = plan.offsets[j] / 4;
+            j += 1;
+        }
+    }
+    // Views: their root's place (aliases are whole-buffer, offset 0).
+    for k in &kernels {
+        if k.kind == KernelKind::View {
+            let node = g.node(k.nodes[0]);
+            if let (Some(&x), Some(&y)) = (node.inputs.first(), node.outputs.first()) {
+                let l = *locs
+                    .get(&x)
+                    .ok_or_else(|| unsupported(g, k.nodes[0], "operand has no buffer"))?;
+                locs.insert(
+                    y,
+                    Loc {
+                        dtype: g.value(y).ty.dtype,
+                        ..l
+                    },
+                );
+            }
+        }
+    }
+
+    let mut gk = Vec::new();
+    for (i, k) in kernels.iter().enumerate() {
+        if matches!(g.node(k.nodes[0]).op, Op::Shape { .. }) {
+            continue;
+        }
+        let mut cx = GCtx {
+            g,
+            k,
+            opts,
+            locs: &locs,
+            scratch_base: scratch_at[i],
+            scratch_used: 0,
+        };
+        let stages = lower(&mut cx).map_err(|e| unsupported(g, cx.anchor(), e))?;
+        for st in &stages {
+            validate_wgsl(&st.wgsl).map_err(|message| CodegenError::Shader {
+                kernel: st.label.clone(),
+                message,
+                shader: st.wgsl.clone(),
+            })?;
+        }
+        if stages.is_empty() {
+            continue;
+        }
+        let op = k
+            .nodes
+            .iter()
+            .map(|&n| g.node(n).op.name())
+            .collect::<Vec<_>>()
+            .join("+");
+        gk.push(GpuKernel {
+            name: k.name.clone(),
+            op,
+            stages,
+        });
+    }
+
+    let io = |v: ValueId| -> Result<(GpuIo, bool), CodegenError> {
+        let l = locs.get(&v).ok_or_else(|| CodegenError::Unsupported {
+            node: g.value(v).name.clone(),
+            op: "output".into(),
+            reason: "value has no buffer".into(),
+        })?;
+        Ok((
+            GpuIo {
+                name: g.value(v).name.clone(),
+                ty: g.value(v).ty.clone(),
+                offset: l.offset,
+            },
+            l.buf == Buf::Weights,
+        ))
+    };
+    let mut outputs = Vec::new();
+    for &v in g.outputs() {
+        outputs.push(io(v)?);
+    }
+    let inputs = inputs
+        .iter()
+        .map(|&v| io(v).map(|(x, _)| x))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(GpuProgram {
+        graph: g.name.clone(),
+        weights,
+        arena_words: plan.total_bytes / 4,
+        inputs,
+        outputs,
+        kernels: gk,
+    })
+}
+
+/// The shaders of `p` as `(file name, source)`: one `.wgsl` per stage,
+/// numbered in dispatch order (`--emit wgsl --out DIR`).
+pub fn wgsl_files(p: &GpuProgram) -> Vec<(String, String)> {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    p.stages()
+        .enumerate()
+        .map(|(i, st)| (format!("{i:03}_{}.wgsl", clean(&st.label)), st.wgsl.clone()))
+        .collect()
+}
