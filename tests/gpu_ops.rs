@@ -22,3 +22,93 @@ fn elementwise_chain_with_broadcast() {
         1e-6,
     );
 }
+
+#[test]
+fn conv_as_implicit_gemm_with_fused_epilogue() {
+    // Stride, asymmetric pads, dilation; bias, Relu and a residual Add
+    // fused into the GEMM's epilogue.
+    check(
+        "conv_as_implicit_gemm_with_fused_epilogue",
+        "graph t {
+  input %x: f32[2,5,11,9]
+  input %r: f32[2,7,6,4]
+  param %w: f32[7,5,3,3] = he(seed=1)
+  param %b: f32[7] = uniform(low=-0.5, high=0.5, seed=2)
+  %c = Conv2d(%x, %w, %b) {strides=[2,2], pads=[1,2,1,0], dilations=[1,2]}
+  %y = Relu(%c)
+  %z = Add(%y, %r)
+  output %z
+}",
+        1e-4,
+        1e-5,
+    );
+}
+
+#[test]
+fn pointwise_grouped_and_depthwise_convs() {
+    check(
+        "pointwise_grouped_and_depthwise_convs",
+        "graph t {
+  input %x: f32[1,8,10,10]
+  param %w1: f32[16,8,1,1] = he(seed=1)
+  param %w2: f32[16,4,3,3] = he(seed=2)
+  param %b2: f32[16] = uniform(low=-0.5, high=0.5, seed=3)
+  param %w3: f32[16,1,3,3] = he(seed=4)
+  %p = Conv2d(%x, %w1)
+  %g = Conv2d(%p, %w2, %b2) {group=4, pads=[1,1,1,1]}
+  %d = Conv2d(%g, %w3) {group=16, strides=[2,2], pads=[1,1,1,1]}
+  %y = Clip(%d) {min=0.0, max=6.0}
+  output %y
+}",
+        1e-4,
+        1e-5,
+    );
+}
+
+#[test]
+fn winograd_f2x2_3x3_matches_the_interpreter() {
+    let src = "graph t {
+  input %x: f32[2,6,9,7]
+  param %w: f32[5,6,3,3] = he(seed=1)
+  param %b: f32[5] = uniform(low=-0.5, high=0.5, seed=2)
+  %c = Conv2d(%x, %w, %b) {pads=[1,1,1,1]}
+  %y = Relu(%c)
+  output %y
+}";
+    let opts = dnnc_compiler::codegen::gpu::GpuOptions {
+        winograd: Some(true),
+        ..Default::default()
+    };
+    dnnc_integration::gpu_check_with("winograd_f2x2_3x3", src, opts, 1e-4, 1e-5);
+}
+
+#[test]
+fn gemm_transposes_alpha_beta_and_matmul_batches() {
+    check(
+        "gemm_transposes_alpha_beta",
+        "graph t {
+  input %a: f32[37,70]
+  param %b: f32[45,37] = he(seed=1)
+  param %c: f32[45] = uniform(low=-1.0, high=1.0, seed=2)
+  %y = Gemm(%a, %b, %c) {alpha=0.5, beta=2.0, transA=1, transB=1}
+  %z = Sigmoid(%y)
+  output %z
+}",
+        1e-4,
+        1e-5,
+    );
+    check(
+        "matmul_batched_broadcast",
+        "graph t {
+  input %a: f32[3,1,5,66]
+  input %b: f32[4,66,19]
+  input %v: f32[19]
+  %y = MatMul(%a, %b)
+  %z = MatMul(%y, %v)
+  output %y
+  output %z
+}",
+        1e-4,
+        1e-5,
+    );
+}

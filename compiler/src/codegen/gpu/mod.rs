@@ -33,6 +33,7 @@ mod movement;
 pub(crate) mod point;
 mod reduce;
 pub(crate) mod wgsl;
+mod winograd;
 
 use super::cpu::group::{self, Kernel, KernelKind};
 use super::cpu::CodegenError;
@@ -64,6 +65,9 @@ pub(crate) struct GCtx<'a> {
     locs: &'a HashMap<ValueId, Loc>,
     scratch_base: usize,
     scratch_used: usize,
+    /// The weight buffer, which lowerings may extend with data prepared
+    /// at compile time (Winograd-transformed filters).
+    weights: &'a mut Vec<u32>,
 }
 
 impl GCtx<'_> {
@@ -89,6 +93,28 @@ impl GCtx<'_> {
             buf: Buf::Arena,
             offset,
             dtype: DType::F32,
+        }
+    }
+
+    /// Appends compile-time data to the weight buffer; where it lives.
+    pub fn add_weights(&mut self, words: &[u32]) -> Loc {
+        let offset = self.weights.len();
+        self.weights.extend_from_slice(words);
+        self.weights.resize(self.weights.len().div_ceil(4) * 4, 0);
+        Loc {
+            buf: Buf::Weights,
+            offset,
+            dtype: DType::F32,
+        }
+    }
+
+    /// The data of `v` when it is a weight known at compile time (a
+    /// parameter or constant), for lowerings that transform it.
+    pub fn weight_data(&self, v: ValueId) -> Option<Tensor> {
+        let p = self.g.value(v).producer;
+        match self.g.node(p).op {
+            Op::Param(_) | Op::Constant => self.g.weight(v).ok().map(|t| t.into_owned()),
+            _ => None,
         }
     }
 
@@ -316,6 +342,7 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
         .collect();
     let mut scratch = vec![0usize; nk];
     for (i, k) in kernels.iter().enumerate() {
+        let mut discard = Vec::new();
         let mut cx = GCtx {
             g,
             k,
@@ -323,6 +350,7 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
             locs: &placeholder,
             scratch_base: 0,
             scratch_used: 0,
+            weights: &mut discard,
         };
         lower(&mut cx).map_err(|e| unsupported(g, cx.anchor(), e))?;
         scratch[i] = cx.scratch_used;
@@ -398,6 +426,7 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
             locs: &locs,
             scratch_base: scratch_at[i],
             scratch_used: 0,
+            weights: &mut weights,
         };
         let stages = lower(&mut cx).map_err(|e| unsupported(g, cx.anchor(), e))?;
         for st in &stages {
