@@ -112,3 +112,53 @@ fn gemm_transposes_alpha_beta_and_matmul_batches() {
         1e-5,
     );
 }
+
+#[test]
+fn device_errors_are_reported_not_panics() {
+    use dnnc_runtime::gpu::{AdapterChoice, GpuDevice, GpuError, GpuExecutable};
+    let Some(dev) = dnnc_integration::gpu_or_skip("device_errors_are_reported_not_panics") else {
+        return;
+    };
+    // An adapter that does not exist: named, with the list.
+    let e = GpuDevice::open(&AdapterChoice::Index(999)).unwrap_err();
+    assert!(matches!(e, GpuError::AdapterNotFound { .. }), "{e}");
+    assert!(e.to_string().contains("999"), "{e}");
+    let e = GpuDevice::open(&AdapterChoice::Name("no-such-gpu".into())).unwrap_err();
+    assert!(e.to_string().contains("no-such-gpu"), "{e}");
+
+    let src = "graph t {
+  input %x: f32[4,4]
+  %y = Relu(%x)
+  output %y
+}";
+    let g = dnnc_compiler::model::load_model_str(src, "t.dnn").unwrap();
+    let opts = dnnc_compiler::codegen::gpu::GpuOptions {
+        limits: dev.limits(),
+        ..Default::default()
+    };
+    // Wrong inputs.
+    let own = GpuDevice::open(&AdapterChoice::Default).unwrap();
+    let exe = GpuExecutable::new(
+        own.clone(),
+        dnnc_compiler::codegen::gpu::compile_gpu(&g, &opts).unwrap(),
+    )
+    .unwrap();
+    let bad = dnnc_ir::Tensor::F32(ndarray::ArrayD::zeros(vec![2, 4]));
+    let e = exe.run(&[("x".into(), bad)]).unwrap_err();
+    assert!(e.to_string().contains("expected f32[4,4]"), "{e}");
+    let e = exe.run(&[]).unwrap_err();
+    assert!(e.to_string().contains("`x` was not given"), "{e}");
+    // A lost device: every later run says so.
+    own.destroy();
+    let ok = dnnc_ir::Tensor::F32(ndarray::ArrayD::zeros(vec![4, 4]));
+    let e = exe.run(&[("x".into(), ok)]).unwrap_err();
+    assert!(matches!(e, GpuError::Lost(_)), "{e}");
+
+    // A model larger than one storage binding allows: a limit error.
+    let big = (dev.limits().max_binding_bytes / 4 + 1024) as usize;
+    let src = format!("graph t {{\n  input %x: f32[{big}]\n  %y = Relu(%x)\n  output %y\n}}");
+    let g = dnnc_compiler::model::load_model_str(&src, "t.dnn").unwrap();
+    let p = dnnc_compiler::codegen::gpu::compile_gpu(&g, &opts).unwrap();
+    let e = GpuExecutable::new(dev, p).unwrap_err();
+    assert!(matches!(e, GpuError::Limit(_)), "{e}");
+}

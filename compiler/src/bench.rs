@@ -26,8 +26,14 @@ pub struct BenchConfig {
     pub warmup: usize,
     /// Timed runs, at least 1.
     pub iters: usize,
-    /// The cpu backend (else the interpreter).
+    /// The cpu backend (else the interpreter, or the GPU when `gpu` is
+    /// set).
     pub cpu: bool,
+    /// The GPU backend on this adapter with these options.
+    pub gpu: Option<(
+        dnnc_runtime::gpu::AdapterChoice,
+        crate::codegen::gpu::GpuOptions,
+    )>,
     /// Code generator options (convolution algorithms) for the cpu backend.
     pub cpu_opts: crate::codegen::cpu::CpuOptions,
     /// How waves of independent kernels run (cpu backend, threads > 1).
@@ -35,6 +41,73 @@ pub struct BenchConfig {
     /// Idle workers poll for split work (cpu backend, threads > 1; see
     /// `Executable::set_spinning`).
     pub spinning: bool,
+}
+
+/// `dnnc bench --backend gpu`: compile time, then latency of whole runs
+/// (input upload, every dispatch, output read-back), GFLOP/s, and the
+/// planned arena.
+fn bench_gpu(
+    g: &Graph,
+    feeds: &[(String, Tensor)],
+    cfg: &BenchConfig,
+    choice: &dnnc_runtime::gpu::AdapterChoice,
+    opts: &crate::codegen::gpu::GpuOptions,
+    macs: u64,
+) -> Result<String, DnncError> {
+    let mut text = String::new();
+    let t0 = Instant::now();
+    let exe = crate::codegen::gpu::compile_for_device(g, opts, choice)?;
+    let compile = t0.elapsed();
+    for _ in 0..cfg.warmup {
+        exe.run(feeds)?;
+    }
+    let mut times = Vec::with_capacity(cfg.iters);
+    for _ in 0..cfg.iters {
+        let t = Instant::now();
+        exe.run(feeds)?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let lat = Latency::of(&times);
+    let gflops = 2.0 * macs as f64 / lat.median.max(1e-12) / 1e9;
+    let p = exe.program();
+    let _ = writeln!(
+        text,
+        "bench `{}` on gpu ({}, {} {}): {} warm-up + {} timed run{}",
+        g.name,
+        exe.adapter().name,
+        exe.adapter().backend,
+        exe.adapter().device_type,
+        cfg.warmup,
+        cfg.iters,
+        if cfg.iters == 1 { "" } else { "s" }
+    );
+    let _ = writeln!(
+        text,
+        "  latency      median {:.3} ms  min {:.3} ms  max {:.3} ms (upload, dispatches, read-back)",
+        lat.median * 1e3,
+        lat.min * 1e3,
+        lat.max * 1e3
+    );
+    let _ = writeln!(
+        text,
+        "  throughput   {gflops:.1} GFLOP/s (2 x {} conv+FC MACs / median)",
+        wd::format_thousands(macs)
+    );
+    let _ = writeln!(
+        text,
+        "  activations  arena {} ({} bytes), weights {}",
+        format_bytes(p.arena_words * 4),
+        p.arena_words * 4,
+        format_bytes(p.weights.len() * 4)
+    );
+    let _ = writeln!(
+        text,
+        "  compile      {:.1} ms ({} kernels, {} shaders; pipelines built once)",
+        compile.as_secs_f64() * 1e3,
+        p.kernels.len(),
+        p.stages().count()
+    );
+    Ok(text)
 }
 
 /// Latency statistics of timed runs.
@@ -88,6 +161,9 @@ pub fn bench(
     let analysis = wd::analyze(g);
     let macs = analysis.contraction_work();
     let mut text = String::new();
+    if let Some((choice, opts)) = &cfg.gpu {
+        return bench_gpu(g, feeds, cfg, choice, opts, macs);
+    }
     let t0 = Instant::now();
     let exe = if cfg.cpu {
         let mut e = crate::cli::compile_for_cpu(g, &cfg.cpu_opts, cfg.threads)?;

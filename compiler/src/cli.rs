@@ -27,6 +27,9 @@ pub enum Backend {
     /// Native code for this CPU (Cranelift JIT); an op it cannot compile
     /// is an error, never interpreted.
     Cpu,
+    /// WGSL compute shaders run through wgpu on a GPU adapter (Vulkan,
+    /// Metal, DX12, GL; `--adapter` picks one, `dnnc devices` lists them).
+    Gpu,
 }
 
 /// `--conv-algo` and `--conv-algo-for` of `dnnc run` and `dnnc bench`
@@ -97,6 +100,10 @@ pub enum Command {
         /// reference interpreter).
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
+        /// GPU adapter for --backend gpu: an index or a name substring
+        /// (`dnnc devices` lists them; default: the high-performance one).
+        #[arg(long, value_name = "NAME|INDEX")]
+        adapter: Option<String>,
         /// Threads for the cpu backend (at least 1).
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = threads_arg)]
         threads: usize,
@@ -144,6 +151,10 @@ pub enum Command {
         /// Execution backend.
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
+        /// GPU adapter for --backend gpu: an index or a name substring
+        /// (`dnnc devices` lists them; default: the high-performance one).
+        #[arg(long, value_name = "NAME|INDEX")]
+        adapter: Option<String>,
         /// How waves of independent kernels run with --threads above 1.
         #[arg(long, value_enum, default_value_t = ConcurrencyArg::Auto)]
         concurrency: ConcurrencyArg,
@@ -209,6 +220,19 @@ pub enum Command {
         /// The egraph pass's time budget in milliseconds.
         #[arg(long, value_name = "MS")]
         egraph_ms: Option<u64>,
+        /// Emit generated code instead of IR: `wgsl` prints (or with
+        /// --out writes, one `.wgsl` file per kernel stage) the GPU
+        /// backend's validated compute shaders for the graph (after
+        /// --after PASS when given).
+        #[arg(long, value_name = "FORMAT", value_parser = ["wgsl"], conflicts_with_all = ["passes", "rules"])]
+        emit: Option<String>,
+        /// With --emit: the directory to write the files into.
+        #[arg(long, value_name = "DIR", requires = "emit")]
+        out: Option<PathBuf>,
+        /// With --emit wgsl: size workgroups and tiles for this adapter's
+        /// limits (default: WebGPU's guaranteed minimums, valid anywhere).
+        #[arg(long, value_name = "NAME|INDEX", requires = "emit")]
+        adapter: Option<String>,
     },
     /// Measure every applicable convolution algorithm on every Conv2d of
     /// MODEL (each kernel with its fused epilogue, in its model) and
@@ -253,6 +277,9 @@ pub enum Command {
         #[arg(long, value_name = "PROFILE.json")]
         out: Option<PathBuf>,
     },
+    /// List the GPU adapters wgpu finds (index, name, API, type, driver,
+    /// compute limits), for `--adapter`.
+    Devices,
     /// Print the graph in Graphviz dot format.
     Dot {
         /// Model file.
@@ -352,17 +379,19 @@ fn execute_command(
             weights,
             out,
             backend,
+            adapter,
             threads,
             profile,
             concurrency,
             no_spin,
             conv,
         } => {
-            if backend == Backend::Interp && (threads != 1 || profile) {
+            if backend != Backend::Cpu && (threads != 1 || profile) {
                 return Err(DnncError::Usage(
                     "--threads and --profile need --backend cpu".into(),
                 ));
             }
+            check_adapter_arg(backend, &adapter)?;
             let mut g = load_model(&model)?;
             if let Some(w) = weights {
                 bind_weights_file(&mut g, &w, notes)?;
@@ -373,6 +402,14 @@ fn execute_command(
             let mut report = String::new();
             let results = match backend {
                 Backend::Interp => dnnc_runtime::run(&g, &feeds)?,
+                Backend::Gpu => {
+                    let exe = compile_for_gpu(&g, &conv, adapter.as_deref())?;
+                    notes(&format!(
+                        "note: running on GPU adapter {}",
+                        exe.adapter().name
+                    ));
+                    exe.run(&feeds)?
+                }
                 Backend::Cpu => {
                     let opts = cpu_options(&g, &conv, notes)?;
                     let mut exe = compile_for_cpu(&g, &opts, threads)?;
@@ -417,13 +454,15 @@ fn execute_command(
             warmup,
             iters,
             backend,
+            adapter,
             concurrency,
             no_spin,
             conv,
         } => {
-            if backend == Backend::Interp && threads != 1 {
+            if backend != Backend::Cpu && threads != 1 {
                 return Err(DnncError::Usage("--threads needs --backend cpu".into()));
             }
+            check_adapter_arg(backend, &adapter)?;
             let mut g = load_model(&model)?;
             if let Some(w) = weights {
                 bind_weights_file(&mut g, &w, notes)?;
@@ -436,6 +475,16 @@ fn execute_command(
                 warmup,
                 iters,
                 cpu: backend == Backend::Cpu,
+                gpu: match backend {
+                    Backend::Gpu => Some((
+                        adapter
+                            .as_deref()
+                            .map(dnnc_runtime::gpu::AdapterChoice::parse)
+                            .unwrap_or_default(),
+                        gpu_options(&conv),
+                    )),
+                    _ => None,
+                },
                 concurrency: concurrency.into(),
                 spinning: !no_spin,
                 cpu_opts: if backend == Backend::Cpu {
@@ -500,6 +549,9 @@ fn execute_command(
             egraph_nodes,
             egraph_iters,
             egraph_ms,
+            emit,
+            out,
+            adapter,
         } => {
             if threads == 0 {
                 return Err(DnncError::Usage("--threads must be at least 1".into()));
@@ -514,6 +566,16 @@ fn execute_command(
             // Budgets are checked before the model loads.
             cfg.validate()?;
             let pipeline = dnnc_passes::Pipeline::with_egraph(cfg);
+            if emit.is_some() {
+                return emit_wgsl(
+                    &model,
+                    pipeline,
+                    after.as_deref(),
+                    out.as_deref(),
+                    adapter.as_deref(),
+                    notes,
+                );
+            }
             ir_command(
                 &model,
                 pipeline,
@@ -561,6 +623,15 @@ fn execute_command(
             }
             Ok(text)
         }
+        Command::Devices => {
+            let list = dnnc_runtime::gpu::adapters();
+            if list.is_empty() {
+                return Err(
+                    dnnc_runtime::gpu::GpuError::NoAdapter("0 adapters enumerated".into()).into(),
+                );
+            }
+            Ok(list.iter().map(|a| format!("{a}\n")).collect())
+        }
         Command::Calibrate { threads, runs, out } => {
             let base = dnnc_passes::cost::MachineProfile::default();
             let (p, layers) = crate::tune::calibrate(&base, threads, runs)?;
@@ -598,7 +669,9 @@ fn optimize_if(g: &mut Graph, conv: &ConvArgs, backend: Backend) -> Result<(), D
         return Ok(());
     }
     if backend == Backend::Interp {
-        return Err(DnncError::Usage("--optimize needs --backend cpu".into()));
+        return Err(DnncError::Usage(
+            "--optimize needs --backend cpu or gpu".into(),
+        ));
     }
     let mut p = dnnc_passes::Pipeline::default();
     p.verify = true;
@@ -628,6 +701,102 @@ fn write_text(path: &Path, text: &str) -> Result<(), DnncError> {
         path: path.display().to_string(),
         source,
     })
+}
+
+/// `--adapter` is for the GPU backend only.
+fn check_adapter_arg(backend: Backend, adapter: &Option<String>) -> Result<(), DnncError> {
+    if adapter.is_some() && backend != Backend::Gpu {
+        return Err(DnncError::Usage("--adapter needs --backend gpu".into()));
+    }
+    Ok(())
+}
+
+/// GPU code generator options from `--conv-algo`: a Winograd algorithm
+/// forces Winograd F(2x2,3x3) wherever it applies, any other algorithm
+/// turns it off; per-node choices are the CPU backend's.
+pub fn gpu_options(conv: &ConvArgs) -> crate::codegen::gpu::GpuOptions {
+    use crate::codegen::cpu::ConvAlgo;
+    crate::codegen::gpu::GpuOptions {
+        winograd: conv
+            .conv_algo
+            .map(|a| matches!(a, ConvAlgo::Winograd2 | ConvAlgo::Winograd4)),
+        ..Default::default()
+    }
+}
+
+/// Opens the GPU adapter (`--adapter`, else the default) and compiles `g`
+/// for its limits.
+pub fn compile_for_gpu(
+    g: &Graph,
+    conv: &ConvArgs,
+    adapter: Option<&str>,
+) -> Result<dnnc_runtime::gpu::GpuExecutable, DnncError> {
+    let choice = adapter
+        .map(dnnc_runtime::gpu::AdapterChoice::parse)
+        .unwrap_or_default();
+    crate::codegen::gpu::compile_for_device(g, &gpu_options(conv), &choice)
+}
+
+/// `dnnc ir --emit wgsl`: the GPU backend's shaders for the graph (after
+/// `--after PASS` when given), printed or written one file per stage.
+fn emit_wgsl(
+    model: &Path,
+    mut pipeline: dnnc_passes::Pipeline,
+    after: Option<&str>,
+    out: Option<&Path>,
+    adapter: Option<&str>,
+    notes: &mut dyn FnMut(&str),
+) -> Result<String, DnncError> {
+    let mut g = load_model(model)?;
+    if let Some(after) = after {
+        if !pipeline.names().contains(&after) {
+            return Err(dnnc_passes::PassError::UnknownPass {
+                name: after.to_string(),
+                valid: pipeline.names().iter().map(|s| s.to_string()).collect(),
+            }
+            .into());
+        }
+        pipeline.verify = true;
+        pipeline.run_until(&mut g, after)?;
+    }
+    g.check_weights_bound()?;
+    let mut opts = crate::codegen::gpu::GpuOptions::default();
+    if let Some(a) = adapter {
+        let dev = dnnc_runtime::gpu::GpuDevice::open(&dnnc_runtime::gpu::AdapterChoice::parse(a))?;
+        notes(&format!(
+            "note: shaders sized for GPU adapter {}",
+            dev.adapter().name
+        ));
+        opts.limits = dev.limits();
+    }
+    let program = crate::codegen::gpu::compile_gpu(&g, &opts)?;
+    let files = crate::codegen::gpu::wgsl_files(&program);
+    let mut text = String::new();
+    match out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|source| DnncError::Io {
+                action: "create directory",
+                path: dir.display().to_string(),
+                source,
+            })?;
+            for (name, src) in &files {
+                write_text(&dir.join(name), src)?;
+            }
+            let _ = writeln!(
+                text,
+                "wrote {} shaders ({} kernels, each validated by naga) to {}",
+                files.len(),
+                program.kernels.len(),
+                dir.display()
+            );
+        }
+        None => {
+            for (name, src) in &files {
+                let _ = writeln!(text, "// ---- {name} ----\n{src}");
+            }
+        }
+    }
+    Ok(text)
 }
 
 /// Compiles for the cpu backend with `threads` worker threads.

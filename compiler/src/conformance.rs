@@ -613,6 +613,19 @@ fn try_test(dir: &Path, backend: Backend, optimize: bool) -> Result<Outcome, Out
                 exe.run(&feeds)
                     .map_err(|e| fail(format!("{set_name}: run failed: {e}")))?
             }
+            Backend::Gpu => {
+                let dev = shared_gpu().map_err(|e| fail(format!("gpu backend: {e}")))?;
+                let opts = crate::codegen::gpu::GpuOptions {
+                    limits: dev.limits(),
+                    ..Default::default()
+                };
+                let program = crate::codegen::gpu::compile_gpu(&g, &opts)
+                    .map_err(|e| fail(format!("gpu backend: {e}")))?;
+                let exe = dnnc_runtime::gpu::GpuExecutable::new(dev, program)
+                    .map_err(|e| fail(format!("gpu backend: {e}")))?;
+                exe.run(&feeds)
+                    .map_err(|e| fail(format!("{set_name}: run failed: {e}")))?
+            }
         };
         for (k, (f, got)) in out_files.iter().zip(&results).enumerate() {
             let (_, want) = read_tensor(f)?;
@@ -633,6 +646,17 @@ fn try_test(dir: &Path, backend: Backend, optimize: bool) -> Result<Outcome, Out
         loose,
         specialised,
     })
+}
+
+/// The default GPU adapter, opened once per process: the conformance
+/// suite compiles hundreds of small graphs.
+fn shared_gpu() -> Result<std::sync::Arc<dnnc_runtime::gpu::GpuDevice>, String> {
+    static DEV: std::sync::OnceLock<Result<std::sync::Arc<dnnc_runtime::gpu::GpuDevice>, String>> =
+        std::sync::OnceLock::new();
+    DEV.get_or_init(|| {
+        dnnc_runtime::gpu::GpuDevice::open(&Default::default()).map_err(|e| e.to_string())
+    })
+    .clone()
 }
 
 /// The graph value an importer "must be a constant" reason names: the

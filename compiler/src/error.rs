@@ -30,6 +30,10 @@ pub enum DnncError {
     /// A backend could not compile the graph (e.g. an op it lacks).
     #[error("{0}")]
     Codegen(#[from] crate::codegen::cpu::CodegenError),
+    /// The GPU could not be used or a GPU run failed (no adapter, out of
+    /// memory, device lost, limits exceeded).
+    #[error("{0}")]
+    Gpu(#[from] dnnc_runtime::gpu::GpuError),
     /// A file could not be read or written.
     #[error("cannot {action} `{path}`: {source}")]
     Io {

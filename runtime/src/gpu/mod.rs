@@ -352,6 +352,16 @@ impl GpuDevice {
         GpuLimits::from_wgpu(&self.limits)
     }
 
+    /// Destroys the device, as a driver reset or an unplugged GPU would:
+    /// every later build or run on it fails with [`GpuError::Lost`]. How
+    /// callers release a GPU early, and how tests reach that path.
+    pub fn destroy(&self) {
+        if let Ok(mut f) = self.lost.lock() {
+            f.get_or_insert_with(|| "the device was destroyed".to_string());
+        }
+        self.device.destroy();
+    }
+
     fn check_lost(&self) -> Result<(), GpuError> {
         match self.lost.lock().ok().and_then(|l| l.clone()) {
             Some(m) => Err(GpuError::Lost(m)),

@@ -73,6 +73,16 @@ pub enum CodegenError {
         /// What is missing.
         reason: String,
     },
+    /// The GPU backend has no lowering for this op or this use of it.
+    #[error("{op} `%{node}`: the GPU backend cannot compile this ({reason})")]
+    GpuUnsupported {
+        /// Node name (its first result).
+        node: String,
+        /// Op name.
+        op: String,
+        /// What is missing.
+        reason: String,
+    },
     /// A parameter or constant has no usable data.
     #[error("weight `%{name}`: {message}")]
     Weight {

@@ -152,7 +152,7 @@ fn node_label(g: &Graph, n: NodeId) -> String {
 }
 
 fn unsupported(g: &Graph, n: NodeId, reason: impl Into<String>) -> CodegenError {
-    CodegenError::Unsupported {
+    CodegenError::GpuUnsupported {
         node: node_label(g, n),
         op: g.node(n).op.name().to_string(),
         reason: reason.into(),
@@ -208,11 +208,7 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
     for k in &kernels {
         for &n in &k.nodes {
             if !supported(g, k, n) {
-                return Err(unsupported(
-                    g,
-                    n,
-                    "the GPU backend has no lowering for this op yet",
-                ));
+                return Err(unsupported(g, n, "no lowering for this op yet"));
             }
         }
     }
@@ -453,7 +449,7 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
     }
 
     let io = |v: ValueId| -> Result<(GpuIo, bool), CodegenError> {
-        let l = locs.get(&v).ok_or_else(|| CodegenError::Unsupported {
+        let l = locs.get(&v).ok_or_else(|| CodegenError::GpuUnsupported {
             node: g.value(v).name.clone(),
             op: "output".into(),
             reason: "value has no buffer".into(),
@@ -483,6 +479,23 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
         outputs,
         kernels: gk,
     })
+}
+
+/// Opens `choice`, compiles `g` for that device's limits (overriding
+/// `opts.limits`) and builds the executable: the library form of
+/// `dnnc run --backend gpu`.
+pub fn compile_for_device(
+    g: &Graph,
+    opts: &GpuOptions,
+    choice: &dnnc_runtime::gpu::AdapterChoice,
+) -> Result<dnnc_runtime::gpu::GpuExecutable, crate::DnncError> {
+    let dev = dnnc_runtime::gpu::GpuDevice::open(choice)?;
+    let opts = GpuOptions {
+        limits: dev.limits(),
+        ..opts.clone()
+    };
+    let program = compile_gpu(g, &opts)?;
+    Ok(dnnc_runtime::gpu::GpuExecutable::new(dev, program)?)
 }
 
 /// The shaders of `p` as `(file name, source)`: one `.wgsl` per stage,
