@@ -79,6 +79,14 @@ fn winograd_f2x2_3x3_matches_the_interpreter() {
         winograd: Some(true),
         ..Default::default()
     };
+    // The forced option really selects the three Winograd stages.
+    let g = dnnc_compiler::model::load_model_str(src, "t.dnn").unwrap();
+    let p = dnnc_compiler::codegen::gpu::compile_gpu(&g, &opts).unwrap();
+    let labels: Vec<&str> = p.stages().map(|s| s.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        ["y.winograd-input", "y.winograd-gemm", "y.winograd-output"]
+    );
     dnnc_integration::gpu_check_with("winograd_f2x2_3x3", src, opts, 1e-4, 1e-5);
 }
 
