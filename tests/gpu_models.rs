@@ -36,7 +36,9 @@ fn every_zoo_and_example_shader_passes_naga_validation() {
         for optimise in [false, true] {
             let mut g = dnnc_compiler::load_model(m).expect("loads");
             if optimise {
-                dnnc_passes::Pipeline::default().run(&mut g).expect("pipeline");
+                dnnc_passes::Pipeline::default()
+                    .run(&mut g)
+                    .expect("pipeline");
             }
             let p = dnnc_compiler::codegen::gpu::compile_gpu(&g, &opts)
                 .unwrap_or_else(|e| panic!("{} (optimised: {optimise}): {e}", m.display()));
@@ -60,7 +62,9 @@ fn run_zoo_model(test: &str, name: &str, optimise: bool) {
     let dir = shared.join("models").join(name);
     let mut g = dnnc_compiler::load_model(&dir.join("model.onnx")).expect("imports");
     if optimise {
-        dnnc_passes::Pipeline::default().run(&mut g).expect("pipeline");
+        dnnc_passes::Pipeline::default()
+            .run(&mut g)
+            .expect("pipeline");
     }
     let x = read_npy(&dir.join("input.npy")).expect("input.npy");
     let want = read_npy(&dir.join("output.npy")).expect("output.npy");
@@ -76,7 +80,10 @@ fn run_zoo_model(test: &str, name: &str, optimise: bool) {
     let e: Vec<f32> = want.as_f32().expect("f32").iter().copied().collect();
     let (ok, abs, rel) = allclose(&a, &e, 1e-3, 1e-4);
     eprintln!("{name} on the GPU (optimised: {optimise}): max abs {abs:e}, max rel {rel:e}");
-    assert!(ok, "{name}: GPU output differs from onnxruntime: max abs {abs:e}");
+    assert!(
+        ok,
+        "{name}: GPU output differs from onnxruntime: max abs {abs:e}"
+    );
 }
 
 #[test]

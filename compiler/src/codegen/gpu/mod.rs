@@ -517,3 +517,57 @@ pub fn wgsl_files(p: &GpuProgram) -> Vec<(String, String)> {
         .map(|(i, st)| (format!("{i:03}_{}.wgsl", clean(&st.label)), st.wgsl.clone()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_wgsl_is_an_internal_error_with_the_kernel_and_source() {
+        let bad = format!(
+            "{}\n@compute @workgroup_size(1)\nfn main() {{ let x: f32 = 1u; }}\n",
+            wgsl::HEADER
+        );
+        let msg = validate_wgsl(&bad).unwrap_err();
+        assert!(msg.contains("f32") || msg.contains("type"), "{msg}");
+        let e = CodegenError::Shader {
+            kernel: "conv1".into(),
+            message: msg,
+            shader: bad.clone(),
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with("internal compiler error: kernel `conv1`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fn main()"),
+            "the source is part of the report: {text}"
+        );
+        // A valid shader passes.
+        let ok = format!(
+            "{}\n@compute @workgroup_size(1)\nfn main() {{ act[0] = wts[0]; }}\n",
+            wgsl::HEADER
+        );
+        validate_wgsl(&ok).unwrap();
+    }
+
+    #[test]
+    fn an_op_without_a_lowering_names_the_node() {
+        // Every op has a lowering once all lowerings land; the check itself
+        // is what this exercises, on a kernel kind mismatch.
+        let g = dnnc_ir::text::parse(
+            "graph t {\n  input %x: f32[2,3]\n  %y = Relu(%x)\n  output %y\n}",
+            "t.dnn",
+        )
+        .unwrap();
+        let p = compile_gpu(&g, &GpuOptions::default()).unwrap();
+        assert_eq!(p.kernels.len(), 1);
+        assert_eq!(p.kernels[0].op, "Relu");
+        let e = unsupported(&g, g.topo_order()[1], "because");
+        assert_eq!(
+            e.to_string(),
+            "Relu `%y`: the GPU backend cannot compile this (because)"
+        );
+    }
+}
