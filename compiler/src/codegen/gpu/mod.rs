@@ -297,8 +297,8 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
             continue;
         }
         for &v in &k.outputs {
-            if !first.contains_key(&v) {
-                first.insert(v, i);
+            if let std::collections::hash_map::Entry::Vacant(e) = first.entry(v) {
+                e.insert(i);
                 temps.push(v);
             }
         }
