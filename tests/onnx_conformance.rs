@@ -193,6 +193,24 @@ fn expected_pass_list_holds_on_the_cpu_backend() {
     assert_all_pass(&report, "on the cpu backend");
 }
 
+/// The committed expected-pass list holds on the GPU backend (WGSL through
+/// wgpu; lavapipe in CI): every listed op, attribute form and dtype
+/// compiles to validated shaders and matches ONNX's expected outputs.
+#[test]
+fn expected_pass_list_holds_on_the_gpu_backend() {
+    let test = "expected_pass_list_holds_on_the_gpu_backend";
+    let Some(dirs) = listed_dirs(test) else {
+        return;
+    };
+    if dnnc_integration::gpu_or_skip(test).is_none() {
+        return;
+    }
+    let report = run_dirs_on(&dirs, Backend::Gpu, &mut |_| {})
+        .expect("the listed test folders are readable");
+    print_report(&report);
+    assert_all_pass(&report, "on the gpu backend");
+}
+
 /// Every listed test also passes when its graph goes through the
 /// optimisation pipeline (simplify, the folds, the e-graph, algorithm
 /// selection, fusion) before it runs, on the interpreter and on the cpu
