@@ -106,36 +106,53 @@ fn gather_axis_0_and_1_with_negative_indices() {
     );
 }
 
-/// The interpreter rejects an index outside `[-d, d)`; the GPU clamps it
-/// into `[0, d)` (documented in `codegen::gpu::movement`), so the result
-/// is checked against that rule directly.
+/// An index outside `[-d, d)` fails the run naming the node, as in the
+/// interpreter and the cpu backend; the same executable then runs valid
+/// indices (the error flag is reset per run).
 #[test]
-fn gather_out_of_range_index_is_clamped() {
+fn gather_out_of_range_index_fails_the_run() {
     use dnnc_ir::Tensor;
-    let test = "gather_out_of_range_index_is_clamped";
+    let test = "gather_out_of_range_index_fails_the_run";
     let Some(dev) = dnnc_integration::gpu_or_skip(test) else {
         return;
     };
     let src = "graph t {
   input %x: f32[4,2]
-  const %i: i64[4] = [7, -9, 1, -1]
+  input %i: i64[4]
   %a = Gather(%x, %i) {axis=0}
   output %a
 }";
     let g = dnnc_compiler::model::load_model_str(src, "test.dnn").expect("parse");
     let xs: Vec<f32> = (0..8).map(|v| v as f32).collect();
     let x = Tensor::F32(ndarray::ArrayD::from_shape_vec(vec![4, 2], xs).expect("shape"));
+    let idx =
+        |v: Vec<i64>| Tensor::I64(ndarray::ArrayD::from_shape_vec(vec![4], v).expect("shape"));
     let opts = dnnc_compiler::codegen::gpu::GpuOptions {
         limits: dev.limits(),
         ..Default::default()
     };
     let prog = dnnc_compiler::codegen::gpu::compile_gpu(&g, &opts).expect("compile");
     let exe = dnnc_runtime::gpu::GpuExecutable::new(dev, prog).expect("pipelines");
-    let got = exe.run(&[("x".to_string(), x)]).expect("run");
+    for bad in [vec![7, 0, 1, 2], vec![0, -9, 1, 2]] {
+        let e = exe
+            .run(&[("x".to_string(), x.clone()), ("i".to_string(), idx(bad))])
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "run failed: Gather `%a`: index out of range for an axis of size 4"
+        );
+    }
+    let got = exe
+        .run(&[
+            ("x".to_string(), x),
+            ("i".to_string(), idx(vec![3, -4, 1, -1])),
+        ])
+        .expect("run");
     let a = got[0].as_f32().expect("f32");
-    // 7 -> 3, -9 -> -5 -> 0, 1 -> 1, -1 -> 3.
-    let want = [6.0, 7.0, 0.0, 1.0, 2.0, 3.0, 6.0, 7.0];
-    assert_eq!(a.iter().copied().collect::<Vec<_>>(), want);
+    assert_eq!(
+        a.iter().copied().collect::<Vec<_>>(),
+        [6.0, 7.0, 0.0, 1.0, 2.0, 3.0, 6.0, 7.0]
+    );
 }
 
 #[test]

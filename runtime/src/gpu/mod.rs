@@ -72,6 +72,10 @@ pub enum GpuError {
     /// The caller's inputs do not fit the program.
     #[error("{0}")]
     Input(String),
+    /// A kernel found bad data while running (e.g. a Gather index out of
+    /// range): the message names the node.
+    #[error("run failed: {0}")]
+    Kernel(String),
 }
 
 /// Which adapter to run on.
@@ -442,6 +446,13 @@ pub struct GpuProgram {
     pub outputs: Vec<(GpuIo, bool)>,
     /// Kernels in execution order.
     pub kernels: Vec<GpuKernel>,
+    /// Messages of the error codes kernels may raise (code `i + 1` is
+    /// `errors[i]`), e.g. a Gather index out of range.
+    pub errors: Vec<String>,
+    /// Arena word where a kernel stores its error code (zeroed before each
+    /// run, read back with the outputs); meaningful when `errors` is not
+    /// empty.
+    pub error_word: usize,
 }
 
 impl GpuProgram {
@@ -463,6 +474,8 @@ pub struct GpuExecutable {
     readback: wgpu::Buffer,
     /// Byte offset of each output in `readback`.
     readback_at: Vec<u64>,
+    /// Byte offset of the error word in `readback`.
+    error_at: u64,
     run_lock: Mutex<()>,
 }
 
@@ -557,6 +570,9 @@ impl GpuExecutable {
             readback_at.push(rb);
             rb += (n.max(1) * 4) as u64;
         }
+        // The error word follows the outputs.
+        let error_at = rb;
+        rb += 4;
         let (weights, arena, readback, bind_group) = dev.scoped("buffers", || {
             let weights = d.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("weights"),
@@ -646,6 +662,7 @@ impl GpuExecutable {
             weights,
             readback,
             readback_at,
+            error_at,
             run_lock: Mutex::new(()),
         })
     }
@@ -695,6 +712,10 @@ impl GpuExecutable {
                 )));
             }
         }
+        let checks = !self.program.errors.is_empty();
+        if checks {
+            q.write_buffer(&self.arena, (self.program.error_word * 4) as u64, &[0; 4]);
+        }
         let d = &self.dev.device;
         self.dev.scoped("run", || {
             let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -733,6 +754,15 @@ impl GpuExecutable {
                     Some((n * 4) as u64),
                 );
             }
+            if checks {
+                enc.copy_buffer_to_buffer(
+                    &self.arena,
+                    (self.program.error_word * 4) as u64,
+                    &self.readback,
+                    self.error_at,
+                    Some(4),
+                );
+            }
             q.submit([enc.finish()]);
         })?;
         let slice = self.readback.slice(..);
@@ -756,10 +786,15 @@ impl GpuExecutable {
             }
         }
         let mut outs = Vec::new();
+        let mut code = 0u32;
         {
             let data = slice
                 .get_mapped_range()
                 .map_err(|e| GpuError::Lost(format!("reading the outputs back: {e:?}")))?;
+            if checks {
+                let at = self.error_at as usize;
+                code = u32::from_le_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]);
+            }
             for ((io, _), &at) in self.program.outputs.iter().zip(&self.readback_at) {
                 let n = io.ty.shape.iter().product::<usize>();
                 let bytes = &data[at as usize..at as usize + n * 4];
@@ -772,6 +807,15 @@ impl GpuExecutable {
         }
         self.readback.unmap();
         self.dev.check_lost()?;
+        if code != 0 {
+            let msg = self
+                .program
+                .errors
+                .get(code as usize - 1)
+                .cloned()
+                .unwrap_or_else(|| format!("a kernel raised unknown error code {code}"));
+            return Err(GpuError::Kernel(msg));
+        }
         Ok(outs)
     }
 }

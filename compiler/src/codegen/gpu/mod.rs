@@ -68,6 +68,10 @@ pub(crate) struct GCtx<'a> {
     /// The weight buffer, which lowerings may extend with data prepared
     /// at compile time (Winograd-transformed filters).
     weights: &'a mut Vec<u32>,
+    /// Messages of the run-time error codes raised so far.
+    errors: &'a mut Vec<String>,
+    /// Arena word of the error flag.
+    error_word: usize,
 }
 
 impl GCtx<'_> {
@@ -94,6 +98,20 @@ impl GCtx<'_> {
             offset,
             dtype: DType::F32,
         }
+    }
+
+    /// A WGSL statement raising a run-time error with `message` (prefixed
+    /// with the anchor node): the run then fails with that message
+    /// instead of returning outputs. Invocations that raise it must still
+    /// stay in bounds.
+    pub fn raise(&mut self, message: &str) -> String {
+        let n = self.anchor();
+        self.errors.push(format!(
+            "{} `%{}`: {message}",
+            self.g.node(n).op.name(),
+            node_label(self.g, n)
+        ));
+        format!("act[{}u] = {}u;", self.error_word, self.errors.len())
     }
 
     /// Appends compile-time data to the weight buffer; where it lives.
@@ -339,6 +357,7 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
     let mut scratch = vec![0usize; nk];
     for (i, k) in kernels.iter().enumerate() {
         let mut discard = Vec::new();
+        let mut discard_errors = Vec::new();
         let mut cx = GCtx {
             g,
             k,
@@ -347,6 +366,8 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
             scratch_base: 0,
             scratch_used: 0,
             weights: &mut discard,
+            errors: &mut discard_errors,
+            error_word: 0,
         };
         lower(&mut cx).map_err(|e| unsupported(g, cx.anchor(), e))?;
         scratch[i] = cx.scratch_used;
@@ -410,6 +431,9 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
         }
     }
 
+    // The error flag: one word above everything the plan placed.
+    let error_word = plan.total_bytes / 4;
+    let mut errors = Vec::new();
     let mut gk = Vec::new();
     for (i, k) in kernels.iter().enumerate() {
         if matches!(g.node(k.nodes[0]).op, Op::Shape { .. }) {
@@ -423,6 +447,8 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
             scratch_base: scratch_at[i],
             scratch_used: 0,
             weights: &mut weights,
+            errors: &mut errors,
+            error_word,
         };
         let stages = lower(&mut cx).map_err(|e| unsupported(g, cx.anchor(), e))?;
         for st in &stages {
@@ -474,10 +500,12 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
     Ok(GpuProgram {
         graph: g.name.clone(),
         weights,
-        arena_words: plan.total_bytes / 4,
+        arena_words: error_word + 4,
         inputs,
         outputs,
         kernels: gk,
+        errors,
+        error_word,
     })
 }
 

@@ -8,9 +8,9 @@
 //! stage per operand and Split one per result, so no invocation branches on
 //! which piece it is in. Semantics are the interpreter's
 //! (`dnnc_runtime::kernels::{movement, generate, resize}`), with one
-//! documented difference: a Gather index outside `[-d, d)` (an error in the
-//! interpreter) is clamped into `[0, d)` so the shader never reads out of
-//! bounds. Resize uses the interpreter's own per-axis taps
+//! Gather index outside `[-d, d)` fails the run with the interpreter's
+//! message (the shader raises the kernel's error code and reads a clamped
+//! index, so it never reads out of bounds). Resize uses the interpreter's own per-axis taps
 //! (`dnnc_runtime::resize_axis_taps`), emitted as `var<private>` tables, so
 //! the source indices and weights are bit-identical; only the weighted sum
 //! runs in f32 instead of f64.
@@ -414,11 +414,11 @@ fn pad(
 
 /// ONNX Gather: the output digits split into the outer axes, the index
 /// tensor's axes and the inner axes. A negative index wraps once (`+ d`);
-/// an index still outside `[0, d)` (an error in the interpreter) is
-/// clamped into it, so the read stays in bounds. Gathering from an empty
-/// axis writes zeros.
+/// an index still outside `[0, d)` fails the run (the kernel's error
+/// code), reading a clamped index meanwhile so it stays in bounds.
+/// Gathering from an empty axis writes zeros.
 fn gather(
-    cx: &GCtx<'_>,
+    cx: &mut GCtx<'_>,
     x: ValueId,
     idx: ValueId,
     out: ValueId,
@@ -441,9 +441,10 @@ fn gather(
     let qcoords: Vec<(String, usize)> = (0..qr).map(|t| (format!("i{}", ax + t), qst[t])).collect();
     let mut pre = String::new();
     let _ = writeln!(pre, "  let q: i32 = {};", il.load(&linear(&qcoords)));
+    let raise = cx.raise(&format!("index out of range for an axis of size {d}"));
     let _ = writeln!(
         pre,
-        "  let j: u32 = u32(clamp(select(q, q + {d}i, q < 0i), 0i, {}i));",
+        "  let qw = select(q, q + {d}i, q < 0i);\n  if (qw < 0i || qw >= {d}i) {{ {raise} }}\n  let j: u32 = u32(clamp(qw, 0i, {}i));",
         d - 1
     );
     let mut coords: Vec<(String, usize)> = Vec::new();
