@@ -4,24 +4,18 @@
 //! onnxruntime's `output.npy` (rtol 1e-3, atol 1e-4), as the pipeline's
 //! optimised graphs do too.
 
-use dnnc_integration::{allclose, examples, gpu_or_skip, shared_or_skip};
+use dnnc_integration::{allclose, examples, gpu_or_skip, shared_or_skip, zoo_models};
 use dnnc_ir::tensor::read_npy;
 use std::path::PathBuf;
 
+/// The zoo's model folders; there must be some where the reference
+/// material is present.
 fn zoo(test: &str) -> Vec<PathBuf> {
-    let Some(shared) = shared_or_skip(test) else {
-        return vec![];
-    };
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(shared.join("models"))
-        .map(|rd| {
-            rd.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.join("model.onnx").is_file())
-                .collect()
-        })
-        .unwrap_or_default();
-    dirs.sort();
-    assert!(!dirs.is_empty(), "{test}: no models under shared/models");
-    dirs
+    let dirs = zoo_models(test);
+    if let Some(d) = &dirs {
+        assert!(!d.is_empty(), "{test}: no models under shared/models");
+    }
+    dirs.unwrap_or_default()
 }
 
 #[test]

@@ -4,27 +4,18 @@
 //! on each; ResNet-18's contraction work is the known figure.
 
 use clap::Parser;
-use dnnc_integration::{allclose, shared_or_skip};
+use dnnc_integration::{allclose, zoo_models};
 use dnnc_ir::tensor::read_npy;
 use std::path::PathBuf;
 
-/// Model folders with `model.onnx`, sorted by name.
+/// Model folders with `model.onnx`, sorted by name (none, with a skip
+/// message, where there are none).
 fn zoo(test: &str) -> Vec<PathBuf> {
-    let Some(shared) = shared_or_skip(test) else {
-        return vec![];
-    };
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(shared.join("models"))
-        .map(|rd| {
-            rd.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.join("model.onnx").is_file())
-                .collect()
-        })
-        .unwrap_or_default();
-    dirs.sort();
-    if dirs.is_empty() {
+    let dirs = zoo_models(test);
+    if dirs.as_ref().is_some_and(Vec::is_empty) {
         eprintln!("SKIPPED {test}: no models under shared/models");
     }
-    dirs
+    dirs.unwrap_or_default()
 }
 
 fn name(dir: &std::path::Path) -> String {

@@ -32,6 +32,23 @@ pub fn shared_or_skip(test: &str) -> Option<PathBuf> {
     d
 }
 
+/// The model zoo: the folders under `shared/models/` that hold a
+/// `model.onnx`, sorted by name. `None` (with the skip printed by
+/// [`shared_or_skip`]) when the reference material is absent; an empty
+/// list is left to the caller to judge.
+pub fn zoo_models(test: &str) -> Option<Vec<PathBuf>> {
+    let shared = shared_or_skip(test)?;
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(shared.join("models"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.join("model.onnx").is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    Some(dirs)
+}
+
 /// Worst absolute and relative deviation of `actual` from `expected`, and
 /// whether every element satisfies `|a - e| <= atol + rtol * |e|` (numpy's
 /// `allclose` rule).

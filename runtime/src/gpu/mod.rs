@@ -266,6 +266,15 @@ impl GpuDevice {
                 names.join("; ")
             }
         };
+        // The adapter at `found` in `list`, or why there is none.
+        let pick = |found: Option<usize>| match found {
+            Some(i) => Ok((i, list[i].clone())),
+            None if list.is_empty() => Err(GpuError::NoAdapter("0 adapters enumerated".into())),
+            None => Err(GpuError::AdapterNotFound {
+                choice: choice.to_string(),
+                available: available(),
+            }),
+        };
         let (index, adapter) = match choice {
             AdapterChoice::Default => {
                 let a = pollster::block_on(inst.request_adapter(&wgpu::RequestAdapterOptions {
@@ -287,35 +296,13 @@ impl GpuDevice {
                     .unwrap_or(0);
                 (i, a)
             }
-            AdapterChoice::Index(i) => match list.get(*i) {
-                Some(a) => (*i, a.clone()),
-                None if list.is_empty() => {
-                    return Err(GpuError::NoAdapter("0 adapters enumerated".into()))
-                }
-                None => {
-                    return Err(GpuError::AdapterNotFound {
-                        choice: choice.to_string(),
-                        available: available(),
-                    })
-                }
-            },
+            AdapterChoice::Index(i) => pick((*i < list.len()).then_some(*i))?,
             AdapterChoice::Name(n) => {
                 let lower = n.to_lowercase();
-                match list
-                    .iter()
-                    .position(|a| a.get_info().name.to_lowercase().contains(&lower))
-                {
-                    Some(i) => (i, list[i].clone()),
-                    None if list.is_empty() => {
-                        return Err(GpuError::NoAdapter("0 adapters enumerated".into()))
-                    }
-                    None => {
-                        return Err(GpuError::AdapterNotFound {
-                            choice: choice.to_string(),
-                            available: available(),
-                        })
-                    }
-                }
+                pick(
+                    list.iter()
+                        .position(|a| a.get_info().name.to_lowercase().contains(&lower)),
+                )?
             }
         };
         let desc = describe(index, &adapter);
@@ -574,22 +561,20 @@ impl GpuExecutable {
         let error_at = rb;
         rb += 4;
         let (weights, arena, readback, bind_group) = dev.scoped("buffers", || {
-            let weights = d.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("weights"),
-                size: wbytes,
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_DST
-                    | wgpu::BufferUsages::COPY_SRC,
-                mapped_at_creation: false,
-            });
-            let arena = d.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("activations"),
-                size: abytes,
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_DST
-                    | wgpu::BufferUsages::COPY_SRC,
-                mapped_at_creation: false,
-            });
+            // The two storage buffers the shaders bind (0: weights, 1:
+            // activations), with the same usages.
+            let storage = |label: &str, size: u64| {
+                d.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size,
+                    usage: wgpu::BufferUsages::STORAGE
+                        | wgpu::BufferUsages::COPY_DST
+                        | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                })
+            };
+            let weights = storage("weights", wbytes);
+            let arena = storage("activations", abytes);
             let readback = d.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("readback"),
                 size: rb.max(4),

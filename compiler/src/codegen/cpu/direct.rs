@@ -1109,7 +1109,7 @@ impl<'a, 'g> Epilogue<'a, 'g> {
                     .outputs
                     .iter()
                     .all(|&v| spec.g.value(v).ty.dtype == DType::F32)
-                && super::elementwise::supports(&node.op)
+                && super::group::per_point(&node.op)
         });
         f32_only.then_some(Epilogue { spec })
     }

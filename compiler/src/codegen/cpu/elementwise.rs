@@ -499,22 +499,6 @@ fn f(a: Ev) -> Result<Value, String> {
     }
 }
 
-/// Whether the CPU backend can evaluate `op` per point.
-pub(crate) fn supports(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Unary(_)
-            | Op::Binary(_)
-            | Op::PRelu
-            | Op::BatchNormalization { .. }
-            | Op::Where
-            | Op::Compare(_)
-            | Op::Not
-            | Op::Logical(_)
-            | Op::Cast { .. }
-    )
-}
-
 /// The value of `op` on `args` at one point.
 pub(crate) fn eval(e: &mut Emit<'_>, op: &Op, args: &[Ev]) -> Result<Ev, String> {
     let arg = |i: usize| -> Result<Ev, String> {
@@ -813,7 +797,7 @@ pub(crate) fn spec_for<'g>(
     let mut inputs = HashMap::new();
     for &n in nodes {
         let node = g.node(n);
-        if !supports(&node.op) {
+        if !super::group::per_point(&node.op) {
             return Err(format!("{} is not an elementwise op", node.op.name()));
         }
         for (k, &v) in node.inputs.iter().enumerate() {

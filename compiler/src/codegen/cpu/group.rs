@@ -6,7 +6,6 @@
 //! into one-node kernels, and results nobody reads still get a buffer (a
 //! Split's unused piece must be written somewhere).
 
-use super::elementwise;
 use dnnc_ir::{Graph, NodeId, Op, OpClass, ValueId};
 use dnnc_passes::fusion::{self, KernelKind as FusedKind};
 use std::collections::HashSet;
@@ -44,6 +43,26 @@ pub(crate) struct Kernel {
     pub outputs: Vec<ValueId>,
 }
 
+/// Whether `op` is evaluable per point: an elementwise op that both
+/// backends' point evaluators (`cpu::elementwise`, `gpu::point`) compute
+/// element by element, so it may stand in an elementwise chain or a
+/// fused epilogue. An elementwise kernel with any other node is split
+/// into one-node kernels.
+pub(crate) fn per_point(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Unary(_)
+            | Op::Binary(_)
+            | Op::PRelu
+            | Op::BatchNormalization { .. }
+            | Op::Where
+            | Op::Compare(_)
+            | Op::Not
+            | Op::Logical(_)
+            | Op::Cast { .. }
+    )
+}
+
 /// The kind a single node gets on its own.
 fn kind_of(op: &Op) -> KernelKind {
     if matches!(op, Op::Range(_)) {
@@ -73,10 +92,8 @@ pub(crate) fn kernels(g: &Graph) -> Vec<Kernel> {
         };
         // An elementwise chain must be evaluable per point; otherwise (a
         // Range head) every node becomes its own kernel.
-        let splittable = kind == KernelKind::Elementwise
-            && k.nodes
-                .iter()
-                .any(|&n| !elementwise::supports(&g.node(n).op));
+        let splittable =
+            kind == KernelKind::Elementwise && k.nodes.iter().any(|&n| !per_point(&g.node(n).op));
         if splittable || (k.nodes.len() == 1 && kind_of(&g.node(k.nodes[0]).op) != kind) {
             for &n in &k.nodes {
                 out.push(finish(g, &graph_outputs, vec![n], kind_of(&g.node(n).op)));

@@ -160,7 +160,9 @@ impl KCtx<'_> {
     }
 }
 
-fn node_label(g: &Graph, n: NodeId) -> String {
+/// How errors name node `n`: its first result's name, or `#index` for a
+/// node without results. Shared with the GPU backend.
+pub(crate) fn node_label(g: &Graph, n: NodeId) -> String {
     g.node(n)
         .outputs
         .first()
@@ -176,6 +178,37 @@ fn unsupported(g: &Graph, n: NodeId, reason: impl Into<String>) -> CodegenError 
     }
 }
 
+/// The data of weight `v` (a `Param` or `Constant` result), checked
+/// against the type the graph declares. Shared with the GPU backend.
+pub(crate) fn weight(g: &Graph, v: ValueId) -> Result<std::borrow::Cow<'_, Tensor>, CodegenError> {
+    let val = g.value(v);
+    let t = g.weight(v).map_err(|e| CodegenError::Weight {
+        name: val.name.clone(),
+        message: e.to_string(),
+    })?;
+    if t.ty() != val.ty {
+        return Err(CodegenError::Weight {
+            name: val.name.clone(),
+            message: format!("data is {}, but the graph declares {}", t.ty(), val.ty),
+        });
+    }
+    Ok(t)
+}
+
+/// The result of `Shape { start, end }` node `n` as an i64 tensor: static
+/// shapes make it a compile-time constant. Shared with the GPU backend.
+pub(crate) fn shape_constant(g: &Graph, n: NodeId, start: i64, end: i64) -> Result<Tensor, String> {
+    let x = &g.value(g.node(n).inputs[0]).ty.shape;
+    let r = x.len() as i64;
+    let clamp = |a: i64| if a < 0 { (a + r).max(0) } else { a.min(r) } as usize;
+    let (s, e) = (clamp(start), clamp(end));
+    let dims: Vec<i64> = x[s..e.max(s)].iter().map(|&d| d as i64).collect();
+    Ok(Tensor::I64(
+        ndarray::ArrayD::from_shape_vec(vec![dims.len()], dims)
+            .map_err(|e| format!("shape result: {e}"))?,
+    ))
+}
+
 /// Checks up front that every node has a lowering, so the error names the
 /// first unsupported node rather than a half-built kernel.
 fn check_supported(g: &Graph, k: &Kernel) -> Result<(), CodegenError> {
@@ -183,13 +216,13 @@ fn check_supported(g: &Graph, k: &Kernel) -> Result<(), CodegenError> {
         let op = &g.node(n).op;
         let ok = match k.kind {
             KernelKind::View => true,
-            KernelKind::Elementwise => elementwise::supports(op),
+            KernelKind::Elementwise => group::per_point(op),
             KernelKind::Contraction => {
                 (n == k.nodes[0] && (contraction::supports(op) || extended::supports(op)))
-                    || elementwise::supports(op)
+                    || group::per_point(op)
             }
             KernelKind::Reduction => {
-                (n == k.nodes[0] && reduce::supports(op)) || elementwise::supports(op)
+                (n == k.nodes[0] && reduce::supports(op)) || group::per_point(op)
             }
             KernelKind::DataMovement => movement::supports(op) || extended::supports(op),
         };
@@ -253,16 +286,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 });
             }
             Op::Param(_) | Op::Constant => {
-                let t = g.weight(v).map_err(|e| CodegenError::Weight {
-                    name: val.name.clone(),
-                    message: e.to_string(),
-                })?;
-                if t.ty() != val.ty {
-                    return Err(CodegenError::Weight {
-                        name: val.name.clone(),
-                        message: format!("data is {}, but the graph declares {}", t.ty(), val.ty),
-                    });
-                }
+                let t = weight(g, v)?;
                 vbuf.insert(v, buffers.len());
                 let data = if superseded.get(&v).copied().unwrap_or(false) {
                     AlignedBuf::zeroed(0)
@@ -277,15 +301,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             }
             // Static shapes make Shape a compile-time constant.
             Op::Shape { start, end } => {
-                let x = &g.value(node.inputs[0]).ty.shape;
-                let r = x.len() as i64;
-                let clamp = |a: i64| if a < 0 { (a + r).max(0) } else { a.min(r) } as usize;
-                let (s, e) = (clamp(start), clamp(end));
-                let dims: Vec<i64> = x[s..e.max(s)].iter().map(|&d| d as i64).collect();
-                let t = Tensor::I64(
-                    ndarray::ArrayD::from_shape_vec(vec![dims.len()], dims)
-                        .map_err(|e| unsupported(g, n, format!("shape result: {e}")))?,
-                );
+                let t = shape_constant(g, n, start, end).map_err(|m| unsupported(g, n, m))?;
                 vbuf.insert(v, buffers.len());
                 buffers.push(Buffer {
                     name: val.name.clone(),

@@ -6,18 +6,18 @@
 //! activation arena (`dnnc_ir::memplan`), the same weights. Only the
 //! emitter differs. Lowerings by kernel kind:
 //!
-//! - elementwise chains ([`elementwise`]): one invocation per output
+//! - elementwise chains (`elementwise`): one invocation per output
 //!   element, operands broadcast by index arithmetic;
-//! - contractions ([`contraction`]): MatMul, Gemm and Conv2d as a tiled
+//! - contractions (`contraction`): MatMul, Gemm and Conv2d as a tiled
 //!   GEMM with workgroup shared memory and register blocking (convolution
 //!   as implicit GEMM: the im2col matrix is never built), depthwise and
 //!   grouped convolution directly, Winograd F(2x2,3x3) as input transform,
 //!   batched GEMM and output transform; the fused epilogue runs on each
 //!   output element before it is stored;
-//! - reductions ([`reduce`]): pools per output element, Reduce*,
+//! - reductions (`reduce`): pools per output element, Reduce*,
 //!   global pools, Softmax and the normalisations as log-depth workgroup
 //!   tree reductions;
-//! - data movement ([`movement`]): one invocation per output element
+//! - data movement (`movement`): one invocation per output element
 //!   reading its source element;
 //! - views alias their operand (no shader).
 //!
@@ -36,7 +36,7 @@ pub(crate) mod wgsl;
 mod winograd;
 
 use super::cpu::group::{self, Kernel, KernelKind};
-use super::cpu::CodegenError;
+use super::cpu::{node_label, shape_constant, weight, CodegenError};
 use dnnc_ir::{memplan, DType, Graph, NodeId, Op, Tensor, ValueId};
 use dnnc_runtime::gpu::{tensor_words, GpuIo, GpuKernel, GpuLimits, GpuProgram, GpuStage};
 use std::collections::HashMap;
@@ -161,14 +161,6 @@ impl GCtx<'_> {
     }
 }
 
-fn node_label(g: &Graph, n: NodeId) -> String {
-    g.node(n)
-        .outputs
-        .first()
-        .map(|&v| g.value(v).name.clone())
-        .unwrap_or_else(|| format!("#{}", n.index()))
-}
-
 fn unsupported(g: &Graph, n: NodeId, reason: impl Into<String>) -> CodegenError {
     CodegenError::GpuUnsupported {
         node: node_label(g, n),
@@ -183,11 +175,11 @@ fn supported(g: &Graph, k: &Kernel, n: NodeId) -> bool {
     let first = n == k.nodes[0];
     match k.kind {
         KernelKind::View => true,
-        KernelKind::Elementwise => point::supports(op),
+        KernelKind::Elementwise => group::per_point(op),
         KernelKind::Contraction => {
-            (first && (contraction::supports(op) || extended::supports(op))) || point::supports(op)
+            (first && (contraction::supports(op) || extended::supports(op))) || group::per_point(op)
         }
-        KernelKind::Reduction => (first && reduce::supports(op)) || point::supports(op),
+        KernelKind::Reduction => (first && reduce::supports(op)) || group::per_point(op),
         KernelKind::DataMovement => movement::supports(op) || extended::supports(op),
     }
 }
@@ -249,29 +241,9 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
         };
         let val = g.value(v);
         let data = match node.op {
-            Op::Param(_) | Op::Constant => {
-                let t = g.weight(v).map_err(|e| CodegenError::Weight {
-                    name: val.name.clone(),
-                    message: e.to_string(),
-                })?;
-                if t.ty() != val.ty {
-                    return Err(CodegenError::Weight {
-                        name: val.name.clone(),
-                        message: format!("data is {}, but the graph declares {}", t.ty(), val.ty),
-                    });
-                }
-                t.into_owned()
-            }
+            Op::Param(_) | Op::Constant => weight(g, v)?.into_owned(),
             Op::Shape { start, end } => {
-                let x = &g.value(node.inputs[0]).ty.shape;
-                let r = x.len() as i64;
-                let clamp = |a: i64| if a < 0 { (a + r).max(0) } else { a.min(r) } as usize;
-                let (s, e) = (clamp(start), clamp(end));
-                let dims: Vec<i64> = x[s..e.max(s)].iter().map(|&d| d as i64).collect();
-                Tensor::I64(
-                    ndarray::ArrayD::from_shape_vec(vec![dims.len()], dims)
-                        .map_err(|e| unsupported(g, n, format!("shape result: {e}")))?,
-                )
+                shape_constant(g, n, start, end).map_err(|m| unsupported(g, n, m))?
             }
             Op::Input => {
                 inputs.push(v);

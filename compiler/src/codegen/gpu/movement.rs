@@ -177,12 +177,17 @@ fn copy(
     body += pre;
     let _ = writeln!(body, "  let src: u32 = {src};");
     let _ = writeln!(body, "  {} = {};", ol.word("gi"), xl.word("src"));
+    single(cx, numel(&oshape), &body)
+}
+
+/// The kernel's only stage: `body` once per item `gi` in `0..items`.
+fn single(cx: &GCtx<'_>, items: usize, body: &str) -> Result<Vec<GpuStage>, String> {
     Ok(vec![flat_stage(
         &cx.label(""),
-        numel(&oshape),
+        items,
         cx.limits(),
         "",
-        &body,
+        body,
     )])
 }
 
@@ -190,13 +195,7 @@ fn copy(
 fn fill(cx: &GCtx<'_>, out: ValueId, word: &str) -> Result<Vec<GpuStage>, String> {
     let ol = cx.loc(out)?;
     let body = format!("  {} = {word};\n", ol.word("gi"));
-    Ok(vec![flat_stage(
-        &cx.label(""),
-        numel(&shape(cx, out)),
-        cx.limits(),
-        "",
-        &body,
-    )])
+    single(cx, numel(&shape(cx, out)), &body)
 }
 
 /// One stage per operand, each writing its block of the output at its
@@ -207,41 +206,7 @@ fn concat(
     out: ValueId,
     axis: i64,
 ) -> Result<Vec<GpuStage>, String> {
-    let oshape = shape(cx, out);
-    let ax = norm_axis(axis, oshape.len())?;
-    let ost = strides(&oshape);
-    let ol = cx.loc(out)?;
-    let mut stages = Vec::new();
-    let mut off = 0usize;
-    for (p, &v) in parts.iter().enumerate() {
-        let ps = shape(cx, v);
-        let pl = cx.loc(v)?;
-        let n = numel(&ps);
-        if n > 0 {
-            let coords: Vec<(String, usize)> = (0..ps.len())
-                .map(|a| {
-                    let c = if a == ax && off > 0 {
-                        format!("(i{a} + {off}u)")
-                    } else {
-                        format!("i{a}")
-                    };
-                    (c, ost[a])
-                })
-                .collect();
-            let mut body = digits("gi", &ps, "i");
-            let _ = writeln!(body, "  let dst: u32 = {};", linear(&coords));
-            let _ = writeln!(body, "  {} = {};", ol.word("dst"), pl.word("gi"));
-            stages.push(flat_stage(
-                &cx.label(&format!("part{p}")),
-                n,
-                cx.limits(),
-                "",
-                &body,
-            ));
-        }
-        off += ps.get(ax).copied().unwrap_or(0);
-    }
-    Ok(stages)
+    blocks(cx, out, parts, axis, Block::ToWhole, "part")
 }
 
 /// One stage per (non-empty) result, each copying its block of `x`.
@@ -251,39 +216,71 @@ fn split(
     results: &[ValueId],
     axis: i64,
 ) -> Result<Vec<GpuStage>, String> {
-    let xs = shape(cx, x);
-    let ax = norm_axis(axis, xs.len())?;
-    let xst = strides(&xs);
-    let xl = cx.loc(x)?;
+    blocks(cx, x, results, axis, Block::FromWhole, "result")
+}
+
+/// Which way [`blocks`] copies between the pieces and the whole tensor.
+#[derive(Clone, Copy)]
+enum Block {
+    /// Each piece is copied into its block of the whole (Concat).
+    ToWhole,
+    /// Each piece is copied out of its block of the whole (Split).
+    FromWhole,
+}
+
+/// One stage per non-empty piece of `pieces`, copying it to (`ToWhole`)
+/// or from (`FromWhole`) its block of `whole`: the pieces lie one after
+/// another along `axis`, each stage labelled `{label}{i}` with `i` the
+/// piece's position.
+fn blocks(
+    cx: &GCtx<'_>,
+    whole: ValueId,
+    pieces: &[ValueId],
+    axis: i64,
+    dir: Block,
+    label: &str,
+) -> Result<Vec<GpuStage>, String> {
+    let ws = shape(cx, whole);
+    let ax = norm_axis(axis, ws.len())?;
+    let wst = strides(&ws);
+    let wl = cx.loc(whole)?;
     let mut stages = Vec::new();
     let mut off = 0usize;
-    for (r, &v) in results.iter().enumerate() {
-        let rs = shape(cx, v);
-        let n = numel(&rs);
+    for (i, &v) in pieces.iter().enumerate() {
+        let ps = shape(cx, v);
+        let n = numel(&ps);
         if n > 0 {
-            let rl = cx.loc(v)?;
-            let coords: Vec<(String, usize)> = (0..rs.len())
+            let pl = cx.loc(v)?;
+            let coords: Vec<(String, usize)> = (0..ps.len())
                 .map(|a| {
                     let c = if a == ax && off > 0 {
                         format!("(i{a} + {off}u)")
                     } else {
                         format!("i{a}")
                     };
-                    (c, xst[a])
+                    (c, wst[a])
                 })
                 .collect();
-            let mut body = digits("gi", &rs, "i");
-            let _ = writeln!(body, "  let src: u32 = {};", linear(&coords));
-            let _ = writeln!(body, "  {} = {};", rl.word("gi"), xl.word("src"));
+            let mut body = digits("gi", &ps, "i");
+            match dir {
+                Block::ToWhole => {
+                    let _ = writeln!(body, "  let dst: u32 = {};", linear(&coords));
+                    let _ = writeln!(body, "  {} = {};", wl.word("dst"), pl.word("gi"));
+                }
+                Block::FromWhole => {
+                    let _ = writeln!(body, "  let src: u32 = {};", linear(&coords));
+                    let _ = writeln!(body, "  {} = {};", pl.word("gi"), wl.word("src"));
+                }
+            }
             stages.push(flat_stage(
-                &cx.label(&format!("result{r}")),
+                &cx.label(&format!("{label}{i}")),
                 n,
                 cx.limits(),
                 "",
                 &body,
             ));
         }
-        off += rs.get(ax).copied().unwrap_or(0);
+        off += ps.get(ax).copied().unwrap_or(0);
     }
     Ok(stages)
 }
@@ -403,13 +400,7 @@ fn pad(
         xl.word("src"),
         ol.word("gi"),
     );
-    Ok(vec![flat_stage(
-        &cx.label(""),
-        numel(&oshape),
-        cx.limits(),
-        "",
-        &body,
-    )])
+    single(cx, numel(&oshape), &body)
 }
 
 /// ONNX Gather: the output digits split into the outer axes, the index

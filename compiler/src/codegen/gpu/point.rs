@@ -63,22 +63,6 @@ fn d_max(x: f32, y: f32) -> f32 { return select(y, x, d_isnan(x) || x > y); }
 fn d_min(x: f32, y: f32) -> f32 { return select(y, x, d_isnan(x) || x < y); }
 ";
 
-/// Whether the GPU backend evaluates `op` per point.
-pub(crate) fn supports(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Unary(_)
-            | Op::Binary(_)
-            | Op::PRelu
-            | Op::BatchNormalization { .. }
-            | Op::Where
-            | Op::Compare(_)
-            | Op::Not
-            | Op::Logical(_)
-            | Op::Cast { .. }
-    )
-}
-
 fn unary_f32(u: Unary, x: &str) -> String {
     match u {
         Unary::Relu => format!("select({x}, 0.0, {x} < 0.0)"),

@@ -368,6 +368,14 @@ fn tree_reduce(wg: u32, mine: &str, total: &str, comb: &dyn Fn(&str, &str) -> St
     s
 }
 
+/// The kernel's single stage: one workgroup of `wg` invocations per row
+/// of `map` running `body`, with the workgroup array `tree` that
+/// [`tree_reduce`] uses and `map`'s index helpers declared.
+fn tree_stage(cx: &GCtx<'_>, map: &RowMap, wg: u32, body: &str) -> GpuStage {
+    let decls = format!("var<workgroup> tree: array<f32, {wg}>;\n{}", map.decls());
+    row_stage(&cx.label(""), map.rows, wg, cx.limits(), &decls, body)
+}
+
 /// Statements accumulating `acc` over this invocation's share of the row
 /// (`j = lid, lid + wg, ...`): `init`, then `acc = step(acc, xv)` with `xv`
 /// the element.
@@ -415,15 +423,7 @@ fn reduce(cx: &mut GCtx<'_>, kind: ReduceKind, axes: &[usize]) -> Result<Vec<Gpu
     b += "  if (lid == 0u) {\n";
     b += &finish_point(cx, y, &ys, &acc, "row")?;
     b += "  }\n";
-    let decls = format!("var<workgroup> tree: array<f32, {wg}>;\n{}", map.decls());
-    Ok(vec![row_stage(
-        &cx.label(""),
-        map.rows,
-        wg,
-        cx.limits(),
-        &decls,
-        &b,
-    )])
+    Ok(vec![tree_stage(cx, &map, wg, &b)])
 }
 
 /// Softmax / LogSoftmax along `axis`: per lane, the maximum, then the
@@ -456,15 +456,7 @@ fn softmax(cx: &mut GCtx<'_>, axis: usize, log: bool) -> Result<Vec<GpuStage>, S
     );
     b += &finish_point(cx, y, &ys, acc, "idx")?;
     b += "  }\n";
-    let decls = format!("var<workgroup> tree: array<f32, {wg}>;\n{}", map.decls());
-    Ok(vec![row_stage(
-        &cx.label(""),
-        map.rows,
-        wg,
-        cx.limits(),
-        &decls,
-        &b,
-    )])
+    Ok(vec![tree_stage(cx, &map, wg, &b)])
 }
 
 /// InstanceNormalization (`instance`: rows are (image, channel), scale
@@ -549,13 +541,5 @@ fn norm(cx: &mut GCtx<'_>, axis: usize, eps: f32, instance: bool) -> Result<Vec<
     let acc = format!("(xv - mean) * inv * {sc} + {bi}");
     b += &finish_point(cx, y, &ys, &acc, "idx")?;
     b += "  }\n";
-    let decls = format!("var<workgroup> tree: array<f32, {wg}>;\n{}", map.decls());
-    Ok(vec![row_stage(
-        &cx.label(""),
-        map.rows,
-        wg,
-        cx.limits(),
-        &decls,
-        &b,
-    )])
+    Ok(vec![tree_stage(cx, &map, wg, &b)])
 }

@@ -105,23 +105,8 @@ pub(crate) fn flat_stage(
     let wg = flat_workgroup(l);
     let groups = items.div_ceil(wg as usize);
     let workgroups = grid(groups, l);
-    let mut s = String::new();
-    s.push_str(HEADER);
-    s.push_str(crate::codegen::gpu::point::HELPERS);
-    s.push_str(decls);
-    let _ = write!(
-        s,
-        "\n@compute @workgroup_size({wg})\n\
-         fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{\n\
-         \x20 let gi = (wid.y * {gx}u + wid.x) * {wg}u + lid;\n\
-         \x20 if (gi >= {items}u) {{ return; }}\n{body}}}\n",
-        gx = workgroups[0],
-    );
-    GpuStage {
-        label: label.to_string(),
-        wgsl: s,
-        workgroups: if items == 0 { [0, 1, 1] } else { workgroups },
-    }
+    let item = format!("(wid.y * {gx}u + wid.x) * {wg}u + lid", gx = workgroups[0]);
+    stage(label, wg, workgroups, ("gi", &item, items), decls, body)
 }
 
 /// A shader with one workgroup of `wg` invocations per item `row` in
@@ -135,6 +120,24 @@ pub(crate) fn row_stage(
     body: &str,
 ) -> GpuStage {
     let workgroups = grid(rows, l);
+    let item = format!("wid.y * {gx}u + wid.x", gx = workgroups[0]);
+    stage(label, wg, workgroups, ("row", &item, rows), decls, body)
+}
+
+/// The shader of [`flat_stage`] and [`row_stage`]: the header, helpers
+/// and `decls`, then an entry point of `wg` invocations per workgroup
+/// that binds `item = (name, expr, count)`'s `name` to `expr`, returns
+/// when it is not below `count`, and runs `body`; dispatched over
+/// `workgroups` (none when `count` is 0).
+fn stage(
+    label: &str,
+    wg: u32,
+    workgroups: [u32; 3],
+    item: (&str, &str, usize),
+    decls: &str,
+    body: &str,
+) -> GpuStage {
+    let (name, expr, count) = item;
     let mut s = String::new();
     s.push_str(HEADER);
     s.push_str(crate::codegen::gpu::point::HELPERS);
@@ -143,14 +146,13 @@ pub(crate) fn row_stage(
         s,
         "\n@compute @workgroup_size({wg})\n\
          fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{\n\
-         \x20 let row = wid.y * {gx}u + wid.x;\n\
-         \x20 if (row >= {rows}u) {{ return; }}\n{body}}}\n",
-        gx = workgroups[0],
+         \x20 let {name} = {expr};\n\
+         \x20 if ({name} >= {count}u) {{ return; }}\n{body}}}\n",
     );
     GpuStage {
         label: label.to_string(),
         wgsl: s,
-        workgroups: if rows == 0 { [0, 1, 1] } else { workgroups },
+        workgroups: if count == 0 { [0, 1, 1] } else { workgroups },
     }
 }
 
