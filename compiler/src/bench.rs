@@ -278,13 +278,7 @@ pub fn bench(
 /// total, GFLOP/s (2 x the W-D work of the kernel's contraction nodes /
 /// time), conv algorithm and the ops fused, slowest first.
 pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String {
-    let analysis = wd::analyze(g);
-    let macs: HashMap<&str, u64> = analysis
-        .nodes
-        .iter()
-        .filter(|n| n.class == OpClass::Contraction)
-        .map(|n| (n.name.as_str(), n.work))
-        .collect();
+    let macs = contraction_macs(g);
     let total: Duration = times.iter().map(|t| t.2).sum();
     let total_s = total.as_secs_f64().max(1e-12);
     let mut rows: Vec<(usize, Duration)> = times.iter().map(|t| t.2).enumerate().collect();
@@ -295,7 +289,7 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         let Some(step) = exe.steps().get(i) else {
             continue;
         };
-        let w: u64 = step.nodes.iter().filter_map(|n| macs.get(n.as_str())).sum();
+        let w: u64 = step.nodes.iter().filter_map(|n| macs.get(n)).sum();
         all_macs += w;
         let s = d.as_secs_f64();
         cells.push([
@@ -325,28 +319,6 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         "algo",
         "ops fused",
     ];
-    let mut width = header.map(str::len);
-    for r in &cells {
-        for (w, c) in width.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let right = [false, true, true, true, true, false, false];
-    let line = |r: &[String]| {
-        let mut s = String::new();
-        for (i, c) in r.iter().enumerate() {
-            let pad = " ".repeat(width[i] - c.chars().count());
-            s.push_str("  ");
-            if right[i] {
-                s.push_str(&pad);
-                s.push_str(c);
-            } else {
-                s.push_str(c);
-                s.push_str(&pad);
-            }
-        }
-        s.trim_end().to_string()
-    };
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -363,12 +335,11 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
             "  (kernels of concurrent waves ran at the same time: their times overlap, and the sum exceeds the run's wall time)\n",
         );
     }
-    out.push_str(&line(&header.map(String::from)));
-    out.push('\n');
-    for r in &cells {
-        out.push_str(&line(r));
-        out.push('\n');
-    }
+    out.push_str(&table(
+        &header,
+        &[false, true, true, true, true, false, false],
+        &cells,
+    ));
     if exe.threads() > 1 {
         let _ = writeln!(
             out,
@@ -377,6 +348,115 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         );
         out.push_str(&render_waves(exe));
     }
+    out
+}
+
+/// Rows of cells under `header`, columns padded to their widest cell
+/// (right-aligned where `right` says), two spaces before each.
+fn table<const N: usize>(header: &[&str; N], right: &[bool; N], cells: &[[String; N]]) -> String {
+    let mut width = header.map(str::len);
+    for r in cells {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |r: &[String]| {
+        let mut s = String::new();
+        for (i, c) in r.iter().enumerate() {
+            let pad = " ".repeat(width[i] - c.chars().count());
+            s.push_str("  ");
+            if right[i] {
+                s.push_str(&pad);
+                s.push_str(c);
+            } else {
+                s.push_str(c);
+                s.push_str(&pad);
+            }
+        }
+        s.trim_end().to_string()
+    };
+    let mut out = line(&header.map(String::from));
+    out.push('\n');
+    for r in cells {
+        out.push_str(&line(r));
+        out.push('\n');
+    }
+    out
+}
+
+/// Contraction multiply-adds per node name (Conv2d, MatMul, Gemm, ...),
+/// for GFLOP/s columns.
+fn contraction_macs(g: &Graph) -> HashMap<String, u64> {
+    wd::analyze(g)
+        .nodes
+        .iter()
+        .filter(|n| n.class == OpClass::Contraction)
+        .map(|n| (n.name.clone(), n.work))
+        .collect()
+}
+
+/// `dnnc run --backend gpu --profile`: each kernel's GPU time (timestamp
+/// queries around its compute pass, median of the runs given), share,
+/// GFLOP/s, shader count, convolution algorithm and fused ops, slowest
+/// first.
+pub fn render_gpu_profile(
+    g: &Graph,
+    exe: &dnnc_runtime::gpu::GpuExecutable,
+    times: &[Duration],
+) -> String {
+    let macs = contraction_macs(g);
+    let kernels = &exe.program().kernels;
+    let total_s = times
+        .iter()
+        .map(Duration::as_secs_f64)
+        .sum::<f64>()
+        .max(1e-12);
+    let mut rows: Vec<usize> = (0..kernels.len().min(times.len())).collect();
+    rows.sort_by(|&a, &b| times[b].cmp(&times[a]).then(a.cmp(&b)));
+    let mut all_macs = 0u64;
+    let mut cells = Vec::new();
+    for i in rows {
+        let k = &kernels[i];
+        let w: u64 = k.nodes.iter().filter_map(|n| macs.get(n)).sum();
+        all_macs += w;
+        let s = times[i].as_secs_f64();
+        cells.push([
+            k.name.clone(),
+            format!("{:.3}", s * 1e3),
+            format!("{:.1}%", 100.0 * s / total_s),
+            if w > 0 && s > 0.0 {
+                format!("{:.1}", 2.0 * w as f64 / s / 1e9)
+            } else {
+                "-".into()
+            },
+            k.stages.len().to_string(),
+            k.algo.clone().unwrap_or_else(|| "-".into()),
+            k.op.clone(),
+        ]);
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nprofile of `{}` (gpu, {}): {} kernels, {:.3} ms in kernels, {:.1} GFLOP/s overall",
+        g.name,
+        exe.adapter().name,
+        cells.len(),
+        total_s * 1e3,
+        2.0 * all_macs as f64 / total_s / 1e9
+    );
+    out.push_str(&table(
+        &[
+            "kernel",
+            "ms",
+            "share",
+            "GFLOP/s",
+            "shaders",
+            "algo",
+            "ops fused",
+        ],
+        &[false, true, true, true, true, false, false],
+        &cells,
+    ));
     out
 }
 

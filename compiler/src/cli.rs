@@ -386,9 +386,12 @@ fn execute_command(
             no_spin,
             conv,
         } => {
-            if backend != Backend::Cpu && (threads != 1 || profile) {
+            if backend != Backend::Cpu && threads != 1 {
+                return Err(DnncError::Usage("--threads needs --backend cpu".into()));
+            }
+            if backend == Backend::Interp && profile {
                 return Err(DnncError::Usage(
-                    "--threads and --profile need --backend cpu".into(),
+                    "--profile needs --backend cpu or gpu".into(),
                 ));
             }
             check_adapter_arg(backend, &adapter)?;
@@ -408,7 +411,30 @@ fn execute_command(
                         "note: running on GPU adapter {}",
                         exe.adapter().name
                     ));
-                    exe.run(&feeds)?
+                    if profile {
+                        // Warm runs, each kernel's median GPU time.
+                        exe.run(&feeds)?;
+                        let mut samples = vec![Vec::new(); exe.program().kernels.len()];
+                        let mut out = Vec::new();
+                        for _ in 0..PROFILE_RUNS {
+                            let (o, t) = exe.run_profiled(&feeds)?;
+                            for (s, d) in samples.iter_mut().zip(t) {
+                                s.push(d);
+                            }
+                            out = o;
+                        }
+                        let times: Vec<std::time::Duration> = samples
+                            .into_iter()
+                            .map(|mut s| {
+                                s.sort();
+                                s[s.len() / 2]
+                            })
+                            .collect();
+                        report = crate::bench::render_gpu_profile(&g, &exe, &times);
+                        out
+                    } else {
+                        exe.run(&feeds)?
+                    }
                 }
                 Backend::Cpu => {
                     let opts = cpu_options(&g, &conv, notes)?;

@@ -88,11 +88,11 @@ fn gpu_usage_errors_are_clear() {
         (&["run", "--adapter", "0"], "--adapter needs --backend gpu"),
         (
             &["run", "--backend", "gpu", "--threads", "2"],
-            "--threads and --profile need --backend cpu",
+            "--threads needs --backend cpu",
         ),
         (
-            &["run", "--backend", "gpu", "--profile"],
-            "--threads and --profile need --backend cpu",
+            &["run", "--backend", "interp", "--profile"],
+            "--profile needs --backend cpu or gpu",
         ),
         (
             &["bench", "--backend", "gpu", "--threads", "2"],
@@ -138,6 +138,29 @@ fn run_and_bench_on_the_gpu() {
     let (a, b) = (outs[1].as_f32().unwrap(), outs[0].as_f32().unwrap());
     for (x, y) in a.iter().zip(b.iter()) {
         assert!((x - y).abs() <= 1e-5 + 1e-4 * y.abs(), "{x} vs {y}");
+    }
+    // Per-kernel GPU times where the adapter has timestamp queries
+    // (lavapipe does).
+    let devices =
+        String::from_utf8_lossy(&dnnc().arg("devices").output().unwrap().stdout).to_string();
+    if devices
+        .lines()
+        .next()
+        .is_some_and(|l| l.ends_with(", timestamp queries"))
+    {
+        let o = dnnc()
+            .arg("run")
+            .arg(&m)
+            .args(["--backend", "gpu", "--profile", "--adapter", "0"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let s = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            s.contains("profile of `t` (gpu,") && s.contains("1 kernels"),
+            "{s}"
+        );
+        assert!(s.contains("implicit-gemm  Conv2d+Relu"), "{s}");
     }
     let o = dnnc()
         .arg("bench")

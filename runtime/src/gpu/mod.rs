@@ -165,6 +165,8 @@ pub struct AdapterDesc {
     pub driver: String,
     /// Its compute limits.
     pub limits: GpuLimits,
+    /// Whether it has timestamp queries (`--profile` per-kernel times).
+    pub timestamps: bool,
 }
 
 impl std::fmt::Display for AdapterDesc {
@@ -172,7 +174,7 @@ impl std::fmt::Display for AdapterDesc {
         let l = &self.limits;
         write!(
             f,
-            "{}: {} [{}, {}] driver {}; workgroup <= {} invocations ({}x{}), {} B shared, {} groups/dim, binding <= {} MiB",
+            "{}: {} [{}, {}] driver {}; workgroup <= {} invocations ({}x{}), {} B shared, {} groups/dim, binding <= {} MiB, {}",
             self.index,
             self.name,
             self.backend,
@@ -183,7 +185,8 @@ impl std::fmt::Display for AdapterDesc {
             l.max_size_y,
             l.max_workgroup_storage,
             l.max_groups_per_dim,
-            l.max_binding_bytes >> 20
+            l.max_binding_bytes >> 20,
+            if self.timestamps { "timestamp queries" } else { "no timestamp queries" }
         )
     }
 }
@@ -207,6 +210,7 @@ fn describe(index: usize, a: &wgpu::Adapter) -> AdapterDesc {
             .trim()
             .to_string(),
         limits: GpuLimits::from_wgpu(&a.limits()),
+        timestamps: a.features().contains(wgpu::Features::TIMESTAMP_QUERY),
     }
 }
 
@@ -309,7 +313,13 @@ impl GpuDevice {
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("dnnc"),
-            required_features: wgpu::Features::empty(),
+            // Timestamps only where the adapter has them: they serve
+            // `--profile`, and a run never needs them.
+            required_features: if desc.timestamps {
+                wgpu::Features::TIMESTAMP_QUERY
+            } else {
+                wgpu::Features::empty()
+            },
             required_limits: limits.clone(),
             ..Default::default()
         }))
@@ -414,6 +424,10 @@ pub struct GpuKernel {
     /// Its stages, run in order (Winograd: input transform, batched GEMM,
     /// output transform; most kernels: one).
     pub stages: Vec<GpuStage>,
+    /// Names of the graph nodes fused into it, in order (for profiles).
+    pub nodes: Vec<String>,
+    /// The convolution algorithm, for conv kernels (for profiles).
+    pub algo: Option<String>,
 }
 
 /// What the code generator produces: shaders, weights and the arena
@@ -463,6 +477,8 @@ pub struct GpuExecutable {
     readback_at: Vec<u64>,
     /// Byte offset of the error word in `readback`.
     error_at: u64,
+    /// Timestamp queries around each kernel, where the device has them.
+    profiler: Option<Profiler>,
     run_lock: Mutex<()>,
 }
 
@@ -638,6 +654,7 @@ impl GpuExecutable {
             })?;
             pipelines.push(p);
         }
+        let profiler = Profiler::new(&dev, program.kernels.len());
         Ok(GpuExecutable {
             dev,
             program,
@@ -648,6 +665,7 @@ impl GpuExecutable {
             readback,
             readback_at,
             error_at,
+            profiler,
             run_lock: Mutex::new(()),
         })
     }
@@ -665,6 +683,43 @@ impl GpuExecutable {
     /// Runs the program: uploads `inputs` (by name), records every
     /// dispatch in one command encoder, reads back only the outputs.
     pub fn run(&self, inputs: &[(String, Tensor)]) -> Result<Vec<Tensor>, GpuError> {
+        self.execute(inputs, false).map(|(o, _)| o)
+    }
+
+    /// Whether [`GpuExecutable::run_profiled`] can time kernels here.
+    pub fn can_profile(&self) -> bool {
+        self.profiler.is_some()
+    }
+
+    /// Like [`GpuExecutable::run`], also returning each kernel's GPU time
+    /// (timestamp queries around one compute pass per kernel, so the
+    /// numbers include no host work). Needs an adapter with timestamp
+    /// queries ([`AdapterDesc::timestamps`]).
+    pub fn run_profiled(
+        &self,
+        inputs: &[(String, Tensor)],
+    ) -> Result<(Vec<Tensor>, Vec<Duration>), GpuError> {
+        if self.profiler.is_none() {
+            return Err(GpuError::Limit(format!(
+                "per-kernel times need timestamp queries, which `{}` lacks (or the program has more than {} kernels)",
+                self.dev.desc.name,
+                Profiler::MAX_KERNELS
+            )));
+        }
+        self.execute(inputs, true)
+            .map(|(o, t)| (o, t.unwrap_or_default()))
+    }
+
+    fn execute(
+        &self,
+        inputs: &[(String, Tensor)],
+        profile: bool,
+    ) -> Result<(Vec<Tensor>, Option<Vec<Duration>>), GpuError> {
+        let prof = if profile {
+            self.profiler.as_ref()
+        } else {
+            None
+        };
         let _guard = self.run_lock.lock().map_err(|_| {
             GpuError::Lost("a previous run panicked while holding the device".into())
         })?;
@@ -706,19 +761,35 @@ impl GpuExecutable {
             let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("dnnc run"),
             });
-            {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some("dnnc"),
-                    timestamp_writes: None,
-                });
-                pass.set_bind_group(0, &self.bind_group, &[]);
-                for (p, st) in self.pipelines.iter().zip(self.program.stages()) {
-                    let [x, y, z] = st.workgroups;
-                    if x == 0 || y == 0 || z == 0 {
-                        continue;
+            match prof {
+                None => {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some("dnnc"),
+                        timestamp_writes: None,
+                    });
+                    pass.set_bind_group(0, &self.bind_group, &[]);
+                    self.dispatch(&mut pass, 0..self.pipelines.len());
+                }
+                Some(pr) => {
+                    // One pass per kernel, timestamps at its ends.
+                    let mut first = 0;
+                    for (k, kernel) in self.program.kernels.iter().enumerate() {
+                        let n = kernel.stages.len();
+                        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                            label: Some(&kernel.name),
+                            timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                                query_set: &pr.set,
+                                beginning_of_pass_write_index: Some(2 * k as u32),
+                                end_of_pass_write_index: Some(2 * k as u32 + 1),
+                            }),
+                        });
+                        pass.set_bind_group(0, &self.bind_group, &[]);
+                        self.dispatch(&mut pass, first..first + n);
+                        first += n;
                     }
-                    pass.set_pipeline(p);
-                    pass.dispatch_workgroups(x, y, z);
+                    let q = 2 * self.program.kernels.len() as u32;
+                    enc.resolve_query_set(&pr.set, 0..q, &pr.resolve, 0);
+                    enc.copy_buffer_to_buffer(&pr.resolve, 0, &pr.read, 0, Some(q as u64 * 8));
                 }
             }
             for ((io, in_weights), &at) in self.program.outputs.iter().zip(&self.readback_at) {
@@ -754,6 +825,13 @@ impl GpuExecutable {
         let (tx, rx) = std::sync::mpsc::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
+        });
+        let prof_rx = prof.map(|pr| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            pr.read.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+            rx
         });
         d.poll(wgpu::PollType::Wait {
             submission_index: None,
@@ -791,6 +869,33 @@ impl GpuExecutable {
             }
         }
         self.readback.unmap();
+        let mut times = None;
+        if let (Some(pr), Some(rx)) = (prof, prof_rx) {
+            match rx.recv_timeout(Duration::from_secs(1)) {
+                Ok(Ok(())) => {}
+                _ => return Err(GpuError::Lost("the kernel timestamps never arrived".into())),
+            }
+            let ts: Vec<u64> = {
+                let data = pr
+                    .read
+                    .slice(..)
+                    .get_mapped_range()
+                    .map_err(|e| GpuError::Lost(format!("reading the timestamps: {e:?}")))?;
+                data.chunks_exact(8)
+                    .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                    .collect()
+            };
+            pr.read.unmap();
+            let period = f64::from(self.dev.queue.get_timestamp_period());
+            times = Some(
+                (0..self.program.kernels.len())
+                    .map(|k| {
+                        let ticks = ts[2 * k + 1].saturating_sub(ts[2 * k]);
+                        Duration::from_nanos((ticks as f64 * period) as u64)
+                    })
+                    .collect(),
+            );
+        }
         self.dev.check_lost()?;
         if code != 0 {
             let msg = self
@@ -801,7 +906,60 @@ impl GpuExecutable {
                 .unwrap_or_else(|| format!("a kernel raised unknown error code {code}"));
             return Err(GpuError::Kernel(msg));
         }
-        Ok(outs)
+        Ok((outs, times))
+    }
+
+    /// Records the dispatches of stages `range` into `pass`.
+    fn dispatch(&self, pass: &mut wgpu::ComputePass<'_>, range: std::ops::Range<usize>) {
+        let stages: Vec<&GpuStage> = self.program.stages().collect();
+        for i in range {
+            let [x, y, z] = stages[i].workgroups;
+            if x == 0 || y == 0 || z == 0 {
+                continue;
+            }
+            pass.set_pipeline(&self.pipelines[i]);
+            pass.dispatch_workgroups(x, y, z);
+        }
+    }
+}
+
+/// Timestamp queries around each kernel's compute pass.
+struct Profiler {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    read: wgpu::Buffer,
+}
+
+impl Profiler {
+    /// Query sets hold at most 4096 queries, two per kernel.
+    const MAX_KERNELS: usize = 2048;
+
+    fn new(dev: &GpuDevice, kernels: usize) -> Option<Profiler> {
+        if !dev.desc.timestamps || kernels == 0 || kernels > Self::MAX_KERNELS {
+            return None;
+        }
+        let d = &dev.device;
+        let bytes = (2 * kernels * 8) as u64;
+        dev.scoped("profiler", || Profiler {
+            set: d.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("kernel times"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2 * kernels as u32,
+            }),
+            resolve: d.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("timestamps"),
+                size: bytes,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            }),
+            read: d.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("timestamp read-back"),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        })
+        .ok()
     }
 }
 

@@ -439,10 +439,20 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
             .map(|&n| g.node(n).op.name())
             .collect::<Vec<_>>()
             .join("+");
+        let algo = match g.node(k.nodes[0]).op {
+            Op::Conv2d(_) if stages.iter().any(|s| s.label.ends_with("winograd-gemm")) => {
+                Some("winograd2")
+            }
+            Op::Conv2d(_) if stages[0].wgsl.contains("var<workgroup> As") => Some("implicit-gemm"),
+            Op::Conv2d(_) => Some("direct"),
+            _ => None,
+        };
         gk.push(GpuKernel {
             name: k.name.clone(),
             op,
             stages,
+            nodes: k.nodes.iter().map(|&n| node_label(g, n)).collect(),
+            algo: algo.map(str::to_string),
         });
     }
 
