@@ -170,3 +170,77 @@ fn device_errors_are_reported_not_panics() {
     let e = GpuExecutable::new(dev, p).unwrap_err();
     assert!(matches!(e, GpuError::Limit(_)), "{e}");
 }
+
+#[test]
+fn every_elementwise_op_matches_the_interpreter() {
+    // Each unary and binary op, comparisons, logic, Where, PRelu,
+    // BatchNormalization and casts, all outputs of one graph (so they
+    // are separate kernels' outputs and stored, not only fused).
+    let unary = [
+        "Relu",
+        "LeakyRelu(%x) {alpha=0.1}",
+        "Sigmoid",
+        "Tanh",
+        "Clip(%x) {min=-0.5, max=0.7}",
+        "HardSigmoid(%x) {alpha=0.3, beta=0.4}",
+        "HardSwish",
+        "Elu(%x) {alpha=0.8}",
+        "Softplus",
+        "Gelu",
+        "Gelu(%x) {approximate=tanh}",
+        "Neg",
+        "Abs",
+        "Erf",
+        "Selu",
+        "Sign",
+        "Floor",
+        "Ceil",
+        "Round",
+        "Sin",
+        "Cos",
+        "Exp",
+    ];
+    let mut src = String::from(
+        "graph t {\n  input %x: f32[2,3,4,5]\n  input %y: f32[3,1,5]\n  param %s: f32[3] = uniform(low=0.5, high=1.5, seed=1)\n  param %b: f32[3] = uniform(low=-1.0, high=1.0, seed=2)\n  param %m: f32[3] = uniform(low=-1.0, high=1.0, seed=3)\n  param %v: f32[3] = uniform(low=0.1, high=2.0, seed=4)\n  param %slope: f32[3,1,1] = uniform(low=0.0, high=0.5, seed=5)\n",
+    );
+    let mut outs = Vec::new();
+    for (i, u) in unary.iter().enumerate() {
+        let call = if u.contains('(') {
+            u.to_string()
+        } else {
+            format!("{u}(%x)")
+        };
+        src.push_str(&format!("  %u{i} = {call}\n"));
+        outs.push(format!("%u{i}"));
+    }
+    // Positive operands for Sqrt, Log, Reciprocal and Pow's base.
+    src.push_str("  %pos = Abs(%x)\n  %p1 = Add(%pos, %y)\n  %p = Abs(%p1)\n");
+    for (i, op) in ["Sqrt", "Log", "Reciprocal"].iter().enumerate() {
+        src.push_str(&format!("  %q{i} = {op}(%p)\n"));
+        outs.push(format!("%q{i}"));
+    }
+    for (i, op) in ["Add", "Sub", "Mul", "Div", "Max", "Min"]
+        .iter()
+        .enumerate()
+    {
+        src.push_str(&format!("  %b{i} = {op}(%x, %y)\n"));
+        outs.push(format!("%b{i}"));
+    }
+    src.push_str("  const %e: f32[5] = [2.0, 3.0, -1.0, 0.0, 1.0]\n  %pw = Pow(%p, %y)\n  %pn = Pow(%x, %e)\n");
+    outs.extend(["%pw".to_string(), "%pn".to_string()]);
+    src.push_str(
+        "  %gt = Greater(%x, %y)\n  %lt = Less(%x, %y)\n  %eq = Equal(%gt, %lt)\n  %nt = Not(%eq)\n  %an = And(%gt, %nt)\n  %or = Or(%lt, %an)\n  %wh = Where(%or, %x, %y)\n  %pr = PRelu(%x, %slope)\n  %bn = BatchNormalization(%x, %s, %b, %m, %v) {epsilon=0.001}\n  %ci = Cast(%x) {to=i64}\n  %ci2 = Mul(%ci, %ci)\n  %cf = Cast(%ci2) {to=f32}\n  %cb = Cast(%or) {to=f32}\n",
+    );
+    outs.extend(
+        ["%or", "%wh", "%pr", "%bn", "%ci2", "%cf", "%cb"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    src.push_str(&format!("  output {}\n}}\n", outs.join(", ")));
+    check(
+        "every_elementwise_op_matches_the_interpreter",
+        &src,
+        1e-4,
+        1e-5,
+    );
+}
