@@ -244,3 +244,41 @@ fn every_elementwise_op_matches_the_interpreter() {
         1e-5,
     );
 }
+
+#[test]
+fn small_gemms_with_long_reductions_split_k() {
+    // Few output tiles and a long reduction: the tile model splits the
+    // reduction into slices (more workgroups), a second stage adds the
+    // partial sums and runs the epilogue.
+    let src = "graph t {
+  input %a: f32[4,2048]
+  param %w: f32[2048,8] = he(seed=1)
+  param %c: f32[8] = uniform(low=-1.0, high=1.0, seed=2)
+  input %x: f32[2,1024,3,3]
+  param %k: f32[8,1024,1,1] = he(seed=3)
+  param %kb: f32[8] = uniform(low=-1.0, high=1.0, seed=4)
+  input %bm: f32[3,5,1500]
+  input %bn: f32[3,1500,6]
+  %y = Gemm(%a, %w, %c)
+  %z = Relu(%y)
+  %v = Conv2d(%x, %k, %kb)
+  %u = Sigmoid(%v)
+  %p = MatMul(%bm, %bn)
+  output %z, %u, %p
+}";
+    let g = dnnc_compiler::model::load_model_str(src, "t.dnn").unwrap();
+    let p = dnnc_compiler::codegen::gpu::compile_gpu(&g, &Default::default()).unwrap();
+    let labels: Vec<&str> = p.stages().map(|s| s.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "z.split-k",
+            "z.split-k-sum",
+            "u.split-k",
+            "u.split-k-sum",
+            "p.split-k",
+            "p.split-k-sum"
+        ]
+    );
+    check("small_gemms_with_long_reductions_split_k", src, 1e-4, 1e-5);
+}

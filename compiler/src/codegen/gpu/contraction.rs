@@ -41,6 +41,10 @@ pub(crate) struct Tile {
     pub tm: usize,
     /// Columns per invocation.
     pub tn: usize,
+    /// Slices the reduction is split into (split-K): each slice's
+    /// workgroups write partial sums, a second stage adds them and runs
+    /// the store. 1 = no split.
+    pub split: usize,
 }
 
 impl Tile {
@@ -56,8 +60,11 @@ impl Tile {
 /// with `TM*TN/(TM+TN)` — and a grid of fewer workgroups than the device
 /// keeps busy (assumed 64: a few per compute unit on anything larger
 /// than an integrated GPU) leaves the rest idle, so its time is scaled by
-/// `64 / groups`. Among tiles that fit the limits (invocations, workgroup
-/// size per axis, workgroup memory), the cheapest wins.
+/// `64 / groups`. A long reduction may also split into 2-16 slices
+/// (split-K, at least 128 deep each), multiplying the workgroups, at the
+/// price of writing and re-reading one partial result per slice (priced
+/// at 16 FMAs a word). Among tiles that fit the limits (invocations,
+/// workgroup size per axis, workgroup memory, grid z), the cheapest wins.
 pub(crate) fn choose_tile(m: usize, n: usize, k: usize, batch: usize, l: &GpuLimits) -> Tile {
     const BUSY_GROUPS: f64 = 64.0;
     let candidates = [
@@ -72,26 +79,44 @@ pub(crate) fn choose_tile(m: usize, n: usize, k: usize, batch: usize, l: &GpuLim
         (16, 16, 1, 1),
         (8, 8, 1, 1),
     ];
+    const PARTIAL_WORD_COST: f64 = 16.0;
     let bk = if k >= 16 { 16 } else { 8 };
     let mut best: Option<(f64, Tile)> = None;
     for (bm, bn, tm, tn) in candidates {
-        let t = Tile { bm, bn, bk, tm, tn };
-        let (tx, ty) = t.threads();
-        let shared = (bm + bn) * bk * 4;
-        if tx * ty > l.max_invocations as usize
-            || tx > l.max_size_x as usize
-            || ty > l.max_size_y as usize
-            || shared > l.max_workgroup_storage as usize
-        {
-            continue;
-        }
-        let groups = m.div_ceil(bm) * n.div_ceil(bn) * batch;
-        let padded = (m.div_ceil(bm) * bm * n.div_ceil(bn) * bn * batch * k.max(1)) as f64;
-        let rate = (tm * tn) as f64 / (tm + tn) as f64;
-        let idle = (BUSY_GROUPS / groups as f64).max(1.0);
-        let cost = padded / rate * idle;
-        if best.is_none_or(|(c, _)| cost < c) {
-            best = Some((cost, t));
+        for split in [1, 2, 4, 8, 16] {
+            if split > 1 && (k / split < 128 || batch * split > l.max_groups_per_dim as usize) {
+                continue;
+            }
+            let t = Tile {
+                bm,
+                bn,
+                bk,
+                tm,
+                tn,
+                split,
+            };
+            let (tx, ty) = t.threads();
+            let shared = (bm + bn) * bk * 4;
+            if tx * ty > l.max_invocations as usize
+                || tx > l.max_size_x as usize
+                || ty > l.max_size_y as usize
+                || shared > l.max_workgroup_storage as usize
+            {
+                continue;
+            }
+            let groups = m.div_ceil(bm) * n.div_ceil(bn) * batch * split;
+            let padded = (m.div_ceil(bm) * bm * n.div_ceil(bn) * bn * batch * k.max(1)) as f64;
+            let rate = (tm * tn) as f64 / (tm + tn) as f64;
+            let idle = (BUSY_GROUPS / groups as f64).max(1.0);
+            let partials = if split > 1 {
+                (split * batch * m * n) as f64 * PARTIAL_WORD_COST
+            } else {
+                0.0
+            };
+            let cost = padded / rate * idle + partials;
+            if best.is_none_or(|(c, _)| cost < c) {
+                best = Some((cost, t));
+            }
         }
     }
     best.map(|(_, t)| t).unwrap_or(Tile {
@@ -100,6 +125,7 @@ pub(crate) fn choose_tile(m: usize, n: usize, k: usize, batch: usize, l: &GpuLim
         bk: 8,
         tm: 1,
         tn: 1,
+        split: 1,
     })
 }
 
@@ -121,27 +147,92 @@ pub(crate) struct Gemm<'a> {
     /// Statements consuming the result `acc` at `bb`, `gm`, `gn` (called
     /// only in range).
     pub store: &'a str,
-    /// Statements before the main loop (per-batch constants).
+    /// Statements before the main loop (per-batch constants of `bb`).
     pub prologue: &'a str,
+    /// Module-scope declarations the operand expressions call (helper
+    /// functions).
+    pub decls: &'a str,
 }
 
-/// The tiled GEMM shader for `gm`.
-pub(crate) fn gemm_stage(label: &str, gm: &Gemm<'_>, l: &GpuLimits) -> GpuStage {
-    let t = choose_tile(gm.m, gm.n, gm.k, gm.batch, l);
+/// The stages of `gm`: the tiled GEMM shader, and with split-K a second
+/// stage adding the slices' partial sums (kept in kernel scratch) before
+/// the store.
+pub(crate) fn gemm_stages(cx: &mut GCtx<'_>, what: &str, gm: &Gemm<'_>) -> Vec<GpuStage> {
+    let t = choose_tile(gm.m, gm.n, gm.k, gm.batch, cx.limits());
+    gemm_stages_with(cx, what, gm, t)
+}
+
+/// [`gemm_stages`] with the tile given (tests force split-K with it).
+pub(crate) fn gemm_stages_with(
+    cx: &mut GCtx<'_>,
+    what: &str,
+    gm: &Gemm<'_>,
+    t: Tile,
+) -> Vec<GpuStage> {
+    if t.split <= 1 {
+        return vec![gemm_stage(&cx.label(what), gm, t, None, cx.limits())];
+    }
+    let mn = gm.batch * gm.m * gm.n;
+    let partial = cx.scratch(t.split * mn);
+    let sub = |s: &str| {
+        if what.is_empty() {
+            s.to_string()
+        } else {
+            format!("{what}.{s}")
+        }
+    };
+    let main = gemm_stage(
+        &cx.label(&sub("split-k")),
+        gm,
+        t,
+        Some(partial),
+        cx.limits(),
+    );
+    let mut body = format!(
+        "  let bb = gi / {mn1}u; let gm = (gi / {n}u) % {m}u; let gn = gi % {n}u;\n{pro}  var acc: f32 = 0.0;\n  for (var kz = 0u; kz < {split}u; kz = kz + 1u) {{ acc = acc + {p}; }}\n",
+        mn1 = gm.m * gm.n,
+        n = gm.n,
+        m = gm.m,
+        pro = gm.prologue,
+        split = t.split,
+        p = partial.load(&format!("kz * {mn}u + gi")),
+    );
+    body.push_str(gm.store);
+    let sum = flat_stage(
+        &cx.label(&sub("split-k-sum")),
+        mn,
+        cx.limits(),
+        gm.decls,
+        &body,
+    );
+    vec![main, sum]
+}
+
+/// The tiled GEMM shader for `gm` with tile `t`; with `partial`, slice
+/// `wid.z / batch` of the reduction, its sums stored there instead.
+fn gemm_stage(
+    label: &str,
+    gm: &Gemm<'_>,
+    t: Tile,
+    partial: Option<Loc>,
+    l: &GpuLimits,
+) -> GpuStage {
     let (tx, ty) = t.threads();
     let nt = tx * ty;
     let (bm, bn, bk) = (t.bm, t.bn, t.bk);
     let mut s = String::new();
     s.push_str(HEADER);
     s.push_str(super::point::HELPERS);
+    s.push_str(gm.decls);
     let _ = writeln!(s, "var<workgroup> As: array<f32, {}>;", bm * bk);
     let _ = writeln!(s, "var<workgroup> Bs: array<f32, {}>;", bn * bk);
     let gx = gm.n.div_ceil(bn);
     let gy = gm.m.div_ceil(bm);
     // The batch goes on z when it fits, else folds into y.
     let zmax = l.max_groups_per_dim as usize;
-    let (gy_eff, gz) = if gm.batch <= zmax {
-        (gy, gm.batch)
+    let split = t.split.max(1);
+    let (gy_eff, gz) = if gm.batch * split <= zmax {
+        (gy, gm.batch * split)
     } else {
         (gy * gm.batch, 1)
     };
@@ -150,7 +241,13 @@ pub(crate) fn gemm_stage(label: &str, gm: &Gemm<'_>, l: &GpuLimits) -> GpuStage 
         "\n@compute @workgroup_size({tx}, {ty})\n\
          fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{\n"
     );
-    if gz == gm.batch {
+    if split > 1 {
+        let _ = writeln!(
+            s,
+            "  let bb = wid.z % {b}u;\n  let kz = wid.z / {b}u;\n  let by = wid.y;",
+            b = gm.batch
+        );
+    } else if gz == gm.batch {
         let _ = writeln!(s, "  let bb = wid.z;\n  let by = wid.y;");
     } else {
         let _ = writeln!(s, "  let bb = wid.y / {gy}u;\n  let by = wid.y % {gy}u;");
@@ -163,24 +260,34 @@ pub(crate) fn gemm_stage(label: &str, gm: &Gemm<'_>, l: &GpuLimits) -> GpuStage 
     for i in 0..t.tm * t.tn {
         let _ = writeln!(s, "  var c{i}: f32 = 0.0;");
     }
+    // The slice of the reduction this workgroup adds up.
+    let ks = gm.k.div_ceil(split).div_ceil(bk) * bk;
+    if split > 1 {
+        let _ = writeln!(
+            s,
+            "  let kbeg = kz * {ks}u;\n  let kend = min({k}u, kbeg + {ks}u);",
+            k = gm.k
+        );
+    } else {
+        let _ = writeln!(s, "  let kbeg = 0u;\n  let kend = {}u;", gm.k);
+    }
     let _ = write!(
         s,
-        "  for (var k0 = 0u; k0 < {k}u; k0 = k0 + {bk}u) {{\n\
+        "  for (var k0 = kbeg; k0 < kend; k0 = k0 + {bk}u) {{\n\
          \x20   for (var i = lid; i < {abk}u; i = i + {nt}u) {{\n\
          \x20     let mm = i / {bk}u; let kk = i % {bk}u; let gm = m0 + mm; let gk = k0 + kk;\n\
          \x20     var v = 0.0;\n\
-         \x20     if (gm < {m}u && gk < {k}u) {{ v = {a}; }}\n\
+         \x20     if (gm < {m}u && gk < kend) {{ v = {a}; }}\n\
          \x20     As[kk * {bm}u + mm] = v;\n\
          \x20   }}\n\
          \x20   for (var i = lid; i < {bbk}u; i = i + {nt}u) {{\n\
          \x20     let kk = i / {bn}u; let nn = i % {bn}u; let gn = n0 + nn; let gk = k0 + kk;\n\
          \x20     var v = 0.0;\n\
-         \x20     if (gn < {n}u && gk < {k}u) {{ v = {b}; }}\n\
+         \x20     if (gn < {n}u && gk < kend) {{ v = {b}; }}\n\
          \x20     Bs[kk * {bn}u + nn] = v;\n\
          \x20   }}\n\
          \x20   workgroupBarrier();\n\
          \x20   for (var kk = 0u; kk < {bk}u; kk = kk + 1u) {{\n",
-        k = gm.k,
         m = gm.m,
         n = gm.n,
         abk = bm * bk,
@@ -201,6 +308,19 @@ pub(crate) fn gemm_stage(label: &str, gm: &Gemm<'_>, l: &GpuLimits) -> GpuStage 
         }
     }
     let _ = write!(s, "    }}\n    workgroupBarrier();\n  }}\n");
+    let store = match partial {
+        Some(p) => format!(
+            "      {}\n",
+            p.store(
+                &format!(
+                    "((kz * {}u + bb) * {}u + gm) * {}u + gn",
+                    gm.batch, gm.m, gm.n
+                ),
+                "acc"
+            )
+        ),
+        None => gm.store.to_string(),
+    };
     for i in 0..t.tm {
         for j in 0..t.tn {
             let c = i * t.tn + j;
@@ -211,7 +331,7 @@ pub(crate) fn gemm_stage(label: &str, gm: &Gemm<'_>, l: &GpuLimits) -> GpuStage 
                 j * tx,
                 gm.m,
                 gm.n,
-                gm.store
+                store
             );
         }
     }
@@ -296,8 +416,9 @@ fn matmul(cx: &mut GCtx<'_>) -> Result<Vec<GpuStage>, String> {
         b: &b,
         store: &store,
         prologue: &prologue,
+        decls: "",
     };
-    Ok(vec![gemm_stage(&cx.label(""), &gm, cx.limits())])
+    Ok(gemm_stages(cx, "", &gm))
 }
 
 fn gemm(
@@ -359,8 +480,9 @@ fn gemm(
         b: &b,
         store: &store,
         prologue: "",
+        decls: "",
     };
-    Ok(vec![gemm_stage(&cx.label(""), &gm, cx.limits())])
+    Ok(gemm_stages(cx, "", &gm))
 }
 
 /// Geometry of one Conv2d.
@@ -511,16 +633,9 @@ fn conv(cx: &mut GCtx<'_>, c: &dnnc_ir::op::Conv2d) -> Result<Vec<GpuStage>, Str
         b: &b,
         store: &store,
         prologue: "",
+        decls: &helper,
     };
-    let mut st = gemm_stage(&cx.label(""), &gm, cx.limits());
-    if !helper.is_empty() {
-        st.wgsl = st.wgsl.replacen(
-            "var<workgroup> As",
-            &format!("{helper}var<workgroup> As"),
-            1,
-        );
-    }
-    Ok(vec![st])
+    Ok(gemm_stages(cx, "", &gm))
 }
 
 /// Depthwise convolution: one invocation per output element.

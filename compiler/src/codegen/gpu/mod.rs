@@ -440,7 +440,7 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
             .collect::<Vec<_>>()
             .join("+");
         let algo = match g.node(k.nodes[0]).op {
-            Op::Conv2d(_) if stages.iter().any(|s| s.label.ends_with("winograd-gemm")) => {
+            Op::Conv2d(_) if stages.iter().any(|s| s.label.contains("winograd-gemm")) => {
                 Some("winograd2")
             }
             Op::Conv2d(_) if stages[0].wgsl.contains("var<workgroup> As") => Some("implicit-gemm"),

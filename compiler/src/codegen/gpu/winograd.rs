@@ -13,7 +13,7 @@
 //! The multiply count drops from 36 to 16 per tile and channel pair; the
 //! transforms are elementwise stages of depth 1.
 
-use super::contraction::{gemm_stage, ConvGeom, Gemm};
+use super::contraction::{gemm_stages, ConvGeom, Gemm};
 use super::point::Point;
 use super::wgsl::{digits, flat_stage, Loc};
 use super::GCtx;
@@ -139,8 +139,9 @@ pub(crate) fn lower(
         "      {}\n",
         lm.store(&format!("(bb * {co}u + gm) * {tiles}u + gn"), "acc")
     );
-    stages.push(gemm_stage(
-        &cx.label("winograd-gemm"),
+    stages.extend(gemm_stages(
+        cx,
+        "winograd-gemm",
         &Gemm {
             m: co,
             n: tiles,
@@ -150,8 +151,8 @@ pub(crate) fn lower(
             b: &b,
             store: &store,
             prologue: "",
+            decls: "",
         },
-        cx.limits(),
     ));
 
     // Stage 3: Y = Aᵀ M A, bias, epilogue.
