@@ -291,16 +291,12 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         };
         let w: u64 = step.nodes.iter().filter_map(|n| macs.get(n)).sum();
         all_macs += w;
-        let s = d.as_secs_f64();
+        let [ms, share, rate] = time_cells(d.as_secs_f64(), total_s, w);
         cells.push([
             step.name.clone(),
-            format!("{:.3}", s * 1e3),
-            format!("{:.1}%", 100.0 * s / total_s),
-            if w > 0 && s > 0.0 {
-                format!("{:.1}", 2.0 * w as f64 / s / 1e9)
-            } else {
-                "-".into()
-            },
+            ms,
+            share,
+            rate,
             // Tasks the kernel ran as, of its split extent (units).
             match (exe.step_tasks().get(i).copied().unwrap_or(1), step.split) {
                 (t, e) if e > 1 => format!("{t}/{e}"),
@@ -384,6 +380,20 @@ fn table<const N: usize>(header: &[&str; N], right: &[bool; N], cells: &[[String
     out
 }
 
+/// A profile row's time cells: milliseconds, share of `total_s`, and
+/// GFLOP/s of `macs` multiply-adds (`-` without any).
+fn time_cells(s: f64, total_s: f64, macs: u64) -> [String; 3] {
+    [
+        format!("{:.3}", s * 1e3),
+        format!("{:.1}%", 100.0 * s / total_s),
+        if macs > 0 && s > 0.0 {
+            format!("{:.1}", 2.0 * macs as f64 / s / 1e9)
+        } else {
+            "-".into()
+        },
+    ]
+}
+
 /// Contraction multiply-adds per node name (Conv2d, MatMul, Gemm, ...),
 /// for GFLOP/s columns.
 fn contraction_macs(g: &Graph) -> HashMap<String, u64> {
@@ -419,16 +429,12 @@ pub fn render_gpu_profile(
         let k = &kernels[i];
         let w: u64 = k.nodes.iter().filter_map(|n| macs.get(n)).sum();
         all_macs += w;
-        let s = times[i].as_secs_f64();
+        let [ms, share, rate] = time_cells(times[i].as_secs_f64(), total_s, w);
         cells.push([
             k.name.clone(),
-            format!("{:.3}", s * 1e3),
-            format!("{:.1}%", 100.0 * s / total_s),
-            if w > 0 && s > 0.0 {
-                format!("{:.1}", 2.0 * w as f64 / s / 1e9)
-            } else {
-                "-".into()
-            },
+            ms,
+            share,
+            rate,
             k.stages.len().to_string(),
             k.algo.clone().unwrap_or_else(|| "-".into()),
             k.op.clone(),
