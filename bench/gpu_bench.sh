@@ -9,6 +9,16 @@
 # another) and, for the PyTorch rows, python3 with torch and torchvision.
 # dnnc's latency is a whole run: input upload, every dispatch, output
 # read-back; PyTorch's is the forward pass between CUDA events.
+#
+# On a lent GPU machine (no Rust there; its python3 has torch): build
+# `target/release/dnnc` here, fetch the Vulkan loader packages once
+# (`.gl/*.deb`: libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0
+# libgles2, downloaded for amd64 into a git-ignored `.gl/`), carry
+# `target/release/dnnc` and `.gl`, and run
+#   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; bench/gpu_bench.sh 20
+# adding VK_DRIVER_FILES=<the driver's nvidia_icd.json> if `dnnc devices`
+# finds no adapter. `dnnc run MODEL --backend gpu --profile` then shows
+# which kernels to work on.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ITERS=${1:-20}
