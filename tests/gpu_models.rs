@@ -90,3 +90,51 @@ fn lenet5_on_the_gpu_matches_onnxruntime() {
 fn squeezenet_on_the_gpu_matches_onnxruntime() {
     run_zoo_model("squeezenet_gpu", "squeezenet1_1", true);
 }
+
+/// The command a user types: `dnnc run model.onnx --backend gpu --input
+/// input.npy --out DIR` writes onnxruntime's output (LeNet-5, SqueezeNet).
+#[test]
+fn dnnc_run_backend_gpu_reproduces_onnxruntime() {
+    use clap::Parser;
+    let test = "dnnc_run_backend_gpu_reproduces_onnxruntime";
+    let Some(shared) = shared_or_skip(test) else {
+        return;
+    };
+    if gpu_or_skip(test).is_none() {
+        return;
+    }
+    for name in ["lenet5", "squeezenet1_1"] {
+        let dir = shared.join("models").join(name);
+        let out = std::env::temp_dir().join(format!("dnnc-gpu-run-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let cli = dnnc_compiler::cli::Cli::try_parse_from([
+            "dnnc".to_string(),
+            "run".into(),
+            dir.join("model.onnx").display().to_string(),
+            "--backend".into(),
+            "gpu".into(),
+            "--input".into(),
+            dir.join("input.npy").display().to_string(),
+            "--out".into(),
+            out.display().to_string(),
+        ])
+        .expect("arguments parse");
+        dnnc_compiler::cli::execute(cli, &mut |_| {}).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let file = std::fs::read_dir(&out)
+            .expect("output dir")
+            .next()
+            .expect("one output file")
+            .expect("entry")
+            .path();
+        let got = read_npy(&file).expect("written .npy");
+        let want = read_npy(&dir.join("output.npy")).expect("output.npy");
+        let a: Vec<f32> = got.as_f32().expect("f32").iter().copied().collect();
+        let e: Vec<f32> = want.as_f32().expect("f32").iter().copied().collect();
+        let (ok, abs, _) = allclose(&a, &e, 1e-3, 1e-4);
+        assert!(
+            ok,
+            "{name}: dnnc run --backend gpu differs from onnxruntime: max abs {abs:e}"
+        );
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
