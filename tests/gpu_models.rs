@@ -138,3 +138,46 @@ fn dnnc_run_backend_gpu_reproduces_onnxruntime() {
         let _ = std::fs::remove_dir_all(&out);
     }
 }
+
+/// `bench/gpu_bench.sh`'s largest case, ResNet-50 at batch 32 (the
+/// example with its input batch rewritten, as the script does), compiles
+/// to validated shaders within every grid limit; on an adapter whose
+/// storage bindings cannot hold its arena (lavapipe: 128 MiB) building
+/// the executable is a clear limit error, not a crash.
+#[test]
+fn resnet50_batch32_compiles_for_the_gpu() {
+    let src = std::fs::read_to_string(dnnc_integration::example("resnet50.dnn")).expect("example");
+    // The script's rewrite: every batch-1 type annotation to batch 32.
+    let batched = src.replace("f32[1,", "f32[32,");
+    assert!(batched.contains("input %input: f32[32,3,224,224]"));
+    let g = dnnc_compiler::load_model_str(&batched, "resnet50_b32.dnn").expect("parses");
+    let p = dnnc_compiler::codegen::gpu::compile_gpu(&g, &Default::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let limits = dnnc_runtime::gpu::GpuLimits::default();
+    for st in p.stages() {
+        assert!(
+            st.workgroups
+                .iter()
+                .all(|&w| w <= limits.max_groups_per_dim),
+            "{}: {:?}",
+            st.label,
+            st.workgroups
+        );
+    }
+    let arena = p.arena_words as u64 * 4;
+    eprintln!(
+        "resnet50 batch 32: {} kernels, {} shaders, arena {} MiB, weights {} MiB",
+        p.kernels.len(),
+        p.stages().count(),
+        arena >> 20,
+        (p.weights.len() * 4) >> 20
+    );
+    let Some(dev) = gpu_or_skip("resnet50_batch32_compiles_for_the_gpu") else {
+        return;
+    };
+    if arena > dev.limits().max_binding_bytes {
+        let e = dnnc_runtime::gpu::GpuExecutable::new(dev, p).unwrap_err();
+        assert!(matches!(e, dnnc_runtime::gpu::GpuError::Limit(_)), "{e}");
+        assert!(e.to_string().contains("activation arena"), "{e}");
+    }
+}
