@@ -282,3 +282,23 @@ fn small_gemms_with_long_reductions_split_k() {
     );
     check("small_gemms_with_long_reductions_split_k", src, 1e-4, 1e-5);
 }
+
+#[test]
+fn large_gemms_use_the_8x8_register_block() {
+    // Enough 128x128 tiles to occupy a GPU: the tile model picks the
+    // largest register block (64 accumulators per invocation); ragged
+    // edges (1000 = 7 x 128 + 104) still match.
+    let src = "graph t {
+  input %a: f32[1000,40]
+  input %b: f32[40,1030]
+  %y = MatMul(%a, %b)
+  %z = Relu(%y)
+  output %z
+}";
+    let g = dnnc_compiler::model::load_model_str(src, "t.dnn").unwrap();
+    let p = dnnc_compiler::codegen::gpu::compile_gpu(&g, &Default::default()).unwrap();
+    let wgsl = &p.kernels[0].stages[0].wgsl;
+    assert!(wgsl.contains("var c63: f32"), "expected an 8x8 block");
+    assert!(wgsl.contains("@workgroup_size(16, 16)"));
+    check("large_gemms_use_the_8x8_register_block", src, 1e-4, 1e-5);
+}

@@ -68,6 +68,9 @@ impl Tile {
 pub(crate) fn choose_tile(m: usize, n: usize, k: usize, batch: usize, l: &GpuLimits) -> Tile {
     const BUSY_GROUPS: f64 = 64.0;
     let candidates = [
+        (128, 128, 8, 8),
+        (64, 128, 4, 8),
+        (128, 64, 8, 4),
         (64, 64, 4, 4),
         (32, 64, 2, 4),
         (64, 32, 4, 2),
@@ -726,7 +729,7 @@ mod tests {
     fn tiles_fit_the_limits_and_shrink_for_small_gemms() {
         let l = GpuLimits::default();
         let big = choose_tile(512, 3136, 576, 1, &l);
-        assert_eq!((big.bm, big.bn), (64, 64));
+        assert_eq!((big.bm, big.bn), (128, 128));
         let fc = choose_tile(1, 1000, 512, 1, &l);
         assert!(fc.bm <= 16, "{fc:?}");
         let tiny = GpuLimits {
