@@ -111,7 +111,7 @@ pub fn gpu_or_skip(test: &str) -> Option<std::sync::Arc<dnnc_runtime::gpu::GpuDe
 }
 
 /// Compiles the `.dnn` text `src` for the GPU (with `opts`, its limits set
-/// from the device), runs it and the reference interpreter on the same
+/// from the device except `busy_groups`), runs it and the reference interpreter on the same
 /// seeded inputs, and asserts every output matches (f32 by numpy's
 /// `allclose(rtol, atol)`, i64/bool exactly). Skips without an adapter
 /// (see [`gpu_or_skip`]).
@@ -130,7 +130,13 @@ pub fn gpu_check_with(
         .unwrap_or_else(|e| panic!("{test}: {e:?}"));
     let feeds = dnnc_compiler::cli::gather_inputs(&g, &[], &mut |_| {}).expect("inputs");
     let want = dnnc_runtime::interp::run(&g, &feeds).expect("interpreter");
-    opts.limits = dev.limits();
+    // The device's limits, but tiles sized as `opts` says for occupancy
+    // (default: a GPU's 64 busy workgroups), so a software adapter runs
+    // the tilings a GPU would (split-K, small tiles) and tests check them.
+    opts.limits = dnnc_runtime::gpu::GpuLimits {
+        busy_groups: opts.limits.busy_groups,
+        ..dev.limits()
+    };
     let prog = dnnc_compiler::codegen::gpu::compile_gpu(&g, &opts)
         .unwrap_or_else(|e| panic!("{test}: {e}"));
     let exe =

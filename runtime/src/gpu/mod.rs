@@ -126,6 +126,13 @@ pub struct GpuLimits {
     pub max_groups_per_dim: u32,
     /// Bytes one storage-buffer binding may span.
     pub max_binding_bytes: u64,
+    /// Workgroups the device keeps busy at once, below which a smaller
+    /// grid leaves it partly idle: 64 for a GPU (a few per compute unit
+    /// of anything larger than an integrated GPU; wgpu reports no unit
+    /// count), the host's thread count for a software adapter (lavapipe
+    /// runs workgroups on CPU threads), where bigger register blocks beat
+    /// more workgroups.
+    pub busy_groups: u32,
 }
 
 impl Default for GpuLimits {
@@ -146,7 +153,16 @@ impl GpuLimits {
             max_workgroup_storage: l.max_compute_workgroup_storage_size,
             max_groups_per_dim: l.max_compute_workgroups_per_dimension,
             max_binding_bytes: l.max_storage_buffer_binding_size.min(l.max_buffer_size),
+            busy_groups: 64,
         }
+    }
+
+    fn for_adapter(l: &wgpu::Limits, ty: wgpu::DeviceType) -> GpuLimits {
+        let mut g = GpuLimits::from_wgpu(l);
+        if ty == wgpu::DeviceType::Cpu {
+            g.busy_groups = std::thread::available_parallelism().map_or(2, |n| n.get() as u32);
+        }
+        g
     }
 }
 
@@ -209,7 +225,7 @@ fn describe(index: usize, a: &wgpu::Adapter) -> AdapterDesc {
         driver: format!("{} {}", info.driver, info.driver_info)
             .trim()
             .to_string(),
-        limits: GpuLimits::from_wgpu(&a.limits()),
+        limits: GpuLimits::for_adapter(&a.limits(), info.device_type),
         timestamps: a.features().contains(wgpu::Features::TIMESTAMP_QUERY),
     }
 }
@@ -240,7 +256,6 @@ pub struct GpuDevice {
     device: wgpu::Device,
     queue: wgpu::Queue,
     desc: AdapterDesc,
-    limits: wgpu::Limits,
     lost: Arc<Mutex<Option<String>>>,
 }
 
@@ -338,7 +353,6 @@ impl GpuDevice {
             device,
             queue,
             desc,
-            limits,
             lost,
         }))
     }
@@ -350,7 +364,7 @@ impl GpuDevice {
 
     /// The limits shaders must be generated for.
     pub fn limits(&self) -> GpuLimits {
-        GpuLimits::from_wgpu(&self.limits)
+        self.desc.limits
     }
 
     /// Destroys the device, as a driver reset or an unplugged GPU would:

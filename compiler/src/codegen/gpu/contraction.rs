@@ -58,15 +58,15 @@ impl Tile {
 /// by the rate its register block sustains — an invocation issues
 /// `TM*TN` FMAs per `TM+TN` workgroup-memory loads, so the rate grows
 /// with `TM*TN/(TM+TN)` — and a grid of fewer workgroups than the device
-/// keeps busy (assumed 64: a few per compute unit on anything larger
-/// than an integrated GPU) leaves the rest idle, so its time is scaled by
-/// `64 / groups`. A long reduction may also split into 2-16 slices
+/// keeps busy (`GpuLimits::busy_groups`: 64 for a GPU, the thread count
+/// for a software adapter) leaves the rest idle, so its time is scaled by
+/// `busy / groups`. A long reduction may also split into 2-16 slices
 /// (split-K, at least 128 deep each), multiplying the workgroups, at the
 /// price of writing and re-reading one partial result per slice (priced
 /// at 16 FMAs a word). Among tiles that fit the limits (invocations,
 /// workgroup size per axis, workgroup memory, grid z), the cheapest wins.
 pub(crate) fn choose_tile(m: usize, n: usize, k: usize, batch: usize, l: &GpuLimits) -> Tile {
-    const BUSY_GROUPS: f64 = 64.0;
+    let busy_groups = f64::from(l.busy_groups.max(1));
     let candidates = [
         (128, 128, 8, 8),
         (64, 128, 4, 8),
@@ -110,7 +110,7 @@ pub(crate) fn choose_tile(m: usize, n: usize, k: usize, batch: usize, l: &GpuLim
             let groups = m.div_ceil(bm) * n.div_ceil(bn) * batch * split;
             let padded = (m.div_ceil(bm) * bm * n.div_ceil(bn) * bn * batch * k.max(1)) as f64;
             let rate = (tm * tn) as f64 / (tm + tn) as f64;
-            let idle = (BUSY_GROUPS / groups as f64).max(1.0);
+            let idle = (busy_groups / groups as f64).max(1.0);
             let partials = if split > 1 {
                 (split * batch * m * n) as f64 * PARTIAL_WORD_COST
             } else {
