@@ -5,7 +5,7 @@
 mod cpu_common;
 
 use clap::ValueEnum;
-use cpu_common::{check_with, rand_f32, Rng};
+use cpu_common::{check_with, ConvCase, Rng};
 use dnnc_compiler::codegen::cpu::{ConvAlgo, CpuOptions};
 
 #[test]
@@ -43,44 +43,24 @@ fn random_convolutions_match_the_interpreter() {
             "%y = Add(%c, %r)",
             "%s = Sigmoid(%c)\n%y = Mul(%s, %c)",
         ][r.below(4)];
-        let oh = (h + pads[0] + pads[2] - (kh - 1) * dh - 1) / sh + 1;
-        let ow = (w + pads[1] + pads[3] - (kw - 1) * dw - 1) / sw + 1;
-        let mut body = format!(
-            "input %x: f32[{n},{c},{h},{w}]\nparam %w: f32[{m},{},{kh},{kw}] = he(seed={round})\n",
-            c / g
-        );
-        if bias {
-            body += &format!(
-                "param %b: f32[{m}] = uniform(low=-1, high=1, seed={})\n",
-                round + 1000
-            );
-        }
-        if epi.contains("%r") {
-            body += &format!("input %r: f32[{n},{m},{oh},{ow}]\n");
-        }
-        body += &format!(
-            "%c = Conv2d(%x, %w{}) {{strides=[{sh},{sw}], pads=[{},{},{},{}], dilations=[{dh},{dw}], group={g}}}\n",
-            if bias { ", %b" } else { "" },
-            pads[0],
-            pads[1],
-            pads[2],
-            pads[3]
-        );
+        let case = ConvCase {
+            nchw: [n, c, h, w],
+            m,
+            g,
+            k: [kh, kw],
+            s: [sh, sw],
+            d: [dh, dw],
+            pads: [pads[0], pads[1], pads[2], pads[3]],
+            bias,
+            seed: round,
+        };
+        let mut body = case.body(epi);
         let out = if epi.is_empty() { "%c" } else { "%y" };
         body += &format!("{epi}\noutput {out}");
         let src = format!("graph conv{round} {{\n{body}\n}}\n");
         let graph =
             dnnc_ir::text::parse(&src, "conv.dnn").unwrap_or_else(|e| panic!("{e:?}\n{src}"));
-        let mut ins = vec![(
-            "x".to_string(),
-            rand_f32(&[n, c, h, w], r.next_u64(), -1.0, 1.0),
-        )];
-        if epi.contains("%r") {
-            ins.push((
-                "r".to_string(),
-                rand_f32(&[n, m, oh, ow], r.next_u64(), -1.0, 1.0),
-            ));
-        }
+        let ins = case.inputs(&mut r, epi);
         let algos =
             std::iter::once(None).chain(ConvAlgo::value_variants().iter().copied().map(Some));
         for algo in algos {

@@ -7,7 +7,7 @@
 
 mod cpu_common;
 
-use cpu_common::{assert_close, rand_f32, Rng};
+use cpu_common::{assert_close, rand_f32, ConvCase, Rng};
 use dnnc_compiler::codegen::gpu::{compile_gpu, GpuOptions};
 use dnnc_runtime::gpu::{AdapterChoice, GpuDevice, GpuExecutable};
 use std::sync::Arc;
@@ -103,34 +103,25 @@ fn random_convolutions_and_pools_match_the_interpreter() {
         );
         let n = 1 + r.below(2);
         let bias = r.below(2) == 0;
-        let oh = (h + pads[0] + pads[2] - (kh - 1) * dh - 1) / sh + 1;
-        let ow = (w + pads[1] + pads[3] - (kw - 1) * dw - 1) / sw + 1;
+        let case = ConvCase {
+            nchw: [n, c, h, w],
+            m,
+            g,
+            k: [kh, kw],
+            s: [sh, sw],
+            d: [dh, dw],
+            pads: [pads[0], pads[1], pads[2], pads[3]],
+            bias,
+            seed: round,
+        };
+        let (oh, ow) = case.out_hw();
         let epi = [
             "",
             "%y = Relu(%c)",
             "%y = Add(%c, %r)",
             "%s = Sigmoid(%c)\n%y = Mul(%s, %c)",
         ][r.below(4)];
-        let mut body = format!(
-            "input %x: f32[{n},{c},{h},{w}]\nparam %w: f32[{m},{cg},{kh},{kw}] = he(seed={round})\n"
-        );
-        if bias {
-            body += &format!(
-                "param %b: f32[{m}] = uniform(low=-1, high=1, seed={})\n",
-                round + 1000
-            );
-        }
-        if epi.contains("%r") {
-            body += &format!("input %r: f32[{n},{m},{oh},{ow}]\n");
-        }
-        body += &format!(
-            "%c = Conv2d(%x, %w{}) {{strides=[{sh},{sw}], pads=[{},{},{},{}], dilations=[{dh},{dw}], group={g}}}\n",
-            if bias { ", %b" } else { "" },
-            pads[0],
-            pads[1],
-            pads[2],
-            pads[3]
-        );
+        let mut body = case.body(epi);
         let out = if epi.is_empty() { "%c" } else { "%y" };
         // A pool after the conv: max or average, its own window.
         let (pk, ps) = (1 + r.below(3), 1 + r.below(2));
@@ -148,16 +139,7 @@ fn random_convolutions_and_pools_match_the_interpreter() {
             if pool.is_empty() { "" } else { ", %q" }
         );
         let src = format!("graph conv{round} {{\n{body}\n}}\n");
-        let mut ins = vec![(
-            "x".to_string(),
-            rand_f32(&[n, c, h, w], r.next_u64(), -1.0, 1.0),
-        )];
-        if epi.contains("%r") {
-            ins.push((
-                "r".to_string(),
-                rand_f32(&[n, m, oh, ow], r.next_u64(), -1.0, 1.0),
-            ));
-        }
+        let ins = case.inputs(&mut r, epi);
         for winograd in [None, Some(true)] {
             let labels = check(&dev, &src, &ins, winograd, 1e-4);
             wino += labels

@@ -147,3 +147,93 @@ pub fn bits(ts: &[Tensor]) -> Vec<u32> {
         })
         .collect()
 }
+
+/// One random-test convolution: its geometry and the graph text around it.
+pub struct ConvCase {
+    /// Images, input channels, input height and width.
+    pub nchw: [usize; 4],
+    /// Output channels.
+    pub m: usize,
+    /// Groups.
+    pub g: usize,
+    /// Kernel height and width.
+    pub k: [usize; 2],
+    /// Strides.
+    pub s: [usize; 2],
+    /// Dilations.
+    pub d: [usize; 2],
+    /// Pads: top, left, bottom, right.
+    pub pads: [usize; 4],
+    /// With a bias operand.
+    pub bias: bool,
+    /// Seeds the weight (`seed`) and bias (`seed + 1000`) initialisers.
+    pub seed: usize,
+}
+
+impl ConvCase {
+    /// Output height and width.
+    pub fn out_hw(&self) -> (usize, usize) {
+        let [_, _, h, w] = self.nchw;
+        let [kh, kw] = self.k;
+        let [dh, dw] = self.d;
+        (
+            (h + self.pads[0] + self.pads[2] - (kh - 1) * dh - 1) / self.s[0] + 1,
+            (w + self.pads[1] + self.pads[3] - (kw - 1) * dw - 1) / self.s[1] + 1,
+        )
+    }
+
+    /// Seeded data for `%x`, and for `%r` when `epi` reads it (uniform in
+    /// `[-1, 1)`, drawn from `r` in that order).
+    pub fn inputs(&self, r: &mut Rng, epi: &str) -> Vec<(String, Tensor)> {
+        let [n, c, h, w] = self.nchw;
+        let mut ins = vec![(
+            "x".to_string(),
+            rand_f32(&[n, c, h, w], r.next_u64(), -1.0, 1.0),
+        )];
+        if epi.contains("%r") {
+            let (oh, ow) = self.out_hw();
+            ins.push((
+                "r".to_string(),
+                rand_f32(&[n, self.m, oh, ow], r.next_u64(), -1.0, 1.0),
+            ));
+        }
+        ins
+    }
+
+    /// Graph-body lines: input `%x`, weight `%w`, the bias `%b` if any,
+    /// input `%r` of the result's shape when `epi` reads it, and the conv
+    /// as `%c`.
+    pub fn body(&self, epi: &str) -> String {
+        let [n, c, h, w] = self.nchw;
+        let (m, g, seed) = (self.m, self.g, self.seed);
+        let [kh, kw] = self.k;
+        let mut body = format!(
+            "input %x: f32[{n},{c},{h},{w}]\nparam %w: f32[{m},{},{kh},{kw}] = he(seed={seed})\n",
+            c / g
+        );
+        if self.bias {
+            body += &format!(
+                "param %b: f32[{m}] = uniform(low=-1, high=1, seed={})\n",
+                seed + 1000
+            );
+        }
+        if epi.contains("%r") {
+            let (oh, ow) = self.out_hw();
+            body += &format!("input %r: f32[{n},{m},{oh},{ow}]\n");
+        }
+        let p = self.pads;
+        body += &format!(
+            "%c = Conv2d(%x, %w{}) {{strides=[{},{}], pads=[{},{},{},{}], dilations=[{},{}], group={g}}}\n",
+            if self.bias { ", %b" } else { "" },
+            self.s[0],
+            self.s[1],
+            p[0],
+            p[1],
+            p[2],
+            p[3],
+            self.d[0],
+            self.d[1]
+        );
+        body
+    }
+}
