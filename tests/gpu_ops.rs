@@ -251,7 +251,7 @@ fn small_gemms_with_long_reductions_split_k() {
     // reduction into slices (more workgroups), a second stage adds the
     // partial sums and runs the epilogue.
     let src = "graph t {
-  input %a: f32[4,2048]
+  input %a: f32[6,2048]
   param %w: f32[2048,8] = he(seed=1)
   param %c: f32[8] = uniform(low=-1.0, high=1.0, seed=2)
   input %x: f32[2,1024,3,3]
@@ -301,4 +301,30 @@ fn large_gemms_use_the_8x8_register_block() {
     assert!(wgsl.contains("var c63: f32"), "expected an 8x8 block");
     assert!(wgsl.contains("@workgroup_size(16, 16)"));
     check("large_gemms_use_the_8x8_register_block", src, 1e-4, 1e-5);
+}
+
+#[test]
+fn gemv_shaped_gemms_are_dot_products() {
+    // A batch-1 fully connected layer (one row, transposed weight), a
+    // 3-row MatMul and a conv on a 1x1 map: at most 4 rows or columns,
+    // so one workgroup per output with a tree sum, not a padded tile.
+    let src = "graph t {
+  input %x: f32[1,700]
+  param %w: f32[1000,700] = he(seed=1)
+  param %b: f32[1000] = uniform(low=-1.0, high=1.0, seed=2)
+  input %a: f32[2,3,300]
+  input %m: f32[300,50]
+  input %i: f32[1,96,1,1]
+  param %k: f32[40,96,1,1] = he(seed=3)
+  %y = Gemm(%x, %w, %b) {transB=1}
+  %z = Relu(%y)
+  %p = MatMul(%a, %m)
+  %c = Conv2d(%i, %k)
+  output %z, %p, %c
+}";
+    let g = dnnc_compiler::model::load_model_str(src, "t.dnn").unwrap();
+    let p = dnnc_compiler::codegen::gpu::compile_gpu(&g, &Default::default()).unwrap();
+    let labels: Vec<&str> = p.stages().map(|s| s.label.as_str()).collect();
+    assert_eq!(labels, ["z.dot", "p.dot", "c.dot"]);
+    check("gemv_shaped_gemms_are_dot_products", src, 1e-4, 1e-5);
 }

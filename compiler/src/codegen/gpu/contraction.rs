@@ -15,7 +15,7 @@
 //! transformed once at compile time.
 
 use super::point::Point;
-use super::wgsl::{digits, flat_stage, flit, Loc, HEADER};
+use super::wgsl::{digits, flat_stage, flit, row_stage, Loc, HEADER};
 use super::GCtx;
 use dnnc_ir::op::ConvAlgo;
 use dnnc_ir::{Op, ValueId};
@@ -161,8 +161,49 @@ pub(crate) struct Gemm<'a> {
 /// stage adding the slices' partial sums (kept in kernel scratch) before
 /// the store.
 pub(crate) fn gemm_stages(cx: &mut GCtx<'_>, what: &str, gm: &Gemm<'_>) -> Vec<GpuStage> {
+    if gm.m.min(gm.n) <= DOT_MAX_SIDE && gm.k >= 32 {
+        return vec![dot_stage(cx, what, gm)];
+    }
     let t = choose_tile(gm.m, gm.n, gm.k, gm.batch, cx.limits());
     gemm_stages_with(cx, what, gm, t)
+}
+
+/// Up to this many rows (or columns), a GEMM is a few dot products per
+/// output column (a batch-1 fully connected layer is one row): the tiled
+/// template would pad it to a whole tile of 8-128 rows.
+const DOT_MAX_SIDE: usize = 4;
+
+/// One workgroup per output element: its invocations stride over the
+/// reduction (consecutive `k`, contiguous in a row-major A and a
+/// transposed B, so loads coalesce), then a log-depth tree sum in
+/// workgroup memory, and the first invocation runs the store.
+fn dot_stage(cx: &GCtx<'_>, what: &str, gm: &Gemm<'_>) -> GpuStage {
+    let l = cx.limits();
+    let cap = 64.min(l.max_invocations).min(l.max_size_x).max(1);
+    let wg = 1u32 << (31 - cap.leading_zeros());
+    let rows = gm.batch * gm.m * gm.n;
+    let mut body = format!(
+        "  let bb = row / {mn}u; let gm = (row / {n}u) % {m}u; let gn = row % {n}u;\n{pro}           var part: f32 = 0.0;\n           for (var gk = lid; gk < {k}u; gk = gk + {wg}u) {{ part = fma({a}, {b}, part); }}\n",
+        mn = gm.m * gm.n,
+        n = gm.n,
+        m = gm.m,
+        k = gm.k,
+        pro = gm.prologue,
+        a = gm.a,
+        b = gm.b,
+    );
+    body += &super::reduce::tree_reduce(wg, "part", "sum", &|x, y| format!("{x} + {y}"));
+    body += &format!(
+        "  if (lid == 0u) {{\n      let acc = sum;\n{}  }}\n",
+        gm.store
+    );
+    let decls = format!("var<workgroup> tree: array<f32, {wg}>;\n{}", gm.decls);
+    let label = if what.is_empty() {
+        "dot".to_string()
+    } else {
+        format!("{what}.dot")
+    };
+    row_stage(&cx.label(&label), rows, wg, l, &decls, &body)
 }
 
 /// [`gemm_stages`] with the tile given (tests force split-K with it).

@@ -443,7 +443,12 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
             Op::Conv2d(_) if stages.iter().any(|s| s.label.contains("winograd-gemm")) => {
                 Some("winograd2")
             }
-            Op::Conv2d(_) if stages[0].wgsl.contains("var<workgroup> As") => Some("implicit-gemm"),
+            Op::Conv2d(_)
+                if stages[0].wgsl.contains("var<workgroup> As")
+                    || stages[0].label.ends_with("dot") =>
+            {
+                Some("implicit-gemm")
+            }
             Op::Conv2d(_) => Some("direct"),
             _ => None,
         };

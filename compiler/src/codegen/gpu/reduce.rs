@@ -353,7 +353,12 @@ fn tree_size(l: &GpuLimits, count: usize, arrays: usize) -> u32 {
 /// into `total` across the workgroup: a log2(wg)-step tree over the
 /// workgroup array `tree`, `comb(a, b)` the combining expression. Ends
 /// with a barrier, so `tree` may be reused right after.
-fn tree_reduce(wg: u32, mine: &str, total: &str, comb: &dyn Fn(&str, &str) -> String) -> String {
+pub(crate) fn tree_reduce(
+    wg: u32,
+    mine: &str,
+    total: &str,
+    comb: &dyn Fn(&str, &str) -> String,
+) -> String {
     let mut s = format!("  tree[lid] = {mine};\n  workgroupBarrier();\n");
     let mut half = wg / 2;
     while half > 0 {
