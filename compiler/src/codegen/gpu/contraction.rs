@@ -182,13 +182,11 @@ fn dot_stage(cx: &GCtx<'_>, what: &str, gm: &Gemm<'_>) -> GpuStage {
     let cap = 64.min(l.max_invocations).min(l.max_size_x).max(1);
     let wg = 1u32 << (31 - cap.leading_zeros());
     let rows = gm.batch * gm.m * gm.n;
-    let mut body = format!(
-        "  let bb = row / {mn}u; let gm = (row / {n}u) % {m}u; let gn = row % {n}u;\n{pro}           var part: f32 = 0.0;\n           for (var gk = lid; gk < {k}u; gk = gk + {wg}u) {{ part = fma({a}, {b}, part); }}\n",
-        mn = gm.m * gm.n,
-        n = gm.n,
-        m = gm.m,
+    let mut body = gemm_point(gm, "row");
+    let _ = write!(
+        body,
+        "  var part: f32 = 0.0;\n  for (var gk = lid; gk < {k}u; gk = gk + {wg}u) {{ part = fma({a}, {b}, part); }}\n",
         k = gm.k,
-        pro = gm.prologue,
         a = gm.a,
         b = gm.b,
     );
@@ -204,6 +202,19 @@ fn dot_stage(cx: &GCtx<'_>, what: &str, gm: &Gemm<'_>) -> GpuStage {
         format!("{what}.dot")
     };
     row_stage(&cx.label(&label), rows, wg, l, &decls, &body)
+}
+
+/// Statements decoding the GEMM output point `bb`, `gm`, `gn` from the
+/// linear index `lin` over `batch x m x n`, then the per-batch prologue:
+/// what the store expects wherever the point comes from.
+fn gemm_point(gm: &Gemm<'_>, lin: &str) -> String {
+    format!(
+        "  let bb = {lin} / {mn}u; let gm = ({lin} / {n}u) % {m}u; let gn = {lin} % {n}u;\n{}",
+        gm.prologue,
+        mn = gm.m * gm.n,
+        n = gm.n,
+        m = gm.m,
+    )
 }
 
 /// [`gemm_stages`] with the tile given (tests force split-K with it).
@@ -232,12 +243,10 @@ pub(crate) fn gemm_stages_with(
         Some(partial),
         cx.limits(),
     );
-    let mut body = format!(
-        "  let bb = gi / {mn1}u; let gm = (gi / {n}u) % {m}u; let gn = gi % {n}u;\n{pro}  var acc: f32 = 0.0;\n  for (var kz = 0u; kz < {split}u; kz = kz + 1u) {{ acc = acc + {p}; }}\n",
-        mn1 = gm.m * gm.n,
-        n = gm.n,
-        m = gm.m,
-        pro = gm.prologue,
+    let mut body = gemm_point(gm, "gi");
+    let _ = writeln!(
+        body,
+        "  var acc: f32 = 0.0;\n  for (var kz = 0u; kz < {split}u; kz = kz + 1u) {{ acc = acc + {p}; }}",
         split = t.split,
         p = partial.load(&format!("kz * {mn}u + gi")),
     );

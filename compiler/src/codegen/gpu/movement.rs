@@ -19,29 +19,16 @@ use super::wgsl::{broadcast_index, digits, flat_stage, flit, strides};
 use super::GCtx;
 use dnnc_ir::infer::{norm_axis, slice_range};
 use dnnc_ir::op::{PadMode, RangeParams, Resize, ResizeMode, Scalar};
-use dnnc_ir::{DType, Op, ValueId};
+use dnnc_ir::{DType, Op, OpClass, ValueId};
 use dnnc_runtime::gpu::GpuStage;
 use std::fmt::Write;
 
-/// Whether `op` has a data-movement lowering here. `Shape` is included
-/// because `compile_gpu` materialises it as a constant: its kernel needs
-/// no stage, but must count as supported.
+/// Whether `op` has a data-movement lowering here: the DataMovement
+/// class (`Shape` included: `compile_gpu` materialises it as a constant,
+/// so its kernel needs no stage but must count as supported), and Range,
+/// a generated sequence the fusion overlay gives a kernel of its own.
 pub(crate) fn supports(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Concat { .. }
-            | Op::Split { .. }
-            | Op::Slice { .. }
-            | Op::Transpose { .. }
-            | Op::Pad { .. }
-            | Op::Gather { .. }
-            | Op::Expand { .. }
-            | Op::ConstantOfShape { .. }
-            | Op::Tile { .. }
-            | Op::Range(_)
-            | Op::Resize(_)
-            | Op::Shape { .. }
-    )
+    op.class() == OpClass::DataMovement || matches!(op, Op::Range(_))
 }
 
 /// The stages of the kernel's single data-movement node.

@@ -12,9 +12,9 @@
 use super::point::Point;
 use super::wgsl::{digits, flat_stage, flit, row_stage, strides, Loc};
 use super::GCtx;
-use dnnc_ir::infer::{norm_axis, window_out};
+use dnnc_ir::infer::norm_axis;
 use dnnc_ir::op::{Lrn, Pool2d, ReduceKind};
-use dnnc_ir::{Op, ValueId};
+use dnnc_ir::{Op, OpClass, ValueId};
 use dnnc_runtime::gpu::{GpuLimits, GpuStage};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -22,21 +22,10 @@ use std::fmt::Write;
 /// `-inf`, the identity of max (WGSL has no infinite literal).
 const NEG_INF: &str = "bitcast<f32>(0xff800000u)";
 
-/// Whether this module lowers `op` (as a Reduction kernel's anchor).
+/// Whether this module lowers `op` (as a Reduction kernel's anchor):
+/// every op of the Reduction class.
 pub(crate) fn supports(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::MaxPool(_)
-            | Op::AveragePool(_)
-            | Op::GlobalAveragePool
-            | Op::GlobalMaxPool
-            | Op::Lrn(_)
-            | Op::Softmax { .. }
-            | Op::LogSoftmax { .. }
-            | Op::Reduce { .. }
-            | Op::InstanceNormalization { .. }
-            | Op::LayerNormalization { .. }
-    )
+    op.class() == OpClass::Reduction
 }
 
 /// The stages of the kernel anchored by a reduction-class op.
@@ -131,35 +120,13 @@ fn finish_point(
 /// the padded input (never those past the end padding `ceil_mode` adds).
 fn pool(cx: &mut GCtx<'_>, p: &Pool2d, max: bool) -> Result<Vec<GpuStage>, String> {
     let (x, xs, y, ys) = anchor_io(cx)?;
-    let &[n, c, h, w] = xs.as_slice() else {
-        return Err(format!("input must have rank 4, found {xs:?}"));
-    };
-    if p.kernel.contains(&0) || p.strides.contains(&0) || p.dilations.contains(&0) {
-        return Err("kernel, strides and dilations must be positive".into());
-    }
-    let ho = window_out(
-        h,
-        p.kernel[0],
-        p.strides[0],
-        p.pads[0],
-        p.pads[2],
-        p.dilations[0],
-        p.ceil_mode,
-    );
-    let wo = window_out(
-        w,
-        p.kernel[1],
-        p.strides[1],
-        p.pads[1],
-        p.pads[3],
-        p.dilations[1],
-        p.ceil_mode,
-    );
-    if ys != [n, c, ho.unwrap_or(0), wo.unwrap_or(0)] {
+    // The result's shape (its window count) is the graph's, which the
+    // IR's inference computed with the same rules.
+    let (&[_, _, h, w], 4) = (xs.as_slice(), ys.len()) else {
         return Err(format!(
-            "result shape {ys:?} does not match the pooled input {xs:?}"
+            "input and result must have rank 4, found {xs:?} and {ys:?}"
         ));
-    }
+    };
     let xl = cx.loc(x)?;
     let mut b = String::new();
     let _ = writeln!(
