@@ -607,13 +607,16 @@ fn conv(cx: &mut GCtx<'_>, c: &dnnc_ir::op::Conv2d) -> Result<Vec<GpuStage>, Str
     let cg = gmt.c / gmt.g;
     let mg = gmt.co / gmt.g;
     if cg == 1 && mg == 1 && gmt.g > 1 {
+        cx.algo = Some("direct");
         return direct(cx, &gmt, lx, lw, lb, out);
     }
     if winograd_applies(&gmt) && use_winograd(cx, &gmt, c.algo) {
         if let Some(filter) = cx.weight_data(wv) {
+            cx.algo = Some("winograd2");
             return super::winograd::lower(cx, &gmt, &filter, lx, lb, out);
         }
     }
+    cx.algo = Some("implicit-gemm");
     let ConvGeom {
         n: _,
         c: cin,

@@ -72,6 +72,8 @@ pub(crate) struct GCtx<'a> {
     errors: &'a mut Vec<String>,
     /// Arena word of the error flag.
     error_word: usize,
+    /// The convolution algorithm the lowering chose, for profiles.
+    pub algo: Option<&'static str>,
 }
 
 impl GCtx<'_> {
@@ -340,6 +342,7 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
             weights: &mut discard,
             errors: &mut discard_errors,
             error_word: 0,
+            algo: None,
         };
         lower(&mut cx).map_err(|e| unsupported(g, cx.anchor(), e))?;
         scratch[i] = cx.scratch_used;
@@ -421,6 +424,7 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
             weights: &mut weights,
             errors: &mut errors,
             error_word,
+            algo: None,
         };
         let stages = lower(&mut cx).map_err(|e| unsupported(g, cx.anchor(), e))?;
         for st in &stages {
@@ -439,25 +443,12 @@ pub fn compile_gpu(g: &Graph, opts: &GpuOptions) -> Result<GpuProgram, CodegenEr
             .map(|&n| g.node(n).op.name())
             .collect::<Vec<_>>()
             .join("+");
-        let algo = match g.node(k.nodes[0]).op {
-            Op::Conv2d(_) if stages.iter().any(|s| s.label.contains("winograd-gemm")) => {
-                Some("winograd2")
-            }
-            Op::Conv2d(_)
-                if stages[0].wgsl.contains("var<workgroup> As")
-                    || stages[0].label.ends_with("dot") =>
-            {
-                Some("implicit-gemm")
-            }
-            Op::Conv2d(_) => Some("direct"),
-            _ => None,
-        };
         gk.push(GpuKernel {
             name: k.name.clone(),
             op,
             stages,
             nodes: k.nodes.iter().map(|&n| node_label(g, n)).collect(),
-            algo: algo.map(str::to_string),
+            algo: cx.algo.map(str::to_string),
         });
     }
 
