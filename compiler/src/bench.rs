@@ -485,8 +485,12 @@ pub fn render_waves(exe: &Executable) -> String {
         multi.iter().filter(|(_, w)| w.concurrent).count(),
         multi.len()
     );
-    out.push_str(
-        "  rule: concurrent iff T_conc < T_seq (W-D estimates in MAC-equivalent ops, see ARCHITECTURE.md)\n",
+    let model = exe.cost_model();
+    let _ = writeln!(
+        out,
+        "  rule: concurrent iff T_conc < T_seq, estimated by {} in {}",
+        model.source(),
+        model.unit()
     );
     for (i, w) in multi {
         let names: Vec<&str> = w
@@ -496,14 +500,14 @@ pub fn render_waves(exe: &Executable) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "  wave {i:>3}  {:<28}  T_seq {:>12}  T_conc {:>12}  {}",
+            "  wave {i:>3}  {:<28}  T_seq {:>12.1}  T_conc {:>12.1}  {}",
             if w.concurrent {
                 format!("concurrent, {} thread(s) each", w.threads_per_step)
             } else {
                 "sequential".to_string()
             },
-            wd::format_thousands(w.est_sequential),
-            wd::format_thousands(w.est_concurrent),
+            w.est_sequential,
+            w.est_concurrent,
             names.join(", ")
         );
     }

@@ -54,6 +54,28 @@ pub struct ConvArgs {
     /// it the model compiles as loaded.
     #[arg(long)]
     pub optimize: bool,
+    /// What decides how kernels split across --threads threads and which
+    /// independent kernels run concurrently (`dnnc ir --after partition`
+    /// shows the decisions).
+    #[arg(long, value_enum, value_name = "MODEL", default_value_t)]
+    pub partition: PartitionArg,
+    /// Machine profile for the calibrated partition (default: the
+    /// built-in one; `dnnc calibrate --out` writes one).
+    #[arg(long, value_name = "PROFILE.json")]
+    pub partition_profile: Option<PathBuf>,
+}
+
+/// `--partition` of `dnnc run`, `dnnc bench` and `dnnc ir --after
+/// partition`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum PartitionArg {
+    /// The calibrated cost model: each kernel's predicted time as 1..N
+    /// shares, the least wins.
+    #[default]
+    Cost,
+    /// The runtime's Work-Depth rule (work counts, fixed hand-off
+    /// budgets), for comparison.
+    Rule,
 }
 
 /// `--concurrency` of `dnnc run` and `dnnc bench`: how waves of
@@ -206,6 +228,20 @@ pub enum Command {
         /// With --after partition: the thread count to partition for.
         #[arg(long, value_name = "N", default_value_t = 1, requires = "after")]
         threads: usize,
+        /// With --after partition: what decides the partition, as for
+        /// `dnnc run`.
+        #[arg(
+            long,
+            value_enum,
+            value_name = "MODEL",
+            default_value_t,
+            requires = "after"
+        )]
+        partition: PartitionArg,
+        /// With --after partition and --partition cost: the machine
+        /// profile (default: the built-in one).
+        #[arg(long, value_name = "PROFILE.json", requires = "after")]
+        partition_profile: Option<PathBuf>,
         /// With --after: append each pass's statistics as `#` comment
         /// lines (for `egraph`: iterations, e-nodes, e-classes, time, stop
         /// reason, rules fired, predicted time before and after).
@@ -572,6 +608,8 @@ fn execute_command(
             after,
             stats,
             threads,
+            partition,
+            partition_profile,
             egraph_nodes,
             egraph_iters,
             egraph_ms,
@@ -602,11 +640,12 @@ fn execute_command(
                     notes,
                 );
             }
+            let partition = partition_model(partition, partition_profile.as_deref())?;
             ir_command(
                 &model,
                 pipeline,
                 (passes, stats, threads),
-                after.as_deref(),
+                (after.as_deref(), partition),
                 notes,
             )
         }
@@ -707,6 +746,26 @@ fn optimize_if(g: &mut Graph, conv: &ConvArgs, backend: Backend) -> Result<(), D
 
 /// The cost model's machine profile: the file given, else the built-in
 /// one.
+/// The partition model `--partition` and `--partition-profile` ask for.
+fn partition_model(
+    arg: PartitionArg,
+    profile: Option<&Path>,
+) -> Result<crate::codegen::cpu::PartitionModel, DnncError> {
+    use crate::codegen::cpu::PartitionModel;
+    Ok(match (arg, profile) {
+        (PartitionArg::Rule, Some(_)) => {
+            return Err(DnncError::Usage(
+                "--partition-profile needs --partition cost".into(),
+            ))
+        }
+        (PartitionArg::Rule, None) => PartitionModel::RuntimeRule,
+        (PartitionArg::Cost, None) => PartitionModel::Calibrated(None),
+        (PartitionArg::Cost, Some(p)) => {
+            PartitionModel::Calibrated(Some(read_cost_profile(Some(p))?))
+        }
+    })
+}
+
 fn read_cost_profile(path: Option<&Path>) -> Result<dnnc_passes::cost::MachineProfile, DnncError> {
     let Some(path) = path else {
         return Ok(dnnc_passes::cost::MachineProfile::default());
@@ -841,13 +900,13 @@ pub fn compile_for_cpu(
 /// The stage after the pipeline that `dnnc ir --after` also shows: how
 /// the CPU executable runs each kernel (`codegen::cpu::partition`).
 const PARTITION: &str = "partition";
-const PARTITION_DOC: &str = "(cpu backend, after the pipeline) each kernel's tasks on --threads threads and which independent kernels run concurrently, as the runtime decides them";
+const PARTITION_DOC: &str = "(cpu backend, after the pipeline) each kernel's tasks or GEMM threads on --threads threads and which independent kernels run concurrently, as --partition's model decides them";
 
 fn ir_command(
     model: &Path,
     mut pipeline: dnnc_passes::Pipeline,
     (passes, with_stats, threads): (bool, bool, usize),
-    after: Option<&str>,
+    (after, partition_by): (Option<&str>, crate::codegen::cpu::PartitionModel),
     notes: &mut dyn FnMut(&str),
 ) -> Result<String, DnncError> {
     if passes {
@@ -875,9 +934,17 @@ fn ir_command(
     let result = pipeline.run_until(&mut g, last)?;
     let mut text = match &result.kernels {
         _ if partition => {
-            let mut exe = crate::codegen::cpu::compile_cpu(&g, &Default::default())?;
+            let profile = match &partition_by {
+                crate::codegen::cpu::PartitionModel::Calibrated(Some(p)) => p.clone(),
+                _ => Default::default(),
+            };
+            let opts = crate::codegen::cpu::CpuOptions {
+                partition: partition_by,
+                ..Default::default()
+            };
+            let mut exe = crate::codegen::cpu::compile_cpu(&g, &opts)?;
             exe.set_threads(threads).map_err(DnncError::Usage)?;
-            crate::codegen::cpu::partition::report(&g, &exe, &Default::default())
+            crate::codegen::cpu::partition::report(&g, &exe, &profile)
         }
         Some(kg) if after == "fusion" => dnnc_passes::print_kernels(&g, kg),
         _ => dnnc_ir::text::print(&g),
@@ -909,6 +976,7 @@ pub fn cpu_options(
     use crate::codegen::cpu::{conv_plan, ConvAlgo, CpuOptions};
     let mut opts = CpuOptions {
         conv_algo: conv.conv_algo,
+        partition: partition_model(conv.partition, conv.partition_profile.as_deref())?,
         ..Default::default()
     };
     let plan = conv_plan(g, &opts);

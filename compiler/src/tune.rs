@@ -474,6 +474,30 @@ pub const LOOP_CALIBRATION_MODEL: &str = "graph loops {
 }
 ";
 
+/// Small loop kernels (5-20 µs on one core), where the cost of a split
+/// beyond dividing the work shows: [`measure_handoff`] runs each whole
+/// and as two tasks. Sizes of the zoo's late layers: ShuffleNet-V2's
+/// channel shuffles and ResNet's global pool on 7x7 maps, residual adds
+/// and activations on 14x14 and 28x28 ones, a pool on 28x28.
+pub const HANDOFF_CALIBRATION_MODEL: &str = "graph handoff {
+  input %a: f32[1,2,232,7,7]
+  %ta = Transpose(%a) {perm=[0,2,1,3,4]}
+  input %b: f32[1,512,7,7]
+  %pb = GlobalAveragePool(%b)
+  input %c: f32[1,96,14,14]
+  input %d: f32[1,96,14,14]
+  %ac = Add(%c, %d)
+  %rc = Relu(%ac)
+  input %e: f32[1,128,28,28]
+  %ce = Clip(%e) {min=0.0, max=6.0}
+  input %f: f32[1,64,28,28]
+  %pf = MaxPool(%f) {kernel=[3,3], strides=[2,2], pads=[1,1,1,1]}
+  input %g: f32[1,2,116,14,14]
+  %tg = Transpose(%g) {perm=[0,2,1,3,4]}
+  output %ta, %pb, %rc, %ce, %pf, %tg
+}
+";
+
 /// Measures [`CALIBRATION_MODEL`] and fits `base`'s rates to it, then
 /// [`LOOP_CALIBRATION_MODEL`] for the loop rates of the kernel classes.
 pub fn calibrate(
@@ -485,6 +509,7 @@ pub fn calibrate(
     let feeds = crate::cli::gather_inputs(&g, &[], &mut |_| {})?;
     let layers = measure(&g, &feeds, threads, runs)?;
     let mut p = dnnc_passes::cost::fit(base, &samples(&layers));
+    p.error = quality(&layers, &p).chosen_error.clamp(0.0, 0.9);
     let g = crate::model::load_model_str(LOOP_CALIBRATION_MODEL, "loops.dnn")?;
     let feeds = crate::cli::gather_inputs(&g, &[], &mut |_| {})?;
     let (exe, medians) = profiled(&g, &CpuOptions::default(), &feeds, threads, runs)?;
@@ -499,9 +524,96 @@ pub fn calibrate(
         })
         .collect();
     p.class_rates = dnnc_passes::cost::fit_loops(&p, &samples);
+    let hg = crate::model::load_model_str(HANDOFF_CALIBRATION_MODEL, "handoff.dnn")?;
+    let hfeeds = crate::cli::gather_inputs(&hg, &[], &mut |_| {})?;
+    if let Some((split, wave)) = measure_handoff(&hg, &hfeeds, runs)? {
+        p.handoff = split;
+        p.wave_handoff = wave;
+    }
     p.threads = threads;
     p.machine = machine_name();
     Ok((p, layers))
+}
+
+/// The hand-off cost per extra share of a split kernel
+/// ([`MachineProfile::handoff`]), measured on the loop kernels of `g`
+/// ([`HANDOFF_CALIBRATION_MODEL`])
+/// with two threads and polling workers: each kernel that splits, run
+/// whole (`t1`) and as two tasks (`t2`), costs `t2 - t1 / 2` more than a
+/// perfect split; the median over the kernels. `None` on a machine with
+/// one CPU, where nothing splits.
+pub fn measure_handoff(
+    g: &Graph,
+    feeds: &[(String, Tensor)],
+    runs: usize,
+) -> Result<Option<(f64, f64)>, DnncError> {
+    use dnnc_runtime::cpu::KernelSplit;
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return Ok(None);
+    }
+    let opts = CpuOptions {
+        partition: crate::codegen::cpu::PartitionModel::RuntimeRule,
+        ..Default::default()
+    };
+    let mut exe = compile_cpu(g, &opts)?;
+    exe.set_threads(2).map_err(DnncError::Usage)?;
+    exe.set_concurrency(dnnc_runtime::cpu::Concurrency::Never);
+    let medians = |exe: &mut dnnc_runtime::cpu::Executable, split| {
+        exe.set_kernel_split(split);
+        exe.run(feeds)?;
+        let mut samples: Vec<Vec<f64>> = Vec::new();
+        for _ in 0..runs.max(1) * 3 {
+            let (_, times) = exe.run_profiled(feeds)?;
+            samples.resize(times.len(), Vec::new());
+            for (s, t) in samples.iter_mut().zip(&times) {
+                s.push(t.2.as_secs_f64());
+            }
+        }
+        Ok::<_, DnncError>(samples.into_iter().map(median).collect::<Vec<f64>>())
+    };
+    let whole = medians(&mut exe, KernelSplit::Never)?;
+    let split = medians(&mut exe, KernelSplit::Always)?;
+    let extra: Vec<f64> = exe
+        .step_tasks()
+        .iter()
+        .zip(whole.iter().zip(&split))
+        .filter(|(&t, _)| t == 2)
+        .map(|(_, (&t1, &t2))| (t2 - t1 / 2.0).max(0.0))
+        .collect();
+    if extra.is_empty() {
+        return Ok(None);
+    }
+    // The same kernels as one concurrent wave, one thread each, against
+    // the makespan their one-thread times allow (longest first on two
+    // workers) and the run's own overhead (sequential runs' time beyond
+    // their kernels): what is left is the wave's hand-offs.
+    exe.set_kernel_split(KernelSplit::Never);
+    let run_time = |exe: &mut dnnc_runtime::cpu::Executable, c| {
+        exe.set_concurrency(c);
+        exe.run(feeds)?;
+        let mut t = Vec::new();
+        for _ in 0..runs.max(1) * 3 {
+            let t0 = std::time::Instant::now();
+            exe.run(feeds)?;
+            t.push(t0.elapsed().as_secs_f64());
+        }
+        Ok::<_, DnncError>(median(t))
+    };
+    use dnnc_runtime::cpu::Concurrency;
+    let sequential = run_time(&mut exe, Concurrency::Never)?;
+    let concurrent = run_time(&mut exe, Concurrency::Always)?;
+    let overhead = (sequential - whole.iter().sum::<f64>()).max(0.0);
+    let mut sorted = whole.clone();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let mut load = [0f64; 2];
+    for t in sorted {
+        let i = if load[0] <= load[1] { 0 } else { 1 };
+        load[i] += t;
+    }
+    let makespan = load[0].max(load[1]);
+    let k = whole.len().max(2) as f64;
+    let wave = ((concurrent - overhead - makespan) / (k - 1.0)).max(0.0);
+    Ok(Some((median(extra), wave)))
 }
 
 /// Every measurement of `layers` as a fitting sample `(algorithm,

@@ -101,7 +101,15 @@ fn after_partition_shows_each_kernels_tasks_and_the_waves() {
             .all(|l| l.contains(" ms on one thread")),
         "{out}"
     );
-    assert!(out.starts_with("# partition for 2 thread(s)"), "{out}");
+    assert!(
+        out.starts_with("# partition for 2 thread(s)")
+            && out
+                .lines()
+                .next()
+                .unwrap()
+                .contains("decided by the calibrated cost model"),
+        "{out}"
+    );
     // The max pool shares its 192 planes out; the merged 1x1 convs'
     // GEMM splits inside the call; the Concat is built in place.
     assert!(
@@ -124,6 +132,89 @@ fn after_partition_shows_each_kernels_tasks_and_the_waves() {
     let one = stdout(&dnnc(&["ir", block, "--after", "partition"]));
     assert!(one.starts_with("# partition for 1 thread(s)"), "{one}");
     assert!(!one.contains("2 tasks"), "{one}");
+    // The runtime's own rule, on request; its decisions here are the
+    // same.
+    let rule = stdout(&dnnc(&[
+        "ir",
+        block,
+        "--after",
+        "partition",
+        "--threads",
+        "2",
+        "--partition",
+        "rule",
+    ]));
+    assert!(
+        rule.lines()
+            .next()
+            .unwrap()
+            .contains("the runtime's Work-Depth rule"),
+        "{rule}"
+    );
+    assert!(rule.contains("#   partition: 2 tasks over its 192 output planes"));
+    // A profile that prices each extra share at a second: nothing splits.
+    let dir = std::env::temp_dir().join(format!("dnnc-partition-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut p: serde_json::Value =
+        serde_json::from_str(&dnnc_passes::cost::MachineProfile::default().to_json()).unwrap();
+    p["handoff"] = serde_json::json!(1.0);
+    p["wave_handoff"] = serde_json::json!(1.0);
+    let dear = dir.join("dear.json");
+    std::fs::write(&dear, p.to_string()).unwrap();
+    let d = stdout(&dnnc(&[
+        "ir",
+        block,
+        "--after",
+        "partition",
+        "--threads",
+        "2",
+        "--partition-profile",
+        dear.to_str().unwrap(),
+    ]));
+    assert!(
+        !d.contains("partition: 2 tasks") && !d.contains("independent kernels run concurrently"),
+        "{d}"
+    );
+    assert!(d.contains("to share; estimated "), "{d}");
+    assert!(
+        d.contains("#   partition: one thread: its GEMMs do not split"),
+        "{d}"
+    );
+    // Bad combinations and files are errors naming the problem.
+    let o = dnnc(&[
+        "ir",
+        block,
+        "--after",
+        "partition",
+        "--partition",
+        "rule",
+        "--partition-profile",
+        dear.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--partition-profile needs --partition cost")
+    );
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{\"handoff\": ").unwrap();
+    let o = dnnc(&[
+        "ir",
+        block,
+        "--after",
+        "partition",
+        "--partition-profile",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("machine profile") && err.contains("bad.json"),
+        "{err}"
+    );
+    let o = dnnc(&["ir", block, "--after", "partition", "--partition", "guess"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("guess"));
+    let _ = std::fs::remove_dir_all(&dir);
     let o = dnnc(&["ir", block, "--after", "partition", "--threads", "0"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(

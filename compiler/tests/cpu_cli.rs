@@ -128,3 +128,49 @@ fn dump_asm_writes_each_kernels_machine_code() {
     }
     let _ = saw_fma;
 }
+
+/// `--partition rule|cost` on `dnnc run --threads 2` (the inception
+/// block, whose heads may run concurrently and whose GEMMs split): the
+/// same output bits either way, and as on one thread; a profile with the
+/// rule is a usage error.
+#[test]
+fn run_partition_models_give_the_same_outputs() {
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/inception_block.dnn");
+    let dir = tmp("partition");
+    let x = cpu_common::rand_f32(&[1, 192, 28, 28], 5, -1.0, 1.0);
+    let input = dir.join("x.npy");
+    dnnc_ir::tensor::write_npy(&input, &x).unwrap();
+    let mut outs = Vec::new();
+    for (threads, partition) in [("1", "cost"), ("2", "cost"), ("2", "rule")] {
+        let out = dir.join(format!("{threads}-{partition}"));
+        let o = dnnc()
+            .args(["run", model.to_str().unwrap(), "--threads", threads])
+            .args(["--partition", partition, "--input"])
+            .arg(&input)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let file = std::fs::read_dir(&out)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        outs.push(std::fs::read(file).unwrap());
+    }
+    assert!(outs.windows(2).all(|w| w[0] == w[1]));
+    let o = dnnc()
+        .args(["bench", model.to_str().unwrap(), "--partition", "rule"])
+        .args(["--partition-profile", "profile.json"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--partition-profile needs --partition cost"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

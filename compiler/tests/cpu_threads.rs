@@ -268,3 +268,84 @@ fn zoo_models_concurrent_waves_bitwise_identical() {
     }
     assert_eq!(seen, wanted.len(), "models missing");
 }
+
+/// The calibrated cost model decides the partition (the default), and
+/// its profile's figures move the decisions: hand-offs priced at a second
+/// split nothing and run no wave concurrently; free splits split every
+/// kernel that can; dear splits but free wave hand-offs and no error
+/// margin run the inception heads side by side. Every plan gives bitwise
+/// the one-thread result.
+#[test]
+fn the_calibrated_model_decides_the_partition_and_results_do_not_change() {
+    use dnnc_compiler::codegen::cpu::PartitionModel;
+    use dnnc_passes::cost::MachineProfile;
+    let g = inception_block();
+    let x = vec![(
+        "input".to_string(),
+        rand_f32(&[1, 192, 28, 28], 11, -1.0, 1.0),
+    )];
+    let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+    let one = exe.run(&x).unwrap();
+    exe.set_threads(2).unwrap();
+    assert!(
+        exe.cost_model().source().contains("calibrated cost model"),
+        "{}",
+        exe.cost_model().source()
+    );
+    assert_eq!(bits(&one), bits(&exe.run(&x).unwrap()));
+    let with = |handoff: f64, wave_handoff: f64, error: f64| {
+        let p = MachineProfile {
+            handoff,
+            wave_handoff,
+            error,
+            ..Default::default()
+        };
+        let opts = CpuOptions {
+            partition: PartitionModel::Calibrated(Some(p)),
+            ..Default::default()
+        };
+        let mut exe = compile_cpu(&g, &opts).unwrap();
+        exe.set_threads(2).unwrap();
+        exe
+    };
+    let dear = with(1.0, 1.0, 0.15);
+    assert!(
+        dear.step_tasks().iter().all(|&t| t == 1),
+        "{:?}",
+        dear.step_tasks()
+    );
+    let gemm_threads = |e: &Executable| -> Vec<usize> {
+        e.steps()
+            .iter()
+            .zip(e.step_gemm_threads())
+            .filter(|(s, _)| s.split_work > 0)
+            .map(|(_, &q)| q)
+            .collect()
+    };
+    assert!(!gemm_threads(&dear).is_empty());
+    assert!(gemm_threads(&dear).iter().all(|&q| q == 1));
+    assert!(!dear.has_concurrency());
+    assert_eq!(bits(&one), bits(&dear.run(&x).unwrap()));
+    let apart = with(1.0, 0.0, 0.0);
+    assert!(apart.has_concurrency(), "{:?}", apart.waves());
+    assert_eq!(bits(&one), bits(&apart.run(&x).unwrap()));
+    let free_seq = with(0.0, 1.0, 0.15);
+    assert!(!free_seq.has_concurrency());
+    assert!(gemm_threads(&free_seq).iter().all(|&q| q == 2));
+    assert!(free_seq.step_tasks().contains(&2));
+    assert_eq!(bits(&one), bits(&free_seq.run(&x).unwrap()));
+    // With the runtime's own rule the run is the same too.
+    let opts = CpuOptions {
+        partition: PartitionModel::RuntimeRule,
+        ..Default::default()
+    };
+    let mut rule = compile_cpu(&g, &opts).unwrap();
+    rule.set_threads(2).unwrap();
+    assert!(rule.cost_model().source().contains("Work-Depth rule"));
+    assert_eq!(bits(&one), bits(&rule.run(&x).unwrap()));
+    // Without spinning workers the rule decides whatever was given: the
+    // calibrated hand-offs are those of hot workers.
+    let mut sleepy = with(0.0, 0.0, 0.0);
+    sleepy.set_spinning(false).unwrap();
+    assert!(sleepy.cost_model().source().contains("Work-Depth rule"));
+}

@@ -40,6 +40,46 @@ pub struct MachineProfile {
     pub bandwidth: f64,
     /// Seconds every kernel costs besides its work (call, hand-off).
     pub overhead: f64,
+    /// Seconds each extra share adds when a kernel splits across threads
+    /// whose workers poll for work: the hand-off itself plus the spread in
+    /// the shares' finishing times and the data they fetch from another
+    /// core, as [`MachineProfile::split_time`] charges it. `dnnc
+    /// calibrate` measures it on a machine with two or more CPUs; older
+    /// profiles without it read [`DEFAULT_HANDOFF`].
+    #[serde(default = "default_handoff")]
+    pub handoff: f64,
+    /// Seconds each kernel beyond the first adds when a wave of
+    /// independent kernels runs concurrently, one thread each, over the
+    /// makespan of their one-thread times: the hand-off plus what the
+    /// kernels after the wave pay to read results another core wrote.
+    /// Measured by `dnnc calibrate` with [`MachineProfile::handoff`];
+    /// older profiles read [`DEFAULT_HANDOFF`].
+    #[serde(default = "default_handoff")]
+    pub wave_handoff: f64,
+    /// The model's typical relative error, median |predicted − measured|
+    /// / measured over the calibration kernels (`dnnc calibrate` sets
+    /// it): the partition runs independent kernels concurrently only when
+    /// that promises a larger gain than this. Older profiles read
+    /// [`DEFAULT_ERROR`].
+    #[serde(default = "default_error")]
+    pub error: f64,
+}
+
+/// The relative error a profile without one assumes: the median the
+/// built-in profile measured on its calibration kernels (~15%).
+pub const DEFAULT_ERROR: f64 = 0.15;
+
+fn default_error() -> f64 {
+    DEFAULT_ERROR
+}
+
+/// The hand-off cost a profile without one assumes (seconds): what the
+/// runtime's own rule budgets for a hot worker (`dnnc_runtime::cpu`
+/// schedule docs).
+pub const DEFAULT_HANDOFF: f64 = 2e-6;
+
+fn default_handoff() -> f64 {
+    DEFAULT_HANDOFF
 }
 
 /// Why a profile could not be read.
@@ -153,6 +193,14 @@ impl MachineProfile {
                 p.overhead,
             ));
         }
+        for (field, v) in [("handoff", p.handoff), ("wave_handoff", p.wave_handoff)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(bad(field.into(), "a number of seconds >= 0", v));
+            }
+        }
+        if !(p.error.is_finite() && (0.0..1.0).contains(&p.error)) {
+            return Err(bad("error".into(), "a fraction in [0, 1)", p.error));
+        }
         if p.threads == 0 {
             return Err(bad("threads".into(), "at least 1", 0.0));
         }
@@ -170,6 +218,27 @@ impl MachineProfile {
         class_key(class)
             .and_then(|k| self.class_rates.get(k).copied())
             .unwrap_or(LOOP_RATE)
+    }
+
+    /// Predicted seconds of a kernel split into `q` shares, from its
+    /// one-thread prediction: `serial` seconds that do not split (its
+    /// call, unsplit parts), `parallel` seconds over the shares, and
+    /// [`MachineProfile::handoff`] per share beyond the first — Brent's
+    /// bound `W / q + D` with the depth term priced by measurement. With
+    /// `units > 0` the parallel part is that many whole units (a kernel's
+    /// output planes, row bands, ...): at most `units` shares, the
+    /// slowest doing `ceil(units / q)` of them; with 0 it divides evenly
+    /// (a GEMM's slices). The partition of a compiled model picks, per
+    /// kernel, the `q` of least predicted time.
+    pub fn split_time(&self, serial: f64, parallel: f64, q: usize, units: usize) -> f64 {
+        let q = q.max(1);
+        let (q, share) = if units == 0 {
+            (q, 1.0 / q as f64)
+        } else {
+            let q = q.min(units);
+            (q, units.div_ceil(q) as f64 / units as f64)
+        };
+        serial + parallel * share + self.handoff * (q - 1) as f64
     }
 
     /// Predicted seconds of one convolution kernel computed with `algo`,
@@ -377,6 +446,52 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("bandwidth"), "{e}");
+        for (field, v, want) in [
+            ("handoff", -1e-6, "handoff must be a number of seconds >= 0"),
+            (
+                "wave_handoff",
+                -0.5,
+                "wave_handoff must be a number of seconds >= 0",
+            ),
+            ("error", 1.5, "error must be a fraction in [0, 1)"),
+        ] {
+            let mut j: serde_json::Value =
+                serde_json::from_str(&MachineProfile::default().to_json()).unwrap();
+            j[field] = serde_json::json!(v);
+            let e = MachineProfile::from_json(&j.to_string(), "p.json")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{field}: {e}");
+        }
+    }
+
+    #[test]
+    fn profiles_without_the_partition_figures_read_the_defaults() {
+        let mut j: serde_json::Value =
+            serde_json::from_str(&MachineProfile::default().to_json()).unwrap();
+        for f in ["handoff", "wave_handoff", "error"] {
+            j.as_object_mut().unwrap().remove(f);
+        }
+        let p = MachineProfile::from_json(&j.to_string(), "old.json").unwrap();
+        assert_eq!(
+            (p.handoff, p.wave_handoff, p.error),
+            (DEFAULT_HANDOFF, DEFAULT_HANDOFF, DEFAULT_ERROR)
+        );
+    }
+
+    #[test]
+    fn split_time_divides_whole_units_and_charges_each_extra_share() {
+        let p = MachineProfile {
+            handoff: 1.0,
+            ..Default::default()
+        };
+        // 10 s over 4 shares evenly: 2.5 + 3 hand-offs, after 1 s serial.
+        assert_eq!(p.split_time(1.0, 10.0, 4, 0), 1.0 + 2.5 + 3.0);
+        // 5 units on 4 shares: the slowest does 2 of them (4 s).
+        assert_eq!(p.split_time(0.0, 10.0, 4, 5), 4.0 + 3.0);
+        // More shares than units: only 2 shares run.
+        assert_eq!(p.split_time(0.0, 10.0, 8, 2), 5.0 + 1.0);
+        assert_eq!(p.split_time(0.5, 10.0, 1, 7), 10.5);
     }
 
     #[test]

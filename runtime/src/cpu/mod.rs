@@ -88,7 +88,7 @@ pub mod spin;
 
 pub use alloc::{AlignedBuf, Allocator, ArenaPlan, PerValueAllocator, TempInfo, ALIGN};
 pub use plan::GreedyPlanner;
-pub use schedule::{Concurrency, KernelSplit, Wave};
+pub use schedule::{Concurrency, CostModel, KernelSplit, Wave, WorkDepthRule};
 
 use crate::RunError;
 use dnnc_ir::{DType, Tensor, TensorType};
@@ -237,6 +237,9 @@ pub struct Executable {
     parallel: Parallel,
     concurrency: Concurrency,
     kernel_split: KernelSplit,
+    /// The calibrated model the partition decisions come from, when the
+    /// compiler gave one ([`Executable::set_cost_model`]).
+    cost: Option<Arc<dyn CostModel>>,
     /// Split work goes to hot polling workers ([`Executable::set_spinning`]).
     spinning: bool,
     prepared: Prepared,
@@ -317,8 +320,11 @@ struct Prepared {
     /// offset (outputs that are views of an input are read from it).
     origin: Vec<Option<(usize, usize)>>,
     /// Tasks each step runs as (1 inside concurrent waves; see
-    /// [`schedule::kernel_tasks`]).
+    /// [`CostModel::tasks`]).
     tasks: Vec<usize>,
+    /// Threads each sequentially run step's GEMMs may split over (see
+    /// [`CostModel::gemm_threads`]; concurrent waves give theirs).
+    gemm_threads: Vec<usize>,
 }
 
 /// One run's memory: the arena and the argument pointers resolved against
@@ -378,6 +384,7 @@ impl Executable {
             parallel: Parallel::default(),
             concurrency: Concurrency::Auto,
             kernel_split: KernelSplit::Auto,
+            cost: None,
             spinning: true,
             prepared: Prepared::default(),
             states: Default::default(),
@@ -437,6 +444,13 @@ impl Executable {
     /// thread; steps of a concurrent wave always 1).
     pub fn step_tasks(&self) -> &[usize] {
         &self.prepared.tasks
+    }
+
+    /// Threads each step's GEMMs may split over when it runs alone,
+    /// indexed like [`Executable::steps`] (a step without GEMM work: the
+    /// run's thread count, unused).
+    pub fn step_gemm_threads(&self) -> &[usize] {
+        &self.prepared.gemm_threads
     }
 
     /// Whether any wave runs its steps concurrently.
@@ -523,6 +537,27 @@ impl Executable {
         schedule::task_overhead(self.parallel.spin.is_some())
     }
 
+    /// Makes `model` decide the partition (tasks per kernel, threads per
+    /// GEMM, concurrent waves) instead of the runtime's Work-Depth rule,
+    /// and re-plans; `None` returns to the rule. The rule still decides
+    /// while the workers sleep between tasks ([`Executable::set_spinning`]
+    /// off): a calibrated model prices hand-offs to hot workers.
+    pub fn set_cost_model(&mut self, model: Option<Arc<dyn CostModel>>) {
+        self.cost = model;
+        self.prepare();
+    }
+
+    /// The model the current plan was decided by: the calibrated one when
+    /// set and the workers spin, else the runtime's Work-Depth rule.
+    pub fn cost_model(&self) -> Arc<dyn CostModel> {
+        match &self.cost {
+            Some(m) if self.parallel.spin.is_some() => m.clone(),
+            _ => Arc::new(WorkDepthRule {
+                overhead: self.task_overhead(),
+            }),
+        }
+    }
+
     /// Overrides the W-D decision on concurrent waves (tests and
     /// measurements) and re-plans.
     pub fn set_concurrency(&mut self, policy: Concurrency) {
@@ -554,23 +589,26 @@ impl Executable {
     /// Computes the schedule, the arena plan and the argument locations.
     fn prepare(&mut self) {
         let threads = self.parallel.threads();
-        let overhead = self.task_overhead();
-        let waves = schedule::waves(
-            &self.steps,
-            &self.buffers,
-            threads,
-            self.concurrency,
-            overhead,
-        );
+        let model = self.cost_model();
+        let model = model.as_ref();
+        let waves = schedule::waves(&self.steps, &self.buffers, threads, self.concurrency, model);
         let exec = schedule::execution_order(self.steps.len(), &waves, threads);
         let mut tasks: Vec<usize> = self
             .steps
             .iter()
-            .map(|s| schedule::kernel_tasks_with(s, threads, self.kernel_split, overhead))
+            .enumerate()
+            .map(|(j, s)| schedule::planned_tasks(model, j, s, threads, self.kernel_split))
+            .collect();
+        let mut gemm_threads: Vec<usize> = self
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(j, s)| model.gemm_threads(j, s, threads).clamp(1, threads.max(1)))
             .collect();
         for w in exec.iter().filter(|w| w.concurrent) {
             for &j in &w.steps {
                 tasks[j] = 1;
+                gemm_threads[j] = w.threads_per_step;
             }
         }
         let temps = self.temp_infos(&exec, &tasks);
@@ -643,13 +681,13 @@ impl Executable {
         // (two slices of `8 * TASK_OVERHEAD_MACS`, `native::gemm_tasks`).
         let serial = !exec.iter().any(|w| w.concurrent)
             && tasks.iter().all(|&t| t <= 1)
-            && self.steps.iter().all(|s| {
+            && self.steps.iter().zip(&gemm_threads).all(|(s, &q)| {
                 let handoff = if self.parallel.spin.is_some() {
                     native::TASK_OVERHEAD_MACS_SPIN
                 } else {
                     native::TASK_OVERHEAD_MACS
                 };
-                s.work < 16 * handoff
+                q <= 1 || s.work < 16 * handoff
             });
         self.prepared = Prepared {
             serial,
@@ -664,6 +702,7 @@ impl Executable {
             input_args,
             origin,
             tasks,
+            gemm_threads,
         };
         // Cached states were laid out for the previous plan.
         if let Ok(mut c) = self.states.lock() {
@@ -1059,8 +1098,14 @@ impl RunCtx<'_> {
     fn exec(&self) -> Result<(), RunError> {
         for w in &self.exe.prepared.exec {
             if !w.concurrent {
+                let threads = self.exe.parallel.threads();
                 for &j in &w.steps {
-                    let rc = self.call(j);
+                    let q = self.exe.prepared.gemm_threads[j];
+                    let rc = if q == threads {
+                        self.call(j)
+                    } else {
+                        native::with_threads(q, || self.call(j))
+                    };
                     if rc != 0 {
                         return Err(self.exe.op_error(j, rc));
                     }

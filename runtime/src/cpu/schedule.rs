@@ -75,7 +75,7 @@ pub enum Concurrency {
 }
 
 /// A set of steps with no dependencies among them, and how it runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Wave {
     /// Step indices, ascending.
     pub steps: Vec<usize>,
@@ -84,11 +84,11 @@ pub struct Wave {
     /// Threads each step may split its GEMMs over: the run's thread count
     /// for a sequential wave, `max(1, p / k)` for a concurrent one.
     pub threads_per_step: usize,
-    /// W-D estimate of running the steps one after another (MAC-equivalent
-    /// ops, see the module docs).
-    pub est_sequential: u64,
-    /// W-D estimate of running them concurrently.
-    pub est_concurrent: u64,
+    /// Estimate of running the steps one after another, in the deciding
+    /// [`CostModel`]'s unit ([`CostModel::unit`]).
+    pub est_sequential: f64,
+    /// Estimate of running them concurrently, in the same unit.
+    pub est_concurrent: f64,
 }
 
 /// The buffer each buffer's memory belongs to (aliases followed).
@@ -246,13 +246,126 @@ pub fn kernel_tasks_with(s: &Step, threads: usize, policy: KernelSplit, overhead
     (threads as u64).min(extent as u64).min(by_work) as usize
 }
 
-/// W-D time of step `st` on `q` threads (module docs).
-fn step_time_of(st: &Step, q: usize, overhead: u64) -> u64 {
-    let tasks = kernel_tasks_with(st, q, KernelSplit::Auto, overhead).min(q) as u64;
-    if tasks > 1 {
-        return st.work / tasks + overhead * (tasks - 1);
+/// The estimates the partition decisions compare: for each step, its
+/// time when it runs alone as `q` shares. The runtime's own
+/// [`WorkDepthRule`] is the default; a compiler that knows the machine
+/// supplies a calibrated model instead (`Executable::set_cost_model`), and
+/// every decision of this module (tasks per kernel, threads per GEMM,
+/// concurrent waves) then comes from it.
+pub trait CostModel: Send + Sync + std::fmt::Debug {
+    /// Where the estimates come from, for reports (`dnnc ir --after
+    /// partition`).
+    fn source(&self) -> String;
+    /// The unit [`CostModel::time`] counts in, for reports.
+    fn unit(&self) -> &'static str;
+    /// Estimated time of step `j` (`s`) running alone as `q` shares: `q`
+    /// tasks of a kernel that splits ([`Step::split`], its phases'
+    /// extents), or its GEMMs split over `q` threads when it has GEMM work
+    /// ([`Step::split_work`]); `q = 1` is the whole step on one thread.
+    fn time(&self, j: usize, s: &Step, q: usize) -> f64;
+    /// The cost of handing one step of a concurrent wave to another
+    /// thread, in the same unit.
+    fn handoff(&self) -> f64;
+    /// The least relative gain a departure from running steps one after
+    /// another in compile order must promise before it is taken: a model
+    /// with a known prediction error does not trade a measured-safe
+    /// baseline for a gain smaller than that error. 0 by default.
+    fn margin(&self) -> f64 {
+        0.0
     }
-    step_time(st.work, st.split_work, q)
+    /// Estimated time of step `j` in a concurrent wave on `q` threads:
+    /// [`CostModel::time`] plus whatever running apart from the other
+    /// threads costs it (by default nothing).
+    fn wave_time(&self, j: usize, s: &Step, q: usize) -> f64 {
+        self.time(j, s, q)
+    }
+    /// Tasks step `j` runs as when alone on `threads` threads: the count
+    /// in `1..=min(threads, E)` of least estimated time (`E` the largest
+    /// extent of its phases); 1 for a step that cannot split or does its
+    /// work in splittable GEMMs.
+    fn tasks(&self, j: usize, s: &Step, threads: usize) -> usize {
+        let extent = s.phase_splits.iter().fold(s.split, |a, &b| a.max(b));
+        if threads <= 1 || extent <= 1 || s.split_work > 0 {
+            return 1;
+        }
+        least_time(self, j, s, threads.min(extent))
+    }
+    /// Threads the GEMMs of step `j` may split over when it runs alone on
+    /// `threads` threads: the count in `1..=threads` of least estimated
+    /// time for a step with GEMM work; `threads` for any other step.
+    fn gemm_threads(&self, j: usize, s: &Step, threads: usize) -> usize {
+        if threads <= 1 || s.split_work == 0 {
+            return threads.max(1);
+        }
+        least_time(self, j, s, threads)
+    }
+}
+
+/// The share count in `1..=max` of least [`CostModel::time`] (the fewest
+/// on ties).
+fn least_time<M: CostModel + ?Sized>(m: &M, j: usize, s: &Step, max: usize) -> usize {
+    let mut best = (1, m.time(j, s, 1));
+    for q in 2..=max.max(1) {
+        let t = m.time(j, s, q);
+        if t < best.1 {
+            best = (q, t);
+        }
+    }
+    best.0
+}
+
+/// The runtime's Work-Depth rule (module docs) as a [`CostModel`], in
+/// MAC-equivalent work units: what an executable decides with when no
+/// calibrated model was given, or when its workers sleep between tasks.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkDepthRule {
+    /// Hand-off cost of a split kernel's extra task ([`task_overhead`]).
+    pub overhead: u64,
+}
+
+impl CostModel for WorkDepthRule {
+    fn source(&self) -> String {
+        "the runtime's Work-Depth rule".into()
+    }
+
+    fn unit(&self) -> &'static str {
+        "Work-Depth units"
+    }
+
+    fn time(&self, _j: usize, st: &Step, q: usize) -> f64 {
+        let tasks = kernel_tasks_with(st, q, KernelSplit::Auto, self.overhead).min(q) as u64;
+        if tasks > 1 {
+            return (st.work / tasks + self.overhead * (tasks - 1)) as f64;
+        }
+        step_time(st.work, st.split_work, q) as f64
+    }
+
+    fn handoff(&self) -> f64 {
+        TASK_OVERHEAD_MACS as f64
+    }
+
+    fn tasks(&self, _j: usize, s: &Step, threads: usize) -> usize {
+        kernel_tasks_with(s, threads, KernelSplit::Auto, self.overhead)
+    }
+
+    fn gemm_threads(&self, _j: usize, _s: &Step, threads: usize) -> usize {
+        threads.max(1)
+    }
+}
+
+/// Tasks step `j` runs as alone on `threads` threads under `model` and
+/// `policy` ([`KernelSplit::Always`] and `Never` override the model).
+pub fn planned_tasks(
+    model: &dyn CostModel,
+    j: usize,
+    s: &Step,
+    threads: usize,
+    policy: KernelSplit,
+) -> usize {
+    match policy {
+        KernelSplit::Auto => model.tasks(j, s, threads),
+        _ => kernel_tasks_with(s, threads, policy, 0),
+    }
 }
 
 /// W-D time of a step of work `w`, `s` of it splittable GEMM work, on `q`
@@ -267,38 +380,59 @@ fn step_time(w: u64, s: u64, q: usize) -> u64 {
     (w - s) + s / slices + TASK_OVERHEAD_MACS * (slices - 1)
 }
 
-/// `(T_seq, T_conc, threads per step)` of running `steps` on `p` threads.
-fn estimate(steps: &[&Step], p: usize, overhead: u64) -> (u64, u64, usize) {
+/// Estimated time of step `j` with `q` threads available, as its planned
+/// tasks or its GEMMs on their planned threads: running alone, or (with
+/// `wave`) in a concurrent wave.
+fn step_estimate(model: &dyn CostModel, j: usize, s: &Step, q: usize, wave: bool) -> f64 {
+    let tasks = model.tasks(j, s, q);
+    let q = if tasks > 1 {
+        tasks
+    } else if s.split_work > 0 {
+        model.gemm_threads(j, s, q)
+    } else {
+        1
+    };
+    if wave {
+        model.wave_time(j, s, q)
+    } else {
+        model.time(j, s, q)
+    }
+}
+
+/// `(T_seq, T_conc, threads per step)` of running `steps` (index, step)
+/// on `p` threads.
+fn estimate(steps: &[(usize, &Step)], p: usize, model: &dyn CostModel) -> (f64, f64, usize) {
     let k = steps.len().max(1);
-    let seq = steps
+    let seq: f64 = steps
         .iter()
-        .map(|s| step_time_of(s, p, overhead))
-        .fold(0u64, u64::saturating_add);
+        .map(|&(j, s)| step_estimate(model, j, s, p, false))
+        .sum();
     let q = (p / k).max(1);
     let workers = (p / q).max(1);
-    let mut times: Vec<u64> = steps.iter().map(|s| step_time_of(s, q, overhead)).collect();
-    times.sort_unstable_by(|a, b| b.cmp(a));
-    let mut load = vec![0u64; workers];
+    let mut times: Vec<f64> = steps
+        .iter()
+        .map(|&(j, s)| step_estimate(model, j, s, q, true))
+        .collect();
+    times.sort_unstable_by(|a, b| b.total_cmp(a));
+    let mut load = vec![0f64; workers];
     for t in times {
-        if let Some(min) = load.iter_mut().min() {
-            *min = min.saturating_add(t);
+        if let Some(min) = load.iter_mut().min_by(|a, b| a.total_cmp(b)) {
+            *min += t;
         }
     }
-    let makespan = load.into_iter().max().unwrap_or(0);
-    let conc = makespan.saturating_add(TASK_OVERHEAD_MACS * (k as u64 - 1));
+    let makespan = load.into_iter().fold(0f64, f64::max);
+    let conc = makespan + model.handoff() * (k as f64 - 1.0);
     (seq, conc, q)
 }
 
 /// The waves of `steps` with the decision for `threads` threads under
-/// `policy`, in execution order.
-/// `overhead` is the hand-off cost of a split kernel's extra task
-/// ([`task_overhead`]).
+/// `policy`, estimated by `model`, in execution order.
 pub fn waves(
     steps: &[Step],
     buffers: &[Buffer],
     threads: usize,
     policy: Concurrency,
-    overhead: u64,
+    model: &dyn CostModel,
 ) -> Vec<Wave> {
     let level = levels(steps, buffers);
     let count = level.iter().map(|&l| l + 1).max().unwrap_or(0);
@@ -310,12 +444,12 @@ pub fn waves(
         .into_iter()
         .filter(|m| !m.is_empty())
         .map(|m| {
-            let ss: Vec<&Step> = m.iter().map(|&j| &steps[j]).collect();
-            let (seq, conc, q) = estimate(&ss, threads, overhead);
+            let ss: Vec<(usize, &Step)> = m.iter().map(|&j| (j, &steps[j])).collect();
+            let (seq, conc, q) = estimate(&ss, threads, model);
             let concurrent = threads > 1
                 && m.len() > 1
                 && match policy {
-                    Concurrency::Auto => conc < seq,
+                    Concurrency::Auto => conc < seq * (1.0 - model.margin()),
                     Concurrency::Always => true,
                     Concurrency::Never => false,
                 };
@@ -342,8 +476,8 @@ pub(crate) fn execution_order(steps: usize, waves: &[Wave], threads: usize) -> V
             steps: vec![j],
             concurrent: false,
             threads_per_step: threads.max(1),
-            est_sequential: 0,
-            est_concurrent: 0,
+            est_sequential: 0.0,
+            est_concurrent: 0.0,
         })
         .collect()
 }
@@ -378,18 +512,22 @@ mod tests {
     fn small_work_stays_sequential_large_independent_work_runs_concurrently() {
         let o = TASK_OVERHEAD_MACS;
         let step = |w: u64, s: u64| test_step(w, 1, s);
+        let rule = WorkDepthRule {
+            overhead: KERNEL_TASK_OVERHEAD,
+        };
+        let estimate = |a: &Step, b: &Step, p| estimate(&[(0, a), (1, b)], p, &rule);
         // Tiny steps: the hand-off overhead dominates.
         let (a, b) = (step(1000, 0), step(1000, 0));
-        let (seq, conc, _) = estimate(&[&a, &b], 2, KERNEL_TASK_OVERHEAD);
+        let (seq, conc, _) = estimate(&a, &b, 2);
         assert!(conc >= seq);
         // Unsplittable large steps: concurrency halves the time.
         let (a, b) = (step(100 * o, 0), step(100 * o, 0));
-        let (seq, conc, q) = estimate(&[&a, &b], 2, KERNEL_TASK_OVERHEAD);
+        let (seq, conc, q) = estimate(&a, &b, 2);
         assert!(conc < seq && q == 1, "{seq} {conc}");
         // A large splittable GEMM next to a small step: splitting the GEMM
         // beats running the two side by side.
         let (a, b) = (step(200 * o, 200 * o), step(o, 0));
-        let (seq, conc, _) = estimate(&[&a, &b], 2, KERNEL_TASK_OVERHEAD);
+        let (seq, conc, _) = estimate(&a, &b, 2);
         assert!(conc >= seq, "{seq} {conc}");
     }
 
@@ -419,5 +557,90 @@ mod tests {
         assert_eq!(kernel_tasks(&p, 2), 1);
         p.phase_splits = vec![1, 64];
         assert_eq!(kernel_tasks(&p, 2), 2);
+    }
+
+    /// A model with fixed per-step times: `t1[j]` on one share, divided
+    /// perfectly, plus `handoff` per extra share.
+    #[derive(Debug)]
+    struct Fixed {
+        t1: Vec<f64>,
+        handoff: f64,
+        margin: f64,
+    }
+
+    impl CostModel for Fixed {
+        fn source(&self) -> String {
+            "a test model".into()
+        }
+        fn unit(&self) -> &'static str {
+            "s"
+        }
+        fn time(&self, j: usize, _s: &Step, q: usize) -> f64 {
+            self.t1[j] / q as f64 + self.handoff * (q - 1) as f64
+        }
+        fn handoff(&self) -> f64 {
+            self.handoff
+        }
+        fn margin(&self) -> f64 {
+            self.margin
+        }
+    }
+
+    #[test]
+    fn a_supplied_cost_model_decides_tasks_gemm_threads_and_waves() {
+        let loop_step = test_step(1, 64, 0);
+        let gemm_step = test_step(1, 1, 1);
+        // Splitting pays, most as 3 shares: 10 / 3 + 2 = 5.3 against 6
+        // for 2 and 5.5 for 4.
+        let cheap = Fixed {
+            t1: vec![10.0, 10.0],
+            handoff: 1.0,
+            margin: 0.0,
+        };
+        assert_eq!(
+            planned_tasks(&cheap, 0, &loop_step, 4, KernelSplit::Auto),
+            3
+        );
+        assert_eq!(cheap.gemm_threads(1, &gemm_step, 4), 3);
+        // It does not: 10 / 2 + 8 > 10. The work counts (1 unit) play no
+        // part either way.
+        let dear = Fixed {
+            t1: vec![10.0, 10.0],
+            handoff: 8.0,
+            margin: 0.0,
+        };
+        assert_eq!(planned_tasks(&dear, 0, &loop_step, 4, KernelSplit::Auto), 1);
+        assert_eq!(dear.gemm_threads(1, &gemm_step, 4), 1);
+        // The policies still override the model.
+        assert_eq!(
+            planned_tasks(&dear, 0, &loop_step, 4, KernelSplit::Always),
+            4
+        );
+        assert_eq!(
+            planned_tasks(&cheap, 0, &loop_step, 4, KernelSplit::Never),
+            1
+        );
+        // Two unsplittable steps of 10 on 2 threads: 20 one after another,
+        // 10 + 1 side by side; with a 50% margin the 45% gain is not
+        // enough.
+        let a = test_step(1, 1, 0);
+        let b = test_step(1, 1, 0);
+        let (seq, conc, q) = estimate(&[(0, &a), (1, &b)], 2, &cheap);
+        assert_eq!((seq, conc, q), (20.0, 11.0, 1));
+        let buffers: Vec<Buffer> = Vec::new();
+        let w = waves(
+            &[a.clone(), b.clone()],
+            &buffers,
+            2,
+            Concurrency::Auto,
+            &cheap,
+        );
+        assert!(w.len() == 1 && w[0].concurrent, "{w:?}");
+        let unsure = Fixed {
+            margin: 0.5,
+            ..cheap
+        };
+        let w = waves(&[a, b], &buffers, 2, Concurrency::Auto, &unsure);
+        assert!(w.len() == 1 && !w[0].concurrent, "{w:?}");
     }
 }

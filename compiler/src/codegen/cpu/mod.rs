@@ -58,6 +58,28 @@ pub struct CpuOptions {
     /// the node's `algo` attribute (then the heuristic). A forced algorithm
     /// that does not apply falls back, as [`conv_plan`] reports.
     pub conv_algo_for: HashMap<String, ConvAlgo>,
+    /// What decides how the executable splits kernels across threads and
+    /// which independent kernels run concurrently.
+    pub partition: PartitionModel,
+}
+
+/// What decides a CPU executable's partition (tasks per kernel, threads
+/// per GEMM, concurrent waves; [`partition`]).
+#[derive(Clone, Debug)]
+pub enum PartitionModel {
+    /// The calibrated cost model on this machine profile (`None`: the
+    /// built-in one), from each kernel's predicted time
+    /// ([`partition::CalibratedCost`]). The default.
+    Calibrated(Option<dnnc_passes::cost::MachineProfile>),
+    /// The runtime's own Work-Depth rule (work counts and fixed hand-off
+    /// budgets), for comparison.
+    RuntimeRule,
+}
+
+impl Default for PartitionModel {
+    fn default() -> Self {
+        PartitionModel::Calibrated(None)
+    }
 }
 
 /// Why a graph could not be compiled for the CPU. Each names the node.
@@ -693,7 +715,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             ty: g.value(v).ty.clone(),
         });
     }
-    Ok(Executable::new(
+    let mut exe = Executable::new(
         g.name.clone(),
         inputs,
         outputs,
@@ -701,7 +723,13 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         steps,
         Arc::new(JitCode(Mutex::new(Some(module)))),
         Box::new(GreedyPlanner),
-    ))
+    );
+    if let PartitionModel::Calibrated(profile) = &opts.partition {
+        let profile = profile.clone().unwrap_or_default();
+        let model = partition::CalibratedCost::new(g, &exe, &profile);
+        exe.set_cost_model(Some(Arc::new(model)));
+    }
+    Ok(exe)
 }
 
 /// Argument pairs `(input, output)` an elementwise kernel may run in

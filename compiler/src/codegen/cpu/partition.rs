@@ -1,16 +1,137 @@
-//! The `partition` stage of `dnnc ir`: the fused IR with, per kernel, how
-//! the CPU executable runs it on a given number of threads — as how many
-//! tasks, over which units of its outermost independent loop, or its
-//! GEMMs split inside the call — and which independent kernels run
-//! concurrently. These are the decisions the runtime makes with its
-//! Work-Depth rule (`dnnc_runtime::cpu` schedule docs), read back from
-//! the compiled [`Executable`], so the dump shows exactly what a run
-//! does.
+//! Partitioning by cost: how the CPU executable runs each kernel on a
+//! given number of threads — as how many tasks, over which units of its
+//! outermost independent loop, or its GEMMs split inside the call over
+//! how many threads — and which independent kernels run concurrently.
+//!
+//! [`CalibratedCost`] makes those decisions from the calibrated cost
+//! model (`dnnc_passes::cost`): each kernel's one-thread time predicted
+//! from its Work-Depth work and the machine profile, split into the part
+//! that divides over shares and the part that does not, plus the
+//! profile's measured hand-off per extra share
+//! ([`MachineProfile::split_time`]). The runtime asks it for every
+//! decision (`dnnc_runtime::cpu::CostModel`) and picks the share count of
+//! least predicted time; its own Work-Depth rule remains for executables
+//! built without a model.
+//!
+//! [`report`] is the `partition` stage of `dnnc ir`: the decisions read
+//! back from the compiled [`Executable`], so the dump shows exactly what
+//! a run does.
 
 use dnnc_ir::Graph;
-use dnnc_runtime::cpu::Executable;
+use dnnc_passes::cost::MachineProfile;
+use dnnc_runtime::cpu::{CostModel, Executable, Step};
 use std::collections::HashMap;
 use std::fmt::Write;
+
+/// One kernel's one-thread prediction, split for [`CalibratedCost`].
+#[derive(Clone, Copy, Debug)]
+struct StepEstimate {
+    /// Seconds that do not divide over shares (the call, and for a GEMM
+    /// kernel the work outside its splittable GEMMs).
+    serial: f64,
+    /// Seconds that do.
+    parallel: f64,
+    /// Bytes of activations the kernel reads and writes (every argument
+    /// that is not a weight).
+    bytes: f64,
+    /// Units a kernel split divides (the largest extent of its phases; 1
+    /// for a kernel that cannot split); 0 for a kernel whose GEMMs split
+    /// inside the call, evenly.
+    extent: usize,
+}
+
+/// The calibrated cost model as the runtime's partition oracle: per
+/// kernel, its predicted time as `q` shares (module docs).
+#[derive(Clone, Debug)]
+pub struct CalibratedCost {
+    steps: Vec<StepEstimate>,
+    profile: MachineProfile,
+}
+
+impl CalibratedCost {
+    /// The model for `exe`'s steps (compiled from `g`) on `profile`.
+    pub fn new(g: &Graph, exe: &Executable, profile: &MachineProfile) -> Self {
+        use dnnc_runtime::cpu::BufferKind;
+        let costs = crate::tune::StepCosts::of(g);
+        let steps = exe
+            .steps()
+            .iter()
+            .map(|s| {
+                let (t, _) = costs.predict(s, profile);
+                let bytes = s
+                    .args
+                    .iter()
+                    .map(|&b| &exe.buffers()[b])
+                    .filter(|b| !matches!(b.kind, BufferKind::Weight(_)))
+                    .map(|b| b.bytes as f64)
+                    .sum();
+                let body = (t - profile.overhead).max(0.0);
+                if s.split_work > 0 {
+                    let f = s.split_work.min(s.work) as f64 / s.work.max(1) as f64;
+                    StepEstimate {
+                        serial: profile.overhead + body * (1.0 - f),
+                        parallel: body * f,
+                        bytes,
+                        extent: 0,
+                    }
+                } else {
+                    let extent = s.phase_splits.iter().fold(s.split, |a, &b| a.max(b));
+                    StepEstimate {
+                        serial: profile.overhead,
+                        parallel: body,
+                        bytes,
+                        extent: extent.max(1),
+                    }
+                }
+            })
+            .collect();
+        CalibratedCost {
+            steps,
+            profile: profile.clone(),
+        }
+    }
+}
+
+impl CostModel for CalibratedCost {
+    fn source(&self) -> String {
+        format!(
+            "the calibrated cost model (profile: {})",
+            self.profile.machine
+        )
+    }
+
+    fn unit(&self) -> &'static str {
+        "µs"
+    }
+
+    /// Microseconds of step `j` as `q` shares
+    /// ([`MachineProfile::split_time`]).
+    fn time(&self, j: usize, _s: &Step, q: usize) -> f64 {
+        self.steps.get(j).map_or(0.0, |e| {
+            1e6 * self.profile.split_time(e.serial, e.parallel, q, e.extent)
+        })
+    }
+
+    fn handoff(&self) -> f64 {
+        self.profile.wave_handoff * 1e6
+    }
+
+    fn margin(&self) -> f64 {
+        self.profile.error
+    }
+
+    /// [`CalibratedCost::time`] plus moving half the kernel's activations
+    /// between cores at the profile's bandwidth: the kernels around a
+    /// concurrent wave split their data over every core, and a kernel of
+    /// the wave reads and writes all of its own on one.
+    fn wave_time(&self, j: usize, s: &Step, q: usize) -> f64 {
+        let moved = self
+            .steps
+            .get(j)
+            .map_or(0.0, |e| e.bytes / 2.0 / self.profile.bandwidth);
+        self.time(j, s, q) + moved * 1e6
+    }
+}
 
 /// The partition line of step `j` of `exe`, given the wave it is in.
 fn describe(exe: &Executable, j: usize, wave: Option<(usize, usize)>) -> String {
@@ -26,9 +147,15 @@ fn describe(exe: &Executable, j: usize, wave: Option<(usize, usize)>) -> String 
         return format!("one task, concurrently with {k} other kernel(s) of wave {w}{gemm}");
     }
     if s.split_work > 0 {
+        let q = exe.step_gemm_threads().get(j).copied().unwrap_or(1);
+        if q <= 1 {
+            return format!(
+                "one thread: its GEMMs do not split ({} of its {} Work-Depth units are GEMM)",
+                s.split_work, s.work
+            );
+        }
         return format!(
-            "its GEMMs split inside the call, up to {} slices (along the larger of the output's rows and columns; {} of its {} Work-Depth units are GEMM)",
-            exe.threads(),
+            "its GEMMs split inside the call, up to {q} slices (along the larger of the output's rows and columns; {} of its {} Work-Depth units are GEMM)",
             s.split_work,
             s.work
         );
@@ -36,11 +163,17 @@ fn describe(exe: &Executable, j: usize, wave: Option<(usize, usize)>) -> String 
     if s.phase_splits.is_empty() {
         return match (tasks, s.split) {
             (t, e) if t > 1 => format!("{t} tasks over its {e} {}", unit(0)),
-            (_, e) if e > 1 => format!(
-                "one task ({e} {} to share, too little work ({} units) to split)",
-                unit(0),
-                s.work
-            ),
+            (_, e) if e > 1 => {
+                let model = exe.cost_model();
+                let q = exe.threads().min(e);
+                format!(
+                    "one task ({e} {} to share; estimated {:.1} {unit} whole, {:.1} as {q} tasks)",
+                    unit(0),
+                    model.time(j, s, 1),
+                    model.time(j, s, q),
+                    unit = model.unit(),
+                )
+            }
             _ => "one task (the kernel does not split)".to_string(),
         };
     }
@@ -83,10 +216,13 @@ pub fn report(g: &Graph, exe: &Executable, profile: &dnnc_passes::cost::MachineP
         }
     }
     let mut out = String::new();
+    let model = exe.cost_model();
     let _ = writeln!(
         out,
-        "# partition for {} thread(s): per kernel its tasks, per wave whether its kernels run concurrently (the runtime's Work-Depth rule)",
-        exe.threads()
+        "# partition for {} thread(s): per kernel its tasks or GEMM threads, per wave whether its kernels run concurrently, decided by {} (estimates in {})",
+        exe.threads(),
+        model.source(),
+        model.unit()
     );
     let mut shown = vec![false; exe.steps().len()];
     for line in fused.lines() {
@@ -132,7 +268,7 @@ pub fn report(g: &Graph, exe: &Executable, profile: &dnnc_passes::cost::MachineP
             .collect();
         let _ = writeln!(
             out,
-            "# wave {w}: {} independent kernels {} (estimates, Work-Depth units: one after another {}, concurrently {}): {}",
+            "# wave {w}: {} independent kernels {} (estimates: one after another {:.1}, concurrently {:.1}): {}",
             wave.steps.len(),
             if wave.concurrent {
                 format!(
