@@ -703,7 +703,21 @@ impl StepCosts {
     /// [`LOOP_RATE`] per Work-Depth unit, plus the profile's per-kernel
     /// overhead.
     pub fn predict(&self, step: &dnnc_runtime::cpu::Step, profile: &MachineProfile) -> (f64, bool) {
-        let mut predicted = profile.overhead;
+        let (fixed, work, contraction) = self.predict_parts(step, profile);
+        (fixed + work, contraction)
+    }
+
+    /// [`StepCosts::predict`] in parts: the seconds that do not depend on
+    /// the kernel's size (the profile's per-kernel overhead and each
+    /// convolution's fixed cost, which a split does not divide), the
+    /// seconds of its work, and whether it holds a contraction.
+    pub fn predict_parts(
+        &self,
+        step: &dnnc_runtime::cpu::Step,
+        profile: &MachineProfile,
+    ) -> (f64, f64, bool) {
+        let mut fixed = profile.overhead;
+        let mut work = 0.0;
         let contraction = step.nodes.iter().any(|n| {
             self.nodes
                 .get(n.as_str())
@@ -720,10 +734,14 @@ impl StepCosts {
             }
             let conv = nc.conv.as_ref().and_then(|c| {
                 let algo = step.algo.as_deref()?;
-                profile.predict_conv(algo, &c.shape)
+                let t = profile.predict_conv(algo, &c.shape)?;
+                Some((profile.conv_fixed(algo, &c.shape), t))
             });
-            predicted += match conv {
-                Some(t) => t,
+            match conv {
+                Some((f, t)) => {
+                    fixed += f;
+                    work += t - f;
+                }
                 None if nc.class == dnnc_ir::OpClass::Contraction => {
                     // A MatMul/Gemm: its arithmetic, or streaming its
                     // weights (K·N floats: work / M, M the result's rows)
@@ -731,12 +749,12 @@ impl StepCosts {
                     let rows: usize = nc.shape.iter().rev().skip(1).product();
                     let weights = 4.0 * nc.work as f64 / rows.max(1) as f64;
                     let rate = profile.rates.get("im2col").copied().unwrap_or(LOOP_RATE);
-                    (nc.work as f64 / rate).max(weights / profile.bandwidth)
+                    work += (nc.work as f64 / rate).max(weights / profile.bandwidth);
                 }
-                None => nc.work as f64 / profile.loop_rate(nc.class),
-            };
+                None => work += nc.work as f64 / profile.loop_rate(nc.class),
+            }
         }
-        (predicted, contraction)
+        (fixed, work, contraction)
     }
 }
 

@@ -9,11 +9,12 @@ mod cpu_common;
 use cpu_common::{bits, check_with, parse, rand_f32};
 use dnnc_compiler::codegen::cpu::{compile_cpu, CpuOptions};
 use dnnc_ir::{Graph, Tensor};
-use dnnc_runtime::cpu::KernelSplit;
+use dnnc_runtime::cpu::{Concurrency, KernelSplit};
 use std::path::PathBuf;
 
 /// Checks `g` against the interpreter, then runs it on 1 thread and with
-/// every splittable kernel forced into 2, 3 and 7 tasks: bitwise equal.
+/// every splittable kernel forced into 2, 3 and 7 tasks (no wave run
+/// concurrently): bitwise equal.
 /// `op` names an op whose kernel must declare a split (so the test fails
 /// if the lowering stops splitting).
 fn split_equal(g: &Graph, inputs: &[(String, Tensor)], op: &str) {
@@ -29,6 +30,8 @@ fn split_equal(g: &Graph, inputs: &[(String, Tensor)], op: &str) {
             .collect::<Vec<_>>()
     );
     exe.set_kernel_split(KernelSplit::Always);
+    // Steps split only when they run alone, not inside a concurrent wave.
+    exe.set_concurrency(Concurrency::Never);
     for t in [2, 3, 7] {
         exe.set_threads(t).unwrap();
         let tasks = exe.step_tasks();

@@ -245,16 +245,29 @@ impl MachineProfile {
     /// or `None` when the algorithm does not apply to `shape` (or the
     /// profile has no rate for it).
     pub fn predict_conv(&self, algo: &str, shape: &ConvShape) -> Option<f64> {
-        // The direct lowering of a depthwise conv is the depthwise kernel.
-        let algo = if algo == "direct" && is_depthwise(shape) {
-            "depthwise"
-        } else {
-            algo
-        };
+        let algo = lowered(algo, shape);
         let work = conv_work(algo, shape)? as f64;
         let rate = *self.rates.get(algo)?;
-        let fixed = self.fixed.get(algo).copied().unwrap_or(self.overhead);
+        let fixed = self.conv_fixed(algo, shape);
         Some(fixed + (work / rate).max(conv_bytes(algo, shape) / self.bandwidth))
+    }
+
+    /// The part of [`MachineProfile::predict_conv`] that does not grow
+    /// with the conv's size: its algorithm's fixed cost (calls,
+    /// transforms' setup).
+    pub fn conv_fixed(&self, algo: &str, shape: &ConvShape) -> f64 {
+        let algo = lowered(algo, shape);
+        self.fixed.get(algo).copied().unwrap_or(self.overhead)
+    }
+}
+
+/// The algorithm whose figures price `algo` on `shape`: the direct
+/// lowering of a depthwise conv is the depthwise kernel.
+fn lowered<'a>(algo: &'a str, shape: &ConvShape) -> &'a str {
+    if algo == "direct" && is_depthwise(shape) {
+        "depthwise"
+    } else {
+        algo
     }
 }
 

@@ -266,10 +266,11 @@ pub trait CostModel: Send + Sync + std::fmt::Debug {
     /// The cost of handing one step of a concurrent wave to another
     /// thread, in the same unit.
     fn handoff(&self) -> f64;
-    /// The least relative gain a departure from running steps one after
-    /// another in compile order must promise before it is taken: a model
-    /// with a known prediction error does not trade a measured-safe
-    /// baseline for a gain smaller than that error. 0 by default.
+    /// The least relative gain a departure from the plain plan (each step
+    /// whole, one after another in compile order) must promise before it
+    /// is taken, a split or a concurrent wave: a model with a known
+    /// prediction error does not trade the baseline for a gain smaller
+    /// than that error. 0 by default.
     fn margin(&self) -> f64 {
         0.0
     }
@@ -280,7 +281,8 @@ pub trait CostModel: Send + Sync + std::fmt::Debug {
         self.time(j, s, q)
     }
     /// Tasks step `j` runs as when alone on `threads` threads: the count
-    /// in `1..=min(threads, E)` of least estimated time (`E` the largest
+    /// in `1..=min(threads, E)` of least estimated time, more than one
+    /// only when that beats the whole step by the margin (`E` the largest
     /// extent of its phases); 1 for a step that cannot split or does its
     /// work in splittable GEMMs.
     fn tasks(&self, j: usize, s: &Step, threads: usize) -> usize {
@@ -292,7 +294,8 @@ pub trait CostModel: Send + Sync + std::fmt::Debug {
     }
     /// Threads the GEMMs of step `j` may split over when it runs alone on
     /// `threads` threads: the count in `1..=threads` of least estimated
-    /// time for a step with GEMM work; `threads` for any other step.
+    /// time (beating one thread by the margin) for a step with GEMM work;
+    /// `threads` for any other step.
     fn gemm_threads(&self, j: usize, s: &Step, threads: usize) -> usize {
         if threads <= 1 || s.split_work == 0 {
             return threads.max(1);
@@ -302,9 +305,11 @@ pub trait CostModel: Send + Sync + std::fmt::Debug {
 }
 
 /// The share count in `1..=max` of least [`CostModel::time`] (the fewest
-/// on ties).
+/// on ties), where a split counts only if it promises more than the
+/// model's [`CostModel::margin`] over the whole step.
 fn least_time<M: CostModel + ?Sized>(m: &M, j: usize, s: &Step, max: usize) -> usize {
-    let mut best = (1, m.time(j, s, 1));
+    let whole = m.time(j, s, 1);
+    let mut best = (1, whole * (1.0 - m.margin()));
     for q in 2..=max.max(1) {
         let t = m.time(j, s, q);
         if t < best.1 {

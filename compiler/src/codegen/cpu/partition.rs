@@ -6,12 +6,13 @@
 //! [`CalibratedCost`] makes those decisions from the calibrated cost
 //! model (`dnnc_passes::cost`): each kernel's one-thread time predicted
 //! from its Work-Depth work and the machine profile, split into the part
-//! that divides over shares and the part that does not, plus the
-//! profile's measured hand-off per extra share
-//! ([`MachineProfile::split_time`]). The runtime asks it for every
-//! decision (`dnnc_runtime::cpu::CostModel`) and picks the share count of
-//! least predicted time; its own Work-Depth rule remains for executables
-//! built without a model.
+//! that divides over shares and the part that does not (the per-kernel
+//! overhead, a conv's fitted fixed cost), plus the profile's measured
+//! hand-off per extra share ([`MachineProfile::split_time`]). The runtime
+//! asks it for every decision (`dnnc_runtime::cpu::CostModel`) and picks
+//! the share count of least predicted time, departing from the plain
+//! plan only for a predicted gain above the profile's median error; its
+//! own Work-Depth rule remains for executables built without a model.
 //!
 //! [`report`] is the `partition` stage of `dnnc ir`: the decisions read
 //! back from the compiled [`Executable`], so the dump shows exactly what
@@ -23,7 +24,8 @@ use dnnc_runtime::cpu::{CostModel, Executable, Step};
 use std::collections::HashMap;
 use std::fmt::Write;
 
-/// One kernel's one-thread prediction, split for [`CalibratedCost`].
+/// One kernel's one-thread prediction, split for [`CalibratedCost`]
+/// (`tune::StepCosts::predict_parts`).
 #[derive(Clone, Copy, Debug)]
 struct StepEstimate {
     /// Seconds that do not divide over shares (the call, and for a GEMM
@@ -57,7 +59,7 @@ impl CalibratedCost {
             .steps()
             .iter()
             .map(|s| {
-                let (t, _) = costs.predict(s, profile);
+                let (fixed, body, _) = costs.predict_parts(s, profile);
                 let bytes = s
                     .args
                     .iter()
@@ -65,11 +67,10 @@ impl CalibratedCost {
                     .filter(|b| !matches!(b.kind, BufferKind::Weight(_)))
                     .map(|b| b.bytes as f64)
                     .sum();
-                let body = (t - profile.overhead).max(0.0);
                 if s.split_work > 0 {
                     let f = s.split_work.min(s.work) as f64 / s.work.max(1) as f64;
                     StepEstimate {
-                        serial: profile.overhead + body * (1.0 - f),
+                        serial: fixed + body * (1.0 - f),
                         parallel: body * f,
                         bytes,
                         extent: 0,
@@ -77,7 +78,7 @@ impl CalibratedCost {
                 } else {
                     let extent = s.phase_splits.iter().fold(s.split, |a, &b| a.max(b));
                     StepEstimate {
-                        serial: profile.overhead,
+                        serial: fixed,
                         parallel: body,
                         bytes,
                         extent: extent.max(1),
