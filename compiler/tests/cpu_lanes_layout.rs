@@ -102,3 +102,59 @@ fn lanes_layout_convs_and_fc_match_the_interpreter() {
         assert_eq!(one, two, "case {i}: 2 threads differ from 1");
     }
 }
+
+/// A conv's `layout=` attribute decides its packed filter's layout, over
+/// the backend's own rule: the same 1x1 conv (40 output channels on a
+/// 14x14 map, where the rule takes panels) recorded as `lanes` and as
+/// `panels` packs to the sizes of those layouts (40 rows padded to 64
+/// against 42), and both match the interpreter bit for bit with each
+/// other at any thread count. Without AVX-512, `lanes` falls back to
+/// panels.
+#[test]
+fn the_ir_layout_attribute_decides_the_packed_filter() {
+    use dnnc_runtime::cpu::pgemm::packed_bytes_for;
+    use dnnc_runtime::cpu::BufferKind;
+    let (m, k, hw) = (40, 96, 14);
+    let g = |layout: &str| {
+        parse(&format!(
+            "  input %x: f32[1,{k},{hw},{hw}]
+  param %w: f32[{m},{k},1,1] = he(seed=3)
+  %c = Conv2d(%x, %w) {{algo=pointwise{layout}}}
+  %y = Relu(%c)
+  output %y"
+        ))
+    };
+    let ins = vec![("x".to_string(), rand_f32(&[1, k, hw, hw], 4, -1.0, 1.0))];
+    let weight_bytes = |e: &dnnc_runtime::cpu::Executable| -> usize {
+        e.buffers()
+            .iter()
+            .filter_map(|b| match &b.kind {
+                BufferKind::Weight(w) => Some(w.len()),
+                _ => None,
+            })
+            .sum()
+    };
+    assert_eq!(Layout::choose(m, hw * hw, k), Layout::Panels);
+    let mut outs = Vec::new();
+    for (attr, want) in [
+        ("", Layout::Panels),
+        (", layout=panels", Layout::Panels),
+        (", layout=lanes", Layout::Lanes),
+    ] {
+        let g = g(attr);
+        check_with(&g, &ins, 1e-4, 1e-5, &CpuOptions::default());
+        let mut exe = compile_cpu(&g, &CpuOptions::default()).expect("compile");
+        let want = if Kernel::best() == Kernel::Avx512 {
+            want
+        } else {
+            Layout::Panels
+        };
+        assert_eq!(weight_bytes(&exe), packed_bytes_for(want, m, k), "{attr}");
+        let one = bits(&exe.run(&ins).unwrap());
+        exe.set_threads(2).unwrap();
+        assert_eq!(one, bits(&exe.run(&ins).unwrap()), "{attr} at 2 threads");
+        outs.push(one);
+    }
+    // Both layouts sum each output over k in the same order.
+    assert!(outs.windows(2).all(|w| w[0] == w[1]));
+}

@@ -28,6 +28,51 @@ pub struct Conv2d {
     /// algorithm applies is checked by the backend, which falls back with
     /// a note when it does not.
     pub algo: ConvAlgo,
+    /// How a backend lays out the packed filter of a GEMM-based algorithm
+    /// (`layout=...`, printed only when chosen); `Auto` leaves it to the
+    /// backend. The `egraph` pass may choose it by cost.
+    pub layout: WeightLayout,
+}
+
+/// The layout of a conv's packed filter for the CPU backend's GEMM
+/// micro-kernels (`layout=` in the text format): output channels along a
+/// micro-kernel tile's rows with its vector lanes over output pixels
+/// (`panels`, every machine), or output channels as the vector lanes and
+/// each pixel a broadcast (`lanes`, AVX-512 machines), which wastes no
+/// lanes on maps whose pixel count is not a multiple of the vector width
+/// (7x7, 14x14). A backend that cannot honour `lanes` uses `panels`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WeightLayout {
+    /// No choice recorded: the backend decides per shape.
+    #[default]
+    Auto,
+    /// Output channels along tile rows, pixels in vector lanes.
+    Panels,
+    /// Output channels in vector lanes, pixels broadcast.
+    Lanes,
+}
+
+impl WeightLayout {
+    /// Every variant, in text-format order.
+    pub const ALL: [WeightLayout; 3] = [
+        WeightLayout::Auto,
+        WeightLayout::Panels,
+        WeightLayout::Lanes,
+    ];
+
+    /// The text-format spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightLayout::Auto => "auto",
+            WeightLayout::Panels => "panels",
+            WeightLayout::Lanes => "lanes",
+        }
+    }
+
+    /// Parses a text-format spelling.
+    pub fn from_name(s: &str) -> Option<WeightLayout> {
+        WeightLayout::ALL.into_iter().find(|a| a.name() == s)
+    }
 }
 
 /// Convolution algorithm recorded on a Conv2d node (`algo=` in the text
@@ -99,6 +144,7 @@ impl Default for Conv2d {
             dilations: [1, 1],
             group: 1,
             algo: ConvAlgo::Auto,
+            layout: WeightLayout::Auto,
         }
     }
 }
@@ -1237,13 +1283,21 @@ impl Op {
         let f = Float;
         match self {
             Op::Input | Op::Param(_) | Op::Constant => vec![],
-            Op::Conv2d(c) => vec![
-                ("strides", ints(&c.strides)),
-                ("pads", ints(&c.pads)),
-                ("dilations", ints(&c.dilations)),
-                ("group", Int(c.group as i64)),
-                ("algo", Word(c.algo.name().to_string())),
-            ],
+            Op::Conv2d(c) => {
+                let mut a = vec![
+                    ("strides", ints(&c.strides)),
+                    ("pads", ints(&c.pads)),
+                    ("dilations", ints(&c.dilations)),
+                    ("group", Int(c.group as i64)),
+                    ("algo", Word(c.algo.name().to_string())),
+                ];
+                // Only a chosen layout is printed, so dumps of graphs that
+                // leave it to the backend read as before it existed.
+                if c.layout != WeightLayout::Auto {
+                    a.push(("layout", Word(c.layout.name().to_string())));
+                }
+                a
+            }
             Op::Gemm(g) => vec![
                 ("alpha", f(g.alpha)),
                 ("beta", f(g.beta)),
@@ -1458,6 +1512,11 @@ impl Op {
                     let names = ConvAlgo::ALL.map(ConvAlgo::name);
                     let w = a.word("algo", "auto", &names)?;
                     ConvAlgo::from_name(&w).unwrap_or_default()
+                },
+                layout: {
+                    let names = WeightLayout::ALL.map(WeightLayout::name);
+                    let w = a.word("layout", "auto", &names)?;
+                    WeightLayout::from_name(&w).unwrap_or_default()
                 },
             }),
             "MatMul" => Op::MatMul,

@@ -493,3 +493,31 @@ fn conv_algo_attribute_round_trips() {
     let err = parse(bad, "bad.dnn").unwrap_err().to_string();
     assert!(err.contains("magic") && err.contains("winograd4"), "{err}");
 }
+
+/// Conv2d's `layout` attribute: a chosen layout survives a round trip and
+/// is printed, `auto` (the default) is not printed, and an unknown layout
+/// is rejected naming the valid ones.
+#[test]
+fn conv_layout_attribute_round_trips() {
+    use dnnc_ir::op::WeightLayout;
+    for l in WeightLayout::ALL {
+        let src = format!(
+            "graph g {{\n  input %x: f32[1,3,8,8]\n  param %w: f32[4,3,1,1] = he(seed=1)\n  %y = Conv2d(%x, %w) {{algo=pointwise, layout={}}}\n  output %y\n}}\n",
+            l.name()
+        );
+        let (g, text) = canon(&src);
+        let conv = g
+            .topo_order()
+            .into_iter()
+            .find_map(|n| match &g.node(n).op {
+                Op::Conv2d(c) => Some(c.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(conv.layout, l);
+        assert_eq!(text.contains("layout="), l != WeightLayout::Auto, "{text}");
+    }
+    let bad = "graph g {\n  input %x: f32[1,3,8,8]\n  param %w: f32[4,3,1,1] = he(seed=1)\n  %y = Conv2d(%x, %w) {layout=nhwc}\n  output %y\n}\n";
+    let err = parse(bad, "bad.dnn").unwrap_err().to_string();
+    assert!(err.contains("nhwc") && err.contains("lanes"), "{err}");
+}

@@ -261,6 +261,52 @@ impl MachineProfile {
     }
 }
 
+/// The transposed store of one `32 x 14` lanes-layout tile, in MACs of
+/// micro-kernel time: ~128 vector-FMA issue slots of 16 MACs each, as the
+/// CPU backend's packed GEMM measured it on hot GEMMs (its
+/// `LANE_STORE_COST`).
+pub const LANE_TILE_STORE_MACS: u64 = 128 * 16;
+
+/// Rows of C per `lanes` tile (output channels as two 16-lane vectors)
+/// and columns per tile.
+const LANE_TILE: (u64, u64) = (32, 14);
+
+/// Rows of C per `panels` panel (the AVX-512 `14 x 32` micro-kernel).
+const PANEL_ROWS: u64 = 14;
+
+/// How much micro-kernel work a GEMM-based conv (`im2col`, `pointwise`)
+/// does with its packed filter in `layout`, relative to `panels` (the
+/// layout the rates were measured with, and what `auto` is priced as):
+/// `panels` pads output channels to whole 14-row panels (pairs of rows
+/// in the last) and pixels to whole 16-wide column tiles
+/// ([`GEMM_COLUMN_TILE`]); `lanes` pads output channels to 32 and pays
+/// [`LANE_TILE_STORE_MACS`] per `32 x 14` tile, but no pixel padding. A
+/// 7x7 map's 49 pixels fill 64 lanes of panels, so wide 1x1 convs on it
+/// do ~25% less work in lanes. `None` for other algorithms.
+pub fn layout_factor(layout: dnnc_ir::op::WeightLayout, algo: &str, s: &ConvShape) -> Option<f64> {
+    use dnnc_ir::op::WeightLayout;
+    if !matches!(algo, "im2col" | "pointwise") {
+        return None;
+    }
+    let (m, k) = (s.cout_per_group(), s.cin_per_group() * s.kh * s.kw);
+    let n = s.h_out * s.w_out;
+    let panel_rows = m / PANEL_ROWS * PANEL_ROWS + (m % PANEL_ROWS).next_multiple_of(2);
+    let panels = (panel_rows * n.next_multiple_of(GEMM_COLUMN_TILE) * k) as f64;
+    if panels == 0.0 {
+        return None;
+    }
+    Some(match layout {
+        WeightLayout::Auto | WeightLayout::Panels => 1.0,
+        WeightLayout::Lanes => {
+            let (tr, tc) = LANE_TILE;
+            let tiles = m.div_ceil(tr) * n.div_ceil(tc);
+            let lanes =
+                (m.next_multiple_of(tr) * n * k) as f64 + (tiles * LANE_TILE_STORE_MACS) as f64;
+            lanes / panels
+        }
+    })
+}
+
 /// The algorithm whose figures price `algo` on `shape`: the direct
 /// lowering of a depthwise conv is the depthwise kernel.
 fn lowered<'a>(algo: &'a str, shape: &ConvShape) -> &'a str {
@@ -490,6 +536,37 @@ mod tests {
             (p.handoff, p.wave_handoff, p.error),
             (DEFAULT_HANDOFF, DEFAULT_HANDOFF, DEFAULT_ERROR)
         );
+    }
+
+    #[test]
+    fn lanes_pay_where_pixels_pad_panels_tiles() {
+        use dnnc_ir::op::WeightLayout::{Auto, Lanes, Panels};
+        let shape = |c: u64, m: u64, hw: u64| ConvShape {
+            n: 1,
+            c_in: c,
+            h: hw,
+            w: hw,
+            c_out: m,
+            kh: 1,
+            kw: 1,
+            h_out: hw,
+            w_out: hw,
+            strides: [1, 1],
+            dilations: [1, 1],
+            pads: [0; 4],
+            group: 1,
+        };
+        // 7x7: 49 pixels pad to 64 in panels; lanes pad nothing.
+        let small = shape(384, 64, 7);
+        let f = layout_factor(Lanes, "pointwise", &small).unwrap();
+        assert!((0.7..0.85).contains(&f), "{f}");
+        assert_eq!(layout_factor(Panels, "pointwise", &small), Some(1.0));
+        assert_eq!(layout_factor(Auto, "im2col", &small), Some(1.0));
+        // 56x56 = 3136 pixels, a multiple of 16: lanes only add stores.
+        let big = shape(64, 64, 56);
+        assert!(layout_factor(Lanes, "pointwise", &big).unwrap() > 1.0);
+        // Other algorithms have no packed filter.
+        assert_eq!(layout_factor(Lanes, "winograd4", &small), None);
     }
 
     #[test]

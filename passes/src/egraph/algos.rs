@@ -15,7 +15,7 @@ use super::analysis::{TensorAnalysis, TensorGraph};
 use super::lang::TensorNode;
 use super::rules::merge;
 use crate::conv_algo::ConvGeom;
-use dnnc_ir::op::ConvAlgo;
+use dnnc_ir::op::{ConvAlgo, WeightLayout};
 use dnnc_ir::Op;
 use egg::{Applier, Id, Language, PatternAst, Subst, Symbol};
 
@@ -60,6 +60,25 @@ pub fn extraction_price(
     } else {
         t * (1.0 + OVERRIDE_MARGIN)
     })
+}
+
+/// [`extraction_price`] for a conv whose packed filter is laid out as
+/// `layout`: a chosen layout scales the time by its micro-kernel work
+/// relative to `panels` ([`crate::cost::layout_factor`]) and, as a
+/// departure from the backend's own choice, pays [`OVERRIDE_MARGIN`]
+/// too; `auto` is priced as `panels`.
+pub fn layout_price(
+    profile: &crate::cost::MachineProfile,
+    shape: &crate::wd::conv::ConvShape,
+    (algo, heuristic): (&str, &str),
+    layout: WeightLayout,
+) -> Option<f64> {
+    let t = extraction_price(profile, shape, algo, heuristic)?;
+    if layout == WeightLayout::Auto {
+        return Some(t);
+    }
+    let f = crate::cost::layout_factor(layout, algo, shape)?;
+    Some(t * f * (1.0 + OVERRIDE_MARGIN))
 }
 
 /// The algorithm extraction gives a conv of `shape` among `candidates`
@@ -128,6 +147,74 @@ fn alternatives(
         out.push((p.clone(), n.children().to_vec(), fits));
     }
     out
+}
+
+/// Whether this machine's CPU backend can lay packed filters out as
+/// `lanes` (its AVX-512 micro-kernel), so the `weight-layouts` rule
+/// offers that layout.
+pub fn lanes_supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `(attributes, operands)` of every Conv2d in `eclass` whose algorithm
+/// runs on a packed filter (explicit `im2col` or `pointwise`, a filter
+/// known at compile time) and whose layout is left to the backend.
+fn layout_free(eg: &TensorGraph, eclass: Id) -> Vec<(dnnc_ir::op::Conv2d, Vec<Id>)> {
+    let mut out = Vec::new();
+    for n in eg[eclass].iter() {
+        let Some(Op::Conv2d(p)) = n.ir_op() else {
+            continue;
+        };
+        let packed = matches!(p.algo, ConvAlgo::Im2col | ConvAlgo::Pointwise);
+        if !packed || p.layout != WeightLayout::Auto {
+            continue;
+        }
+        let Some(&w) = n.children().get(1) else {
+            continue;
+        };
+        if eg[w].data.weights_only && geometry(eg, n).is_some_and(|g| g.unfit(p.algo).is_none()) {
+            out.push((p.clone(), n.children().to_vec()));
+        }
+    }
+    out
+}
+
+/// Whether class `c` holds a packed-filter Conv2d with its layout left
+/// to the backend, on a machine that has a choice (`weight-layouts`'s
+/// match).
+pub fn layout_choice(eg: &TensorGraph, c: Id) -> bool {
+    lanes_supported() && !layout_free(eg, c).is_empty()
+}
+
+/// The `weight-layouts` applier: to a class with a packed-filter Conv2d
+/// of `layout=auto`, adds the same Conv2d with `layout=lanes` (`panels`
+/// is what the cost model prices `auto` as, so it adds no choice).
+pub struct WeightLayouts;
+
+impl Applier<TensorNode, TensorAnalysis> for WeightLayouts {
+    fn apply_one(
+        &self,
+        eg: &mut TensorGraph,
+        eclass: Id,
+        _subst: &Subst,
+        _ast: Option<&PatternAst<TensorNode>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
+        let mut ids = Vec::new();
+        for (p, args) in layout_free(eg, eclass) {
+            let mut q = p;
+            q.layout = WeightLayout::Lanes;
+            ids.push(eg.add(TensorNode::op(Op::Conv2d(q), args)));
+        }
+        merge(eg, eclass, ids, rule)
+    }
 }
 
 /// The `conv-algorithms` applier: to a class with an `algo=auto` Conv2d,

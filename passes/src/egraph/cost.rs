@@ -24,7 +24,7 @@
 //! convs of one input merged into one save a kernel's overhead and the
 //! second pass over the input.
 
-use super::algos::extraction_price;
+use super::algos::layout_price;
 use super::analysis::TensorGraph;
 use super::lang::TensorNode;
 use crate::conv_algo::ConvGeom;
@@ -76,9 +76,8 @@ fn price(
                         _ => heuristic,
                     };
                     let shape = ConvShape::from_types(p, x, w, y);
-                    if let Some(t) =
-                        extraction_price(profile, &shape, algo.name(), heuristic.name())
-                    {
+                    let names = (algo.name(), heuristic.name());
+                    if let Some(t) = layout_price(profile, &shape, names, p.layout) {
                         return t;
                     }
                 }

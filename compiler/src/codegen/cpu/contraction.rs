@@ -21,7 +21,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{self, F32, I64};
 use cranelift_codegen::ir::{InstBuilder, StackSlotData, StackSlotKind, Value};
 use dnnc_ir::op::ConvAlgo as IrConvAlgo;
-use dnnc_ir::op::{Binary, Unary};
+use dnnc_ir::op::{Binary, Unary, WeightLayout};
 use dnnc_ir::{DType, Graph, Op, ValueId};
 pub(crate) use dnnc_passes::ConvGeom;
 use dnnc_runtime::cpu::{fftconv, pgemm, AlignedBuf};
@@ -345,8 +345,9 @@ fn conv_packed(g: &Graph, k: &Kernel, algo: ConvAlgo) -> bool {
         && is_weight(g, g.node(k.nodes[0]).inputs[1])
 }
 
-/// How a packed filter is laid out ([`pgemm::Layout::choose`] for the
-/// conv's per-group GEMM: `m = M/G`, `k = C/G·KH·KW`, `n` the columns of
+/// How a packed filter is laid out: the conv's `layout=` when set
+/// (`lanes` only where the AVX-512 kernel runs, else panels), otherwise
+/// [`pgemm::Layout::choose`] for the conv's per-group GEMM: `m = M/G`, `k = C/G·KH·KW`, `n` the columns of
 /// one image (pointwise) or of one full im2col chunk; a gathered B's
 /// segments are output rows). The lanes layout pays off on small
 /// maps: MobileNet-V2's 7x7 pointwise convs (e.g. 320 x 49 x 960, hot:
@@ -354,6 +355,18 @@ fn conv_packed(g: &Graph, k: &Kernel, algo: ConvAlgo) -> bool {
 fn conv_layout(geo: &ConvGeom, g: &Graph, k: &Kernel, algo: ConvAlgo) -> pgemm::Layout {
     if !conv_packed(g, k, algo) {
         return pgemm::Layout::Panels;
+    }
+    // A layout recorded in the IR (the egraph pass's choice, or the
+    // user's) wins; lanes needs the AVX-512 micro-kernel.
+    if let Op::Conv2d(p) = &g.node(k.nodes[0]).op {
+        match p.layout {
+            WeightLayout::Panels => return pgemm::Layout::Panels,
+            WeightLayout::Lanes if pgemm::Kernel::best() == pgemm::Kernel::Avx512 => {
+                return pgemm::Layout::Lanes
+            }
+            WeightLayout::Lanes => return pgemm::Layout::Panels,
+            WeightLayout::Auto => {}
+        }
     }
     let (cg, mg) = geo.per_group();
     let kk = cg * geo.kh * geo.kw;
