@@ -626,6 +626,7 @@ fn execute_command(
                 node_limit: egraph_nodes.unwrap_or(d.node_limit),
                 iter_limit: egraph_iters.unwrap_or(d.iter_limit),
                 time_limit: egraph_ms.map_or(d.time_limit, std::time::Duration::from_millis),
+                ..d
             };
             // Budgets are checked before the model loads.
             cfg.validate()?;

@@ -150,8 +150,8 @@ fn alternatives(
 }
 
 /// Whether this machine's CPU backend can lay packed filters out as
-/// `lanes` (its AVX-512 micro-kernel), so the `weight-layouts` rule
-/// offers that layout.
+/// `lanes` (its AVX-512 micro-kernel): the default of
+/// [`super::EGraphConfig::weight_layouts`].
 pub fn lanes_supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -187,10 +187,11 @@ fn layout_free(eg: &TensorGraph, eclass: Id) -> Vec<(dnnc_ir::op::Conv2d, Vec<Id
 }
 
 /// Whether class `c` holds a packed-filter Conv2d with its layout left
-/// to the backend, on a machine that has a choice (`weight-layouts`'s
-/// match).
+/// to the backend (`weight-layouts`'s match; the rule runs only where
+/// [`super::EGraphConfig::weight_layouts`] says the machine has a
+/// choice).
 pub fn layout_choice(eg: &TensorGraph, c: Id) -> bool {
-    lanes_supported() && !layout_free(eg, c).is_empty()
+    !layout_free(eg, c).is_empty()
 }
 
 /// The `weight-layouts` applier: to a class with a packed-filter Conv2d

@@ -42,6 +42,11 @@ pub struct EGraphConfig {
     pub time_limit: Duration,
     /// The machine extraction predicts run time on.
     pub profile: std::sync::Arc<crate::cost::MachineProfile>,
+    /// Whether the `weight-layouts` rule offers `layout=lanes`: by
+    /// default where this machine's CPU backend can run it
+    /// ([`algos::lanes_supported`]); set it to optimise for another
+    /// machine, or off to keep the backend's own choice.
+    pub weight_layouts: bool,
 }
 
 impl Default for EGraphConfig {
@@ -53,6 +58,7 @@ impl Default for EGraphConfig {
             iter_limit: 30,
             time_limit: Duration::from_secs(1),
             profile: Default::default(),
+            weight_layouts: algos::lanes_supported(),
         }
     }
 }
@@ -152,7 +158,11 @@ pub fn optimize(g: &Graph, cfg: &EGraphConfig) -> Result<(Graph, EGraphStats), P
     let mut loaded = convert::load(g);
     loaded.egraph.analysis.profile = cfg.profile.clone();
     let rules = rules::rules();
-    let rewrites: Vec<_> = rules.iter().map(|r| &r.rewrite).collect();
+    let rewrites: Vec<_> = rules
+        .iter()
+        .filter(|r| cfg.weight_layouts || r.name != "weight-layouts")
+        .map(|r| &r.rewrite)
+        .collect();
     let runner = egg::Runner::default()
         .with_egraph(loaded.egraph)
         .with_node_limit(cfg.node_limit)
