@@ -17,6 +17,28 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
+/// `dnnc run MODEL ARGS --input INPUT --out OUT` (a one-output model):
+/// the path of the `.npy` it wrote.
+fn run_to_npy(model: &std::path::Path, args: &[&str], input: &PathBuf, out: &PathBuf) -> PathBuf {
+    let o = dnnc()
+        .arg("run")
+        .arg(model)
+        .args(args)
+        .arg("--input")
+        .arg(input)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::read_dir(out)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+}
+
 #[test]
 fn run_backend_cpu_matches_interp() {
     let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/lenet5.dnn");
@@ -26,27 +48,7 @@ fn run_backend_cpu_matches_interp() {
     dnnc_ir::tensor::write_npy(&input, &x).unwrap();
     let mut outs = Vec::new();
     for backend in ["interp", "cpu"] {
-        let out = dir.join(backend);
-        let o = dnnc()
-            .args([
-                "run",
-                model.to_str().unwrap(),
-                "--backend",
-                backend,
-                "--input",
-            ])
-            .arg(&input)
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let f = std::fs::read_dir(&out)
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
+        let f = run_to_npy(&model, &["--backend", backend], &input, &dir.join(backend));
         outs.push(dnnc_ir::tensor::read_npy(&f).unwrap());
     }
     cpu_common::assert_close("lenet5 cpu vs interp", &outs[1], &outs[0], 1e-4, 1e-5);
@@ -142,23 +144,9 @@ fn run_partition_models_give_the_same_outputs() {
     dnnc_ir::tensor::write_npy(&input, &x).unwrap();
     let mut outs = Vec::new();
     for (threads, partition) in [("1", "cost"), ("2", "cost"), ("2", "rule")] {
+        let args = ["--threads", threads, "--partition", partition];
         let out = dir.join(format!("{threads}-{partition}"));
-        let o = dnnc()
-            .args(["run", model.to_str().unwrap(), "--threads", threads])
-            .args(["--partition", partition, "--input"])
-            .arg(&input)
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let file = std::fs::read_dir(&out)
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
-        outs.push(std::fs::read(file).unwrap());
+        outs.push(std::fs::read(run_to_npy(&model, &args, &input, &out)).unwrap());
     }
     assert!(outs.windows(2).all(|w| w[0] == w[1]));
     let o = dnnc()

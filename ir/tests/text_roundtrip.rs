@@ -460,6 +460,17 @@ fn graph_api_rejects_a_resultless_split() {
     assert!(e.to_string().contains("Split"), "{e}");
 }
 
+/// The attributes of `g`'s first Conv2d.
+fn first_conv(g: &dnnc_ir::Graph) -> dnnc_ir::op::Conv2d {
+    g.topo_order()
+        .into_iter()
+        .find_map(|n| match &g.node(n).op {
+            Op::Conv2d(c) => Some(c.clone()),
+            _ => None,
+        })
+        .expect("a Conv2d")
+}
+
 /// Conv2d's `algo` attribute: every spelling survives a round trip, the
 /// default is `auto` and is printed, and an unknown algorithm is rejected.
 #[test]
@@ -475,14 +486,7 @@ fn conv_algo_attribute_round_trips() {
             "graph g {{\n  input %x: f32[1,3,8,8]\n  param %w: f32[4,3,3,3] = he(seed=1)\n  %y = Conv2d(%x, %w){attr}\n  output %y\n}}\n"
         );
         let (g, text) = canon(&src);
-        let conv = g
-            .topo_order()
-            .into_iter()
-            .find_map(|n| match &g.node(n).op {
-                Op::Conv2d(c) => Some(c.clone()),
-                _ => None,
-            })
-            .unwrap();
+        let conv = first_conv(&g);
         assert_eq!(conv.algo, a);
         assert!(
             text.contains(&format!("algo={}", a.name())),
@@ -506,14 +510,7 @@ fn conv_layout_attribute_round_trips() {
             l.name()
         );
         let (g, text) = canon(&src);
-        let conv = g
-            .topo_order()
-            .into_iter()
-            .find_map(|n| match &g.node(n).op {
-                Op::Conv2d(c) => Some(c.clone()),
-                _ => None,
-            })
-            .unwrap();
+        let conv = first_conv(&g);
         assert_eq!(conv.layout, l);
         assert_eq!(text.contains("layout="), l != WeightLayout::Auto, "{text}");
     }
