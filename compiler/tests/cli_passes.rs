@@ -77,14 +77,13 @@ fn after_partition_shows_each_kernels_tasks_and_the_waves() {
     let block = example("inception_block.dnn");
     let block = block.to_str().unwrap();
     let fused = stdout(&dnnc(&["ir", block, "--after", "fusion"]));
-    let out = stdout(&dnnc(&[
-        "ir",
-        block,
-        "--after",
-        "partition",
-        "--threads",
-        "2",
-    ]));
+    // The partition dump on 2 threads, with extra arguments.
+    let two = |extra: &[&str]| {
+        let mut args = vec!["ir", block, "--after", "partition", "--threads", "2"];
+        args.extend_from_slice(extra);
+        stdout(&dnnc(&args))
+    };
+    let out = two(&[]);
     let kernels = out
         .lines()
         .filter(|l| l.trim_start().starts_with("# kernel "))
@@ -134,16 +133,7 @@ fn after_partition_shows_each_kernels_tasks_and_the_waves() {
     assert!(!one.contains("2 tasks"), "{one}");
     // The runtime's own rule, on request; its decisions here are the
     // same.
-    let rule = stdout(&dnnc(&[
-        "ir",
-        block,
-        "--after",
-        "partition",
-        "--threads",
-        "2",
-        "--partition",
-        "rule",
-    ]));
+    let rule = two(&["--partition", "rule"]);
     assert!(
         rule.lines()
             .next()
@@ -161,16 +151,7 @@ fn after_partition_shows_each_kernels_tasks_and_the_waves() {
     p["wave_handoff"] = serde_json::json!(1.0);
     let dear = dir.join("dear.json");
     std::fs::write(&dear, p.to_string()).unwrap();
-    let d = stdout(&dnnc(&[
-        "ir",
-        block,
-        "--after",
-        "partition",
-        "--threads",
-        "2",
-        "--partition-profile",
-        dear.to_str().unwrap(),
-    ]));
+    let d = two(&["--partition-profile", dear.to_str().unwrap()]);
     assert!(
         !d.contains("partition: 2 tasks") && !d.contains("independent kernels run concurrently"),
         "{d}"
