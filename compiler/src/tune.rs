@@ -778,9 +778,10 @@ pub struct KernelTime {
 /// over `runs` profiled runs. Convolutions are priced by `profile`
 /// (their algorithm's rate and fixed cost), Gemm/MatMul at the im2col
 /// GEMM rate, an epilogue fused into either at nothing, everything else
-/// at [`LOOP_RATE`] per Work-Depth unit; with
-/// several threads a kernel that splits is taken to divide by the thread
-/// count (Brent's bound with no depth term), one that does not, not.
+/// at its class's loop rate; with several threads each kernel is priced
+/// as the shares the partition ran it as (its tasks, or its GEMMs'
+/// threads), by the same calibrated model that chose them
+/// ([`crate::codegen::cpu::partition::CalibratedCost`]), on `profile`.
 pub fn kernel_times(
     g: &Graph,
     feeds: &[(String, Tensor)],
@@ -788,21 +789,42 @@ pub fn kernel_times(
     runs: usize,
     profile: &MachineProfile,
 ) -> Result<Vec<KernelTime>, DnncError> {
-    let costs = StepCosts::of(g);
-    let (exe, medians) = profiled(g, &CpuOptions::default(), feeds, threads, runs)?;
-    let tasks = exe.step_tasks().to_vec();
-    let mut out = Vec::new();
-    for (i, (step, &measured)) in exe.steps().iter().zip(&medians).enumerate() {
-        let (mut predicted, contraction) = costs.predict(step, profile);
-        let splits = tasks.get(i).copied().unwrap_or(1) > 1 || contraction;
-        if splits && threads > 1 {
-            predicted /= threads as f64;
+    let opts = CpuOptions {
+        partition: crate::codegen::cpu::PartitionModel::Calibrated(Some(profile.clone())),
+        ..Default::default()
+    };
+    let (exe, medians) = profiled(g, &opts, feeds, threads, runs)?;
+    let model = crate::codegen::cpu::partition::CalibratedCost::new(g, &exe, profile);
+    // The shares each step ran as: its tasks, or its GEMMs' threads (in
+    // a concurrent wave, the wave's threads per step).
+    let mut shares: Vec<usize> = exe
+        .steps()
+        .iter()
+        .zip(exe.step_tasks().iter().zip(exe.step_gemm_threads()))
+        .map(|(s, (&t, &q))| {
+            if t > 1 {
+                t
+            } else if s.split_work > 0 {
+                q
+            } else {
+                1
+            }
+        })
+        .collect();
+    for w in exe.waves().iter().filter(|w| w.concurrent) {
+        for &j in &w.steps {
+            if exe.steps()[j].split_work == 0 {
+                shares[j] = 1;
+            }
         }
+    }
+    let mut out = Vec::new();
+    for (j, (step, &measured)) in exe.steps().iter().zip(&medians).enumerate() {
         out.push(KernelTime {
             name: step.name.clone(),
             ops: step.op.clone(),
             algo: step.algo.clone(),
-            predicted,
+            predicted: model.seconds(j, shares[j]),
             measured,
         });
     }

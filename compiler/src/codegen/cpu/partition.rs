@@ -93,6 +93,17 @@ impl CalibratedCost {
     }
 }
 
+impl CalibratedCost {
+    /// Predicted seconds of step `j` as `q` shares (its tasks, or its
+    /// GEMMs' threads): what `dnnc analyze --measure` prints next to the
+    /// measured time.
+    pub fn seconds(&self, j: usize, q: usize) -> f64 {
+        self.steps.get(j).map_or(0.0, |e| {
+            self.profile.split_time(e.serial, e.parallel, q, e.extent)
+        })
+    }
+}
+
 impl CostModel for CalibratedCost {
     fn source(&self) -> String {
         format!(
