@@ -15,7 +15,7 @@ use super::analysis::{TensorAnalysis, TensorGraph};
 use super::lang::TensorNode;
 use super::rules::merge;
 use crate::conv_algo::ConvGeom;
-use dnnc_ir::op::{ConvAlgo, WeightLayout};
+use dnnc_ir::op::{Conv2d, ConvAlgo, WeightLayout};
 use dnnc_ir::Op;
 use egg::{Applier, Id, Language, PatternAst, Subst, Symbol};
 
@@ -127,10 +127,7 @@ pub fn geometry(eg: &TensorGraph, n: &TensorNode) -> Option<ConvGeom> {
 
 /// `(attributes, operands, algorithms that apply)` of every `algo=auto`
 /// Conv2d in `eclass`.
-fn alternatives(
-    eg: &TensorGraph,
-    eclass: Id,
-) -> Vec<(dnnc_ir::op::Conv2d, Vec<Id>, Vec<ConvAlgo>)> {
+fn alternatives(eg: &TensorGraph, eclass: Id) -> Vec<(Conv2d, Vec<Id>, Vec<ConvAlgo>)> {
     let mut out = Vec::new();
     for n in eg[eclass].iter() {
         let Some(Op::Conv2d(p)) = n.ir_op() else {
@@ -166,7 +163,7 @@ pub fn lanes_supported() -> bool {
 /// `(attributes, operands)` of every Conv2d in `eclass` whose algorithm
 /// runs on a packed filter (explicit `im2col` or `pointwise`, a filter
 /// known at compile time) and whose layout is left to the backend.
-fn layout_free(eg: &TensorGraph, eclass: Id) -> Vec<(dnnc_ir::op::Conv2d, Vec<Id>)> {
+fn layout_free(eg: &TensorGraph, eclass: Id) -> Vec<(Conv2d, Vec<Id>)> {
     let mut out = Vec::new();
     for n in eg[eclass].iter() {
         let Some(Op::Conv2d(p)) = n.ir_op() else {
@@ -194,12 +191,43 @@ pub fn layout_choice(eg: &TensorGraph, c: Id) -> bool {
     !layout_free(eg, c).is_empty()
 }
 
-/// The `weight-layouts` applier: to a class with a packed-filter Conv2d
-/// of `layout=auto`, adds the same Conv2d with `layout=lanes` (`panels`
-/// is what the cost model prices `auto` as, so it adds no choice).
-pub struct WeightLayouts;
+/// The `weight-layouts` variants of class `c`: each packed-filter
+/// Conv2d of `layout=auto` with `layout=lanes` (`panels` is what the cost
+/// model prices `auto` as, so it adds no choice).
+pub fn layout_variants(eg: &TensorGraph, c: Id) -> Vec<(Conv2d, Vec<Id>)> {
+    layout_free(eg, c)
+        .into_iter()
+        .map(|(mut p, args)| {
+            p.layout = WeightLayout::Lanes;
+            (p, args)
+        })
+        .collect()
+}
 
-impl Applier<TensorNode, TensorAnalysis> for WeightLayouts {
+/// The `conv-algorithms` variants of class `c`: each `algo=auto` Conv2d
+/// with every algorithm that applies.
+pub fn algorithm_variants(eg: &TensorGraph, c: Id) -> Vec<(Conv2d, Vec<Id>)> {
+    alternatives(eg, c)
+        .into_iter()
+        .flat_map(|(p, args, fits)| {
+            fits.into_iter().map(move |a| {
+                let mut q = p.clone();
+                q.algo = a;
+                (q, args.clone())
+            })
+        })
+        .collect()
+}
+
+/// An applier adding, to the matched class, the Conv2d variants its
+/// function lists for it (`conv-algorithms` with
+/// [`algorithm_variants`], `weight-layouts` with [`layout_variants`]).
+pub struct ConvVariants(pub VariantsOf);
+
+/// Lists a class's Conv2d variants: `(attributes, operands)` each.
+pub type VariantsOf = fn(&TensorGraph, Id) -> Vec<(Conv2d, Vec<Id>)>;
+
+impl Applier<TensorNode, TensorAnalysis> for ConvVariants {
     fn apply_one(
         &self,
         eg: &mut TensorGraph,
@@ -208,43 +236,16 @@ impl Applier<TensorNode, TensorAnalysis> for WeightLayouts {
         _ast: Option<&PatternAst<TensorNode>>,
         rule: Symbol,
     ) -> Vec<Id> {
-        let mut ids = Vec::new();
-        for (p, args) in layout_free(eg, eclass) {
-            let mut q = p;
-            q.layout = WeightLayout::Lanes;
-            ids.push(eg.add(TensorNode::op(Op::Conv2d(q), args)));
-        }
+        let ids: Vec<Id> = (self.0)(eg, eclass)
+            .into_iter()
+            .map(|(p, args)| eg.add(TensorNode::op(Op::Conv2d(p), args)))
+            .collect();
         merge(eg, eclass, ids, rule)
     }
 }
-
-/// The `conv-algorithms` applier: to a class with an `algo=auto` Conv2d,
-/// adds the Conv2d with every algorithm that applies.
-pub struct ConvAlgorithms;
 
 /// Whether class `c` holds an `algo=auto` Conv2d (`conv-algorithms`'s
 /// match).
 pub fn auto_conv(eg: &TensorGraph, c: Id) -> bool {
     !alternatives(eg, c).is_empty()
-}
-
-impl Applier<TensorNode, TensorAnalysis> for ConvAlgorithms {
-    fn apply_one(
-        &self,
-        eg: &mut TensorGraph,
-        eclass: Id,
-        _subst: &Subst,
-        _ast: Option<&PatternAst<TensorNode>>,
-        rule: Symbol,
-    ) -> Vec<Id> {
-        let mut ids = Vec::new();
-        for (p, args, fits) in alternatives(eg, eclass) {
-            for a in fits {
-                let mut q = p.clone();
-                q.algo = a;
-                ids.push(eg.add(TensorNode::op(Op::Conv2d(q), args.clone())));
-            }
-        }
-        merge(eg, eclass, ids, rule)
-    }
 }

@@ -3,7 +3,7 @@
 //! with any attributes); the ones that read attributes (permutations,
 //! shapes) or weights (splat values) add a condition or a small applier.
 
-use super::algos::{auto_conv, layout_choice, ConvAlgorithms, WeightLayouts};
+use super::algos::{algorithm_variants, auto_conv, layout_choice, layout_variants, ConvVariants};
 use super::analysis::{TensorAnalysis, TensorGraph};
 use super::lang::TensorNode;
 use super::merge::{
@@ -129,12 +129,12 @@ pub fn rules() -> Vec<Rule> {
         row(
             "conv-algorithms",
             "Conv2d{algo=auto} = the Conv2d with each algorithm that can compute it",
-            Rewrite::new("conv-algorithms", ClassWhere::new("?conv", auto_conv), ConvAlgorithms).expect("rule"),
+            Rewrite::new("conv-algorithms", ClassWhere::new("?conv", auto_conv), ConvVariants(algorithm_variants)).expect("rule"),
         ),
         row(
             "weight-layouts",
             "Conv2d{algo=im2col|pointwise, layout=auto} with a constant filter = the Conv2d with layout=lanes (output channels as vector lanes; AVX-512 machines)",
-            Rewrite::new("weight-layouts", ClassWhere::new("?conv", layout_choice), WeightLayouts).expect("rule"),
+            Rewrite::new("weight-layouts", ClassWhere::new("?conv", layout_choice), ConvVariants(layout_variants)).expect("rule"),
         ),
         row(
             "view-chain",
