@@ -1143,10 +1143,10 @@ type GemmOperands = (
 /// slice of the column workspace ([`Emit::task_slice`]) and running its
 /// GEMMs on its thread; every unit is computed by the same code, so any
 /// split is bitwise the one-task result. A single chunk (one image and
-/// group) is two units, the halves of its output rows, and a task given
-/// both runs the whole chunk as one GEMM (each element's k order is the
-/// same either way). Otherwise (an unfused epilogue run per group) the
-/// GEMMs split themselves.
+/// group) of an even number of output rows is two units, its halves, and
+/// a task given both runs the whole chunk as one GEMM (each element's k
+/// order is the same either way). Otherwise (an unfused epilogue run per
+/// group, a single chunk of odd height) the GEMMs split themselves.
 #[allow(clippy::too_many_arguments)]
 fn conv_gemm(
     e: &mut Emit<'_>,
@@ -1237,12 +1237,18 @@ fn conv_gemm(
     let chunks = geo.oh.div_ceil(rows);
     let full = geo.oh / rows;
     let units = geo.n * geo.g * chunks;
-    if let (Some((ws, col)), None, true) = (col, spec, units == 1 && geo.oh >= 2) {
-        // One chunk: two units, its halves of output rows, so two tasks
-        // share it; a task given both packs and multiplies the whole chunk
-        // at once (as halves, the smaller GEMMs measured 5% slower at one
-        // thread). ResNet-18's 14x14 and 7x7 convs had only the GEMM split,
-        // both threads reading the columns one of them packed.
+    let even = geo.oh >= 2 && geo.oh.is_multiple_of(2);
+    if let (Some((ws, col)), None, true) = (col, spec, units == 1 && even) {
+        // One chunk of an even number of rows: two units, its halves of
+        // output rows, so two tasks share it; a task given both packs and
+        // multiplies the whole chunk at once (as halves, the smaller GEMMs
+        // measured 5% slower at one thread). ResNet-18's 14x14 convs had
+        // only the GEMM split, both threads reading the columns one of them
+        // packed. An odd count splits unevenly (7 rows as 4 + 3), so there
+        // the GEMM splits itself, over output channels where it has more
+        // panels than column tiles: ResNet-18's 7x7 layer4.0 conv1 at two
+        // threads 0.666 → 0.569 ms, its downsample 0.093 → 0.088 (whole
+        // runs 11.12 → 10.91 ms, medians of 5 alternating).
         let (lo, hi) = e.task_range(2, "halves of the output rows")?;
         let col = e.task_slice(ws, col, im2col_ws_bytes(geo, rows_tab.is_some()));
         let zero = e.ci(0);
