@@ -200,9 +200,10 @@ fn analyze_measure_puts_predictions_next_to_measurements() {
 }
 
 /// `dnnc calibrate --out` writes a profile that reads back, with a rate
-/// and fixed cost for every algorithm the calibration layers take and a
-/// loop rate for every kernel class; the run it would print names the
-/// layers it fitted on. (Every algorithm on every layer: ~10 s.)
+/// and fixed cost for every algorithm the calibration layers take, a
+/// loop rate for every kernel class and the partition's measured
+/// figures; the run it would print names the layers it fitted on. (Every
+/// algorithm on every layer: ~15 s.)
 #[test]
 #[ignore = "measures the 28 calibration layers with every algorithm (~10 s in release)"]
 fn calibrate_writes_every_rate() {
@@ -223,5 +224,21 @@ fn calibrate_writes_every_rate() {
     }
     for c in dnnc_passes::cost::CLASSES {
         assert!(p.class_rates.get(c).is_some_and(|&r| r > 0.0), "{c}: {p:?}");
+    }
+    // The partition's figures are measured, not copied from the built-in
+    // profile the fit starts from: the model's error on the layers, and
+    // with two or more CPUs the hand-offs.
+    let base = dnnc_passes::cost::MachineProfile::default();
+    assert!(
+        (0.0..1.0).contains(&p.error) && p.error != base.error,
+        "{p:?}"
+    );
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+        assert!(
+            p.handoff != base.handoff && p.wave_handoff != base.wave_handoff,
+            "{p:?}"
+        );
+    } else {
+        eprintln!("one CPU: the hand-offs keep the built-in figures");
     }
 }
