@@ -253,6 +253,19 @@ pub fn bench(
                 multi,
                 cfg.concurrency
             );
+            let gemms = e
+                .steps()
+                .iter()
+                .zip(e.step_gemm_threads())
+                .filter(|(s, &q)| s.split_work > 0 && q > 1)
+                .count();
+            let _ = writeln!(
+                text,
+                "  partition    {} kernels split into tasks, {} split their GEMMs, decided by {} (`dnnc ir MODEL --after partition --threads N` shows each)",
+                e.step_tasks().iter().filter(|&&t| t > 1).count(),
+                gemms,
+                e.cost_model().source()
+            );
         }
         let m = e.memory();
         let _ = writeln!(

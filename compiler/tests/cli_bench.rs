@@ -49,6 +49,7 @@ fn bench_prints_every_figure() {
         "% of peak",
         "activations",
         "compile",
+        "decided by the calibrated cost model",
     ] {
         assert!(out.contains(needle), "{needle}:\n{out}");
     }
