@@ -5,7 +5,7 @@
 mod cpu_common;
 
 use clap::ValueEnum;
-use cpu_common::{check_with, ConvCase, Rng};
+use cpu_common::{check_with, ConvCase, Rng, CONV_EPILOGUES};
 use dnnc_compiler::codegen::cpu::{ConvAlgo, CpuOptions};
 
 #[test]
@@ -30,30 +30,8 @@ fn random_convolutions_match_the_interpreter() {
         let (kh, kw) = (1 + r.below(4), 1 + r.below(4));
         let (sh, sw) = (1 + r.below(3), 1 + r.below(3));
         let (dh, dw) = (1 + r.below(2), 1 + r.below(2));
-        let pads: Vec<usize> = (0..4).map(|_| r.below(3)).collect();
-        let (h, w) = (
-            (kh - 1) * dh + 1 + r.below(9),
-            (kw - 1) * dw + 1 + r.below(9),
-        );
-        let n = 1 + r.below(2);
-        let bias = r.below(2) == 0;
-        let epi = [
-            "",
-            "%y = Relu(%c)",
-            "%y = Add(%c, %r)",
-            "%s = Sigmoid(%c)\n%y = Mul(%s, %c)",
-        ][r.below(4)];
-        let case = ConvCase {
-            nchw: [n, c, h, w],
-            m,
-            g,
-            k: [kh, kw],
-            s: [sh, sw],
-            d: [dh, dw],
-            pads: [pads[0], pads[1], pads[2], pads[3]],
-            bias,
-            seed: round,
-        };
+        let case = ConvCase::draw(&mut r, [c, m], g, ([kh, kw], [sh, sw], [dh, dw]), round);
+        let epi = CONV_EPILOGUES[r.below(4)];
         let mut body = case.body(epi);
         let out = if epi.is_empty() { "%c" } else { "%y" };
         body += &format!("{epi}\noutput {out}");

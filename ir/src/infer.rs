@@ -182,6 +182,20 @@ pub fn slice_range(dim: usize, start: i64, end: i64, step: i64) -> (i64, i64, us
     }
 }
 
+/// The axes a Reduce* over `axes` of a rank-`rank` tensor reduces,
+/// ascending: every axis when `axes` is empty (ONNX's default), else each
+/// normalised ([`norm_axis`]); a repeated axis is an error. Shared by type
+/// inference, the interpreter and the code generators, so they agree.
+pub fn reduce_axes(axes: &[i64], rank: usize) -> Result<Vec<usize>, String> {
+    let mut ax = if axes.is_empty() {
+        (0..rank).collect()
+    } else {
+        norm_axes(axes, rank)?
+    };
+    ax.sort_unstable();
+    Ok(ax)
+}
+
 fn norm_axes(axes: &[i64], rank: usize) -> Result<Vec<usize>, String> {
     let mut out = Vec::with_capacity(axes.len());
     for &a in axes {
@@ -435,11 +449,7 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
         Op::Reduce { axes, keepdims, .. } => {
             let x = ins[0];
             need_dtype(x, &f32_only, "input")?;
-            let axes = if axes.is_empty() {
-                (0..x.rank()).collect()
-            } else {
-                norm_axes(axes, x.rank())?
-            };
+            let axes = reduce_axes(axes, x.rank())?;
             let mut s = vec![];
             for (i, &d) in x.shape.iter().enumerate() {
                 if axes.contains(&i) {

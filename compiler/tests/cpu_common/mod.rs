@@ -170,7 +170,47 @@ pub struct ConvCase {
     pub seed: usize,
 }
 
+/// The fused epilogues the random conv tests draw from (`%c` the conv,
+/// `%r` a residual operand, `%y` the result; empty: none).
+pub const CONV_EPILOGUES: [&str; 4] = [
+    "",
+    "%y = Relu(%c)",
+    "%y = Add(%c, %r)",
+    "%s = Sigmoid(%c)\n%y = Mul(%s, %c)",
+];
+
 impl ConvCase {
+    /// A case with the given channels `[c, m]`, groups, kernel, strides
+    /// and dilations, drawing from `r` (in this order) its pads (0-2
+    /// each), input height and width (the dilated kernel plus 0-8), batch
+    /// (1-2) and whether it has a bias; `seed` seeds its weights.
+    pub fn draw(
+        r: &mut Rng,
+        [c, m]: [usize; 2],
+        g: usize,
+        (k, s, d): ([usize; 2], [usize; 2], [usize; 2]),
+        seed: usize,
+    ) -> ConvCase {
+        let pads: Vec<usize> = (0..4).map(|_| r.below(3)).collect();
+        let (h, w) = (
+            (k[0] - 1) * d[0] + 1 + r.below(9),
+            (k[1] - 1) * d[1] + 1 + r.below(9),
+        );
+        let n = 1 + r.below(2);
+        let bias = r.below(2) == 0;
+        ConvCase {
+            nchw: [n, c, h, w],
+            m,
+            g,
+            k,
+            s,
+            d,
+            pads: [pads[0], pads[1], pads[2], pads[3]],
+            bias,
+            seed,
+        }
+    }
+
     /// Output height and width.
     pub fn out_hw(&self) -> (usize, usize) {
         let [_, _, h, w] = self.nchw;

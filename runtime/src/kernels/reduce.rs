@@ -1,7 +1,6 @@
 //! ReduceMean / ReduceSum / ReduceMax.
 
 use super::{reshape, KResult};
-use dnnc_ir::infer::norm_axis;
 use dnnc_ir::op::ReduceKind;
 use ndarray::{ArrayD, Axis};
 
@@ -14,17 +13,7 @@ pub(crate) fn reduce(
     keepdims: bool,
 ) -> KResult<ArrayD<f32>> {
     let r = x.ndim();
-    let mut ax: Vec<usize> = if axes.is_empty() {
-        (0..r).collect()
-    } else {
-        axes.iter()
-            .map(|&a| norm_axis(a, r))
-            .collect::<Result<_, _>>()?
-    };
-    ax.sort_unstable();
-    if ax.windows(2).any(|w| w[0] == w[1]) {
-        return Err(format!("axes {axes:?} repeat an axis"));
-    }
+    let ax = dnnc_ir::infer::reduce_axes(axes, r)?;
     let count: usize = ax.iter().map(|&a| x.shape()[a]).product();
     let mut cur = x.mapv(|v| v as f64);
     // Remove axes from the back so earlier indices stay valid.

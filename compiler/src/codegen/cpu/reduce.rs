@@ -68,15 +68,7 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
             reduce(e, &xs, &axes, ReduceKind::Max, x, y, on)?;
         }
         Op::Reduce { kind, axes, .. } => {
-            let mut ax: Vec<usize> = if axes.is_empty() {
-                (0..xs.len()).collect()
-            } else {
-                axes.iter()
-                    .map(|&a| norm_axis(a, xs.len()))
-                    .collect::<Result<_, _>>()?
-            };
-            ax.sort_unstable();
-            ax.dedup();
+            let ax = dnnc_ir::infer::reduce_axes(axes, xs.len())?;
             reduce(e, &xs, &ax, *kind, x, y, on)?;
         }
         Op::Softmax { axis } => softmax(e, &xs, norm_axis(*axis, xs.len())?, x, y, false, on)?,

@@ -52,15 +52,7 @@ pub(crate) fn lower(cx: &mut GCtx<'_>) -> Result<Vec<GpuStage>, String> {
             reduce(cx, kind, &(2..r).collect::<Vec<_>>())
         }
         Op::Reduce { kind, axes, .. } => {
-            let mut ax: Vec<usize> = if axes.is_empty() {
-                (0..r).collect()
-            } else {
-                axes.iter()
-                    .map(|&a| norm_axis(a, r))
-                    .collect::<Result<_, _>>()?
-            };
-            ax.sort_unstable();
-            ax.dedup();
+            let ax = dnnc_ir::infer::reduce_axes(axes, r)?;
             reduce(cx, *kind, &ax)
         }
         Op::Softmax { axis } => softmax(cx, norm_axis(*axis, r)?, false),
