@@ -133,8 +133,8 @@ fn dump_asm_writes_each_kernels_machine_code() {
 
 /// `--partition rule|cost` on `dnnc run --threads 2` (the inception
 /// block, whose heads may run concurrently and whose GEMMs split): the
-/// same output bits either way, and as on one thread; a profile with the
-/// rule is a usage error.
+/// same output bits either way, and as on one thread, matching the
+/// interpreter; a profile with the rule is a usage error.
 #[test]
 fn run_partition_models_give_the_same_outputs() {
     let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/inception_block.dnn");
@@ -149,6 +149,22 @@ fn run_partition_models_give_the_same_outputs() {
         outs.push(std::fs::read(run_to_npy(&model, &args, &input, &out)).unwrap());
     }
     assert!(outs.windows(2).all(|w| w[0] == w[1]));
+    // ... and they are right: the interpreter's output, within tolerance.
+    let f = run_to_npy(
+        &model,
+        &["--backend", "interp"],
+        &input,
+        &dir.join("interp"),
+    );
+    let oracle = dnnc_ir::tensor::read_npy(&f).unwrap();
+    let out = std::fs::read_dir(dir.join("2-cost"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let got = dnnc_ir::tensor::read_npy(&out).unwrap();
+    cpu_common::assert_close("inception block, 2 threads", &got, &oracle, 1e-4, 1e-4);
     let o = dnnc()
         .args(["bench", model.to_str().unwrap(), "--partition", "rule"])
         .args(["--partition-profile", "profile.json"])

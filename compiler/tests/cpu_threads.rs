@@ -284,6 +284,9 @@ fn the_calibrated_model_decides_the_partition_and_results_do_not_change() {
         "input".to_string(),
         rand_f32(&[1, 192, 28, 28], 11, -1.0, 1.0),
     )];
+    // The interpreter is the oracle for the one-thread result every plan
+    // below must reproduce bit for bit.
+    check_with(&g, &x, 1e-4, 1e-4, &CpuOptions::default());
     let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
     let one = exe.run(&x).unwrap();
     exe.set_threads(2).unwrap();
