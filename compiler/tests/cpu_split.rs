@@ -145,6 +145,31 @@ fn im2col_conv_with_fused_epilogue_splits_over_images_groups_and_chunks() {
 }
 
 #[test]
+fn batched_pointwise_convs_split_over_images_and_groups() {
+    // 7 images (not a multiple of 2 or 3): one whole GEMM per image, with
+    // bias, residual Add and Relu fused into it.
+    let g = parse(
+        "  input %x: f32[7,24,9,9]
+  param %w: f32[40,24,1,1] = he(seed=3)
+  param %b: f32[40] = he(seed=4)
+  param %r: f32[7,40,9,9] = he(seed=5)
+  %c = Conv2d(%x, %w, %b) {strides=[1,1], pads=[0,0,0,0]}
+  %s = Add(%c, %r)
+  %y = Relu(%s)
+  output %y",
+    );
+    split_equal(&g, &x(&[7, 24, 9, 9], 1), "Conv2d");
+    // 3 images x 2 groups = 6 GEMMs, no epilogue.
+    let g = parse(
+        "  input %x: f32[3,8,6,7]
+  param %w: f32[10,4,1,1] = he(seed=6)
+  %y = Conv2d(%x, %w) {strides=[1,1], pads=[0,0,0,0], group=2}
+  output %y",
+    );
+    split_equal(&g, &x(&[3, 8, 6, 7], 2), "Conv2d");
+}
+
+#[test]
 fn strided_depthwise_conv_splits() {
     let g = parse(
         "  input %x: f32[1,11,23,21]
