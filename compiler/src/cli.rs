@@ -727,17 +727,23 @@ fn execute_command(
     }
 }
 
-/// Runs the optimisation pipeline on `g` when `--optimize` asks for it
-/// (the interpreter runs the model as written: the pipeline is for the
-/// compiled backends).
+/// Runs the optimisation pipeline on `g` when `--optimize` asks for it,
+/// else the baseline passes every compiled build gets
+/// (`Pipeline::baseline`: BatchNorm folding; its notes on folds skipped
+/// are dropped). The interpreter runs the model as written: the pipeline
+/// is for the compiled backends.
 fn optimize_if(g: &mut Graph, conv: &ConvArgs, backend: Backend) -> Result<(), DnncError> {
-    if !conv.optimize {
+    if backend == Backend::Interp {
+        if conv.optimize {
+            return Err(DnncError::Usage(
+                "--optimize needs --backend cpu or gpu".into(),
+            ));
+        }
         return Ok(());
     }
-    if backend == Backend::Interp {
-        return Err(DnncError::Usage(
-            "--optimize needs --backend cpu or gpu".into(),
-        ));
+    if !conv.optimize {
+        dnnc_passes::Pipeline::baseline().run(g)?;
+        return Ok(());
     }
     let mut p = dnnc_passes::Pipeline::default();
     p.verify = true;

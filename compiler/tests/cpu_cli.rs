@@ -87,6 +87,52 @@ fn run_defaults_to_cpu_and_compiles_einsum() {
 }
 
 #[test]
+fn run_folds_batchnorm_by_default_and_matches_interp() {
+    // Conv -> BatchNormalization -> Relu: the default build folds the
+    // BatchNorm into the conv (`--profile` lists Conv2d+Relu), and its
+    // output matches the interpreter running the model as written.
+    let dir = tmp("bn");
+    let model = dir.join("bn.dnn");
+    std::fs::write(
+        &model,
+        "graph bn {
+  input %x: f32[2,3,8,8]
+  param %w: f32[6,3,3,3] = he(seed=1)
+  param %s: f32[6] = uniform(low=0.5, high=1.5, seed=2)
+  param %b: f32[6] = uniform(low=-1, high=1, seed=3)
+  param %m: f32[6] = uniform(low=-1, high=1, seed=4)
+  param %v: f32[6] = uniform(low=0.5, high=2, seed=5)
+  %c = Conv2d(%x, %w) {pads=[1,1,1,1]}
+  %n = BatchNormalization(%c, %s, %b, %m, %v) {epsilon=0.00001}
+  %y = Relu(%n)
+  output %y
+}
+",
+    )
+    .unwrap();
+    let x = cpu_common::rand_f32(&[2, 3, 8, 8], 6, -1.0, 1.0);
+    let input = dir.join("x.npy");
+    dnnc_ir::tensor::write_npy(&input, &x).unwrap();
+    let mut outs = Vec::new();
+    for backend in ["interp", "cpu"] {
+        let f = run_to_npy(&model, &["--backend", backend], &input, &dir.join(backend));
+        outs.push(dnnc_ir::tensor::read_npy(&f).unwrap());
+    }
+    cpu_common::assert_close("folded cpu vs interp", &outs[1], &outs[0], 1e-4, 1e-5);
+    let o = dnnc()
+        .args(["run", model.to_str().unwrap(), "--profile", "--input"])
+        .arg(&input)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        text.contains("Conv2d+Relu") && !text.contains("BatchNormalization"),
+        "{text}"
+    );
+}
+
+#[test]
 fn dump_asm_writes_each_kernels_machine_code() {
     // `DNNC_DUMP_ASM=DIR` writes one `.s` per kernel, including a kernel
     // compiled in emission order (the depthwise conv).

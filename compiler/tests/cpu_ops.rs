@@ -729,8 +729,10 @@ fn fused_epilogues_match_and_fuse() {
         ("input %x: f32[8]\n%r = Range() {start=0, limit=8, delta=1}\n%e = Exp(%r)\n%y = Add(%e, %x)\noutput %y", 3),
         // a Split piece nobody reads still gets written somewhere
         ("input %x: f32[2,6]\n%a, %b = Split(%x) {axis=1, split=[2,4]}\n%y = Neg(%b)\noutput %y", 2),
-        // intermediate also used outside: still correct
-        ("input %x: f32[1,2,6,6]\nparam %w: f32[2,2,3,3] = he(seed=1)\n%c = Conv2d(%x, %w)\n%r = Relu(%c)\n%t = Tanh(%c)\n%y = Add(%r, %t)\noutput %y", 3),
+        // two users of the conv's result that meet again: one kernel
+        ("input %x: f32[1,2,6,6]\nparam %w: f32[2,2,3,3] = he(seed=1)\n%c = Conv2d(%x, %w)\n%r = Relu(%c)\n%t = Tanh(%c)\n%y = Add(%r, %t)\noutput %y", 1),
+        // ... that do not (one is also a graph output): still correct
+        ("input %x: f32[1,2,6,6]\nparam %w: f32[2,2,3,3] = he(seed=1)\n%c = Conv2d(%x, %w)\n%r = Relu(%c)\n%t = Tanh(%c)\n%y = Add(%r, %t)\noutput %y, %t", 3),
     ];
     for (src, steps) in cases {
         let g = parse(src);

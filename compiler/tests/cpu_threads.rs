@@ -14,15 +14,16 @@ use std::path::PathBuf;
 
 #[test]
 fn elementwise_kernel_runs_in_place_and_matches() {
-    // %c has two users, so the conv stands alone; Tanh reads it, then the
-    // Sigmoid+Add chain reads it for the last time and may overwrite it.
+    // %c has two users that do not meet in one elementwise chain (one is
+    // a pool), so the conv stands alone; the pool reads it, then the
+    // Sigmoid+Mul chain reads it for the last time and may overwrite it.
     let g = parse(
         "  input %x: f32[1,8,16,16]
   param %w: f32[8,8,3,3] = he(seed=1)
   %c = Conv2d(%x, %w) {pads=[1,1,1,1]}
-  %b = Tanh(%c)
+  %g = GlobalAveragePool(%c)
   %a = Sigmoid(%c)
-  %y = Add(%a, %b)
+  %y = Mul(%a, %g)
   output %y",
     );
     let x = vec![("x".to_string(), rand_f32(&[1, 8, 16, 16], 7, -2.0, 2.0))];

@@ -8,7 +8,9 @@
 //!   activations, a residual Add of a same-shaped tensor computed
 //!   elsewhere), as long as each absorbed op's result has the anchor's result
 //!   type, and each value it extends has exactly one user and is not a graph
-//!   output;
+//!   output — or several users that all meet again at one elementwise node
+//!   within a few single-user steps (SiLU's `x * sigmoid(x)`, GELU), which
+//!   are absorbed together;
 //! - a chain of elementwise ops not following an anchor fuses the same way
 //!   into one elementwise kernel;
 //! - views (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) are
@@ -132,8 +134,22 @@ pub fn fuse(g: &Graph) -> KernelGraph {
             let mut cur = node.outputs[0];
             loop {
                 let users = g.users(cur);
-                if users.len() != 1 || g.outputs().contains(&cur) {
+                if g.outputs().contains(&cur) {
                     break;
+                }
+                if users.len() != 1 {
+                    // Several users that all meet again at one
+                    // elementwise node (x * sigmoid(x)): absorb them all.
+                    match diamond(g, cur, ty, (&assigned, &pos)) {
+                        Some(ns) => {
+                            let join = *ns.last().expect("a join");
+                            assigned.extend(ns.iter().copied());
+                            nodes.extend(ns);
+                            cur = g.node(join).outputs[0];
+                            continue;
+                        }
+                        None => break,
+                    }
                 }
                 let u = users[0].0;
                 let un = g.node(u);
@@ -156,6 +172,77 @@ pub fn fuse(g: &Graph) -> KernelGraph {
     // last node's topological position is a topological kernel order.
     kernels.sort_by_key(|k| k.nodes.last().map_or(0, |n| pos[n]));
     KernelGraph { kernels }
+}
+
+/// Most nodes [`diamond`] follows from each user of a shared value.
+const DIAMOND_WALK: usize = 8;
+
+/// The nodes a chain at `cur` (results of type `ty`) absorbs when `cur`
+/// is read several times by nodes that meet again at one node, the join:
+/// SiLU's `x * sigmoid(x)`, GELU's `x * 0.5 * (1 + erf(x / sqrt 2))`,
+/// `x * x`. From each user
+/// the walk follows single-user results (at most [`DIAMOND_WALK`] nodes);
+/// the join is the first node of the first walk that every walk reaches.
+/// Every node before the join on each walk, and the join, must be an
+/// unassigned elementwise node with one result of type `ty`; each such
+/// node's only user is then the next on its walk, so nothing but the
+/// join's result leaves the chain. Returns those nodes in topological
+/// order, the join last.
+fn diamond(
+    g: &Graph,
+    cur: ValueId,
+    ty: &dnnc_ir::TensorType,
+    (assigned, pos): (&HashSet<NodeId>, &HashMap<NodeId, usize>),
+) -> Option<Vec<NodeId>> {
+    let mut users: Vec<NodeId> = g.users(cur).iter().map(|&(u, _)| u).collect();
+    users.sort();
+    users.dedup();
+    let fits = |x: NodeId| {
+        let xn = g.node(x);
+        !assigned.contains(&x)
+            && xn.op.class() == OpClass::Elementwise
+            && xn.outputs.len() == 1
+            && &g.value(xn.outputs[0]).ty == ty
+    };
+    let walks: Vec<Vec<NodeId>> = users
+        .iter()
+        .map(|&u| {
+            let mut w = vec![u];
+            let mut x = u;
+            while w.len() < DIAMOND_WALK && g.node(x).outputs.len() == 1 {
+                let v = g.node(x).outputs[0];
+                let mut next: Vec<NodeId> = g.users(v).iter().map(|&(u, _)| u).collect();
+                next.dedup();
+                if next.len() != 1 || g.outputs().contains(&v) {
+                    break;
+                }
+                x = next[0];
+                w.push(x);
+            }
+            w
+        })
+        .collect();
+    let join = walks[0]
+        .iter()
+        .copied()
+        .find(|n| walks.iter().all(|w| w.contains(n)))?;
+    let mut nodes = vec![];
+    for w in &walks {
+        for &x in w.iter().take_while(|&&x| x != join) {
+            if !fits(x) {
+                return None;
+            }
+            if !nodes.contains(&x) {
+                nodes.push(x);
+            }
+        }
+    }
+    if !fits(join) {
+        return None;
+    }
+    nodes.sort_by_key(|n| pos[n]);
+    nodes.push(join);
+    Some(nodes)
 }
 
 fn make_kernel(g: &Graph, kind: KernelKind, anchor: Option<NodeId>, nodes: Vec<NodeId>) -> Kernel {
@@ -439,13 +526,75 @@ mod tests {
         .unwrap();
         let kg = fuse(&g);
         verify_kernels(&g, &kg).unwrap();
+        // %r's two users meet again at %s: the diamond joins the chain.
         insta::assert_snapshot!(kg.summary(&g), @r"
-        r [MatMul+Add+Relu] contraction
-        e [Exp] elementwise
-        sig [Tanh+Add+Add+Sigmoid] elementwise
+        sig [MatMul+Add+Relu+Tanh+Exp+Add+Add+Sigmoid] contraction
         neg [ReduceSum+Neg] reduction
         f [Flatten] view
         c [Concat] data-movement
+        ");
+        // A third user of %r that never meets the others (a graph output)
+        // stops the chain at %r; %e, read by two kernels, is a kernel's
+        // result.
+        let g = parse(
+            "graph t {
+               input %x: f32[2,3]
+               input %b: f32[3]
+               param %w: f32[3,3] = ones
+               %mm = MatMul(%x, %w)
+               %a = Add(%mm, %b)
+               %r = Relu(%a)
+               %t = Tanh(%r)
+               %e = Exp(%r)
+               %n = Neg(%r)
+               %s = Add(%t, %e)
+               %q = Mul(%e, %x)
+               output %s, %n, %q
+             }",
+            "t.dnn",
+        )
+        .unwrap();
+        let kg = fuse(&g);
+        verify_kernels(&g, &kg).unwrap();
+        insta::assert_snapshot!(kg.summary(&g), @r"
+        r [MatMul+Add+Relu] contraction
+        e [Exp] elementwise
+        n [Neg] elementwise
+        s [Tanh+Add] elementwise
+        q [Mul] elementwise
+        ");
+    }
+
+    #[test]
+    fn silu_and_gelu_diamonds_fuse_into_the_conv() {
+        let g = parse(
+            "graph t {
+               input %x: f32[1,4,6,6]
+               param %w: f32[8,4,1,1] = ones
+               param %v: f32[8,8,1,1] = ones
+               const %k: f32[] = [1.4142135]
+               const %one: f32[] = [1]
+               const %half: f32[] = [0.5]
+               %c = Conv2d(%x, %w)
+               %s = Sigmoid(%c)
+               %y = Mul(%c, %s)
+               %d = Conv2d(%y, %v)
+               %h = Div(%d, %k)
+               %e = Erf(%h)
+               %a = Add(%e, %one)
+               %m = Mul(%d, %a)
+               %g = Mul(%m, %half)
+               %q = Mul(%g, %g)
+               output %q
+             }",
+            "t.dnn",
+        )
+        .unwrap();
+        let kg = fuse(&g);
+        verify_kernels(&g, &kg).unwrap();
+        insta::assert_snapshot!(kg.summary(&g), @r"
+        y [Conv2d+Sigmoid+Mul] contraction
+        q [Conv2d+Div+Erf+Add+Mul+Mul+Mul] contraction
         ");
     }
 

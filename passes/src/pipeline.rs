@@ -151,6 +151,16 @@ impl Default for Pipeline {
 }
 
 impl Pipeline {
+    /// The passes every compiled build runs, `--optimize` or not:
+    /// `fold-batchnorm`, the compile-time weight preparation any inference
+    /// compiler does by default (a model exported without constant
+    /// folding, or written by hand, otherwise runs each BatchNorm as an
+    /// extra pass over its conv's output, which also keeps the conv's
+    /// epilogue out of its GEMM).
+    pub fn baseline() -> Self {
+        Pipeline::new(vec![Box::new(FoldBatchNorm)])
+    }
+
     /// A pipeline of the given passes, verifying in debug builds.
     pub fn new(passes: Vec<Box<dyn Pass>>) -> Self {
         Pipeline {

@@ -1308,20 +1308,25 @@ fn conv_gemm(
         });
         return Ok(());
     }
-    if let (None, None, true) = (col, spec, geo.n * geo.g >= 2) {
+    if let (None, true) = (col, geo.n * geo.g >= 2) {
         // Pointwise over several images (or groups): each (image, group)
-        // is one whole GEMM, so the kernel splits over them, each task
-        // running its GEMMs on its own thread (a batch-8 bottleneck's
-        // 64 x 64 x 64 GEMMs are each too small to split themselves).
+        // is one whole GEMM and its epilogue, so the kernel splits over
+        // them, each task running its GEMMs on its own thread (a batch-8
+        // bottleneck's 64 x 64 x 64 GEMMs are each too small to split
+        // themselves).
         let (lo, hi) = e.task_range(geo.n * geo.g, "GEMMs (images x groups)")?;
+        let mut err = None;
         e.for_range(lo, hi, 1, |e, u| {
             let n = e.b.ins().udiv_imm_u(u, geo.g as i64);
             let gi = e.b.ins().urem_imm_u(u, geo.g as i64);
-            let (xg, a, yg, _, epg) = group(e, n, gi);
+            let (xg, a, yg, m0, epg) = group(e, n, gi);
             let d = desc(e, epg, None);
-            gemm_a(e, (mg, p, kk), a, xg, (p as i64, 1), yg, (p as i64, 1), d)
+            gemm_a(e, (mg, p, kk), a, xg, (p as i64, 1), yg, (p as i64, 1), d);
+            if let Err(m) = tile_epilogue(e, spec, n, m0, mg) {
+                err.get_or_insert(m);
+            }
         });
-        return Ok(());
+        return err.map_or(Ok(()), Err);
     }
     let mut err = None;
     e.for_n(geo.n, |e, n| {

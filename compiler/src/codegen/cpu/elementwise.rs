@@ -358,15 +358,31 @@ fn nest(
                 .collect()
         };
         let vec_end = if vector { inner / 4 * 4 } else { 0 };
-        if vec_end > 0 {
+        // Two vectors per iteration: two independent chains of a
+        // transcendental's dependent operations (SiLU's sigmoid: ~60
+        // cycles from load to store) side by side for the core to overlap
+        // (an EfficientNet block's 1x1 conv + SiLU, 8x96x16x16: 0.337 ->
+        // 0.314 ms).
+        let pair_end = vec_end / 8 * 8;
+        if pair_end > 0 {
             let s = e.ci(0);
-            let en = e.ci(vec_end as i64);
-            e.for_range(s, en, 4, |e, j| {
-                let o = at(e, j);
-                if let Err(m) = point(e, &ctx, &o, &inner_str, true) {
-                    err.get_or_insert(m);
+            let en = e.ci(pair_end as i64);
+            e.for_range(s, en, 8, |e, j| {
+                for d in [0, 4] {
+                    let jd = e.b.ins().iadd_imm_s(j, d);
+                    let o = at(e, jd);
+                    if let Err(m) = point(e, &ctx, &o, &inner_str, true) {
+                        err.get_or_insert(m);
+                    }
                 }
             });
+        }
+        if vec_end > pair_end {
+            let j = e.ci(pair_end as i64);
+            let o = at(e, j);
+            if let Err(m) = point(e, &ctx, &o, &inner_str, true) {
+                err.get_or_insert(m);
+            }
         }
         if vec_end < inner {
             let s = e.ci(vec_end as i64);
