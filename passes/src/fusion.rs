@@ -197,6 +197,9 @@ fn diamond(
     let mut users: Vec<NodeId> = g.users(cur).iter().map(|&(u, _)| u).collect();
     users.sort();
     users.dedup();
+    if users.is_empty() {
+        return None;
+    }
     let fits = |x: NodeId| {
         let xn = g.node(x);
         !assigned.contains(&x)
@@ -595,6 +598,25 @@ mod tests {
         insta::assert_snapshot!(kg.summary(&g), @r"
         y [Conv2d+Sigmoid+Mul] contraction
         q [Conv2d+Div+Erf+Add+Mul+Mul+Mul] contraction
+        ");
+        // A result nobody reads ends the chain (no users to meet).
+        let g = parse(
+            "graph t {
+               input %x: f32[1,4,6,6]
+               param %w: f32[8,4,1,1] = ones
+               %c = Conv2d(%x, %w)
+               %r = Relu(%c)
+               %y = Sigmoid(%x)
+               output %y
+             }",
+            "t.dnn",
+        )
+        .unwrap();
+        let kg = fuse(&g);
+        verify_kernels(&g, &kg).unwrap();
+        insta::assert_snapshot!(kg.summary(&g), @r"
+        r [Conv2d+Relu] contraction
+        y [Sigmoid] elementwise
         ");
     }
 
