@@ -1,4 +1,4 @@
-//! The padded-plane kernels (depthwise convolution and max pooling over a
+//! The padded-plane kernels (depthwise convolution, max and average pooling over a
 //! scratch copy of each plane with its padding written out): widths around
 //! the f32x4 and stride-2 copy tails and past the fully unrolled rows, odd and asymmetric pads, ceil mode,
 //! dilation, 5x5 windows, and max pooling with a NaN in only some planes
@@ -47,7 +47,7 @@ fn check_depthwise(shape: [usize; 4], ws: &str, attrs: &str, clip: (f32, f32), s
 }
 
 #[test]
-fn padded_max_pools_match_the_interpreter() {
+fn padded_max_and_average_pools_match_the_interpreter() {
     for (wi, w) in [4usize, 5, 7, 8, 9, 15, 17, 23, 301]
         .into_iter()
         .enumerate()
@@ -68,6 +68,19 @@ fn padded_max_pools_match_the_interpreter() {
             }
             check(&g, &[("x".into(), x.clone())]);
             check(&g, &[("x".into(), nan_x.clone())]);
+            // Average pools (no dilation) with and without the padding
+            // counted: window sums over the zero-padded plane, divided by
+            // each window's count.
+            if attrs.contains("dilations") {
+                continue;
+            }
+            for include in [0, 1] {
+                let g = parse(&format!(
+                    "input %x: f32[2,3,9,{w}]\n%y = AveragePool(%x) {{{attrs}, count_include_pad={include}}}\noutput %y"
+                ));
+                check(&g, &[("x".into(), x.clone())]);
+                check(&g, &[("x".into(), nan_x.clone())]);
+            }
         }
     }
 }

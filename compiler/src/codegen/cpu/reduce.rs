@@ -306,11 +306,7 @@ fn pool(
         pt: p.pads[0],
         pl: p.pads[1],
     };
-    let fast = if max {
-        super::direct::PadPlane::new(win)
-    } else {
-        None
-    };
+    let fast = super::direct::PadPlane::new(win);
     let plane = |e: &mut Emit<'_>, xo: Value, yo: Value| {
         let generic_rows = |e: &mut Emit<'_>, a: usize, b: usize| {
             if b > a {
@@ -415,6 +411,32 @@ fn pool(
         }
         generic_rows(e, rhi.max(rlo), oh);
     };
+    if let (Some(mut pp), false) = (super::direct::PadPlane::new(win), max) {
+        // Average: sums over zero-padded planes (each window's taps in
+        // (row, column) order, padding adding +0: the interpreter's sums of
+        // the valid taps), then each output divided by its window's count
+        // ([`avg_divide`]), as the interpreter divides.
+        pp.init(e, 0.0);
+        let one = e.vf(1.0);
+        let taps = super::direct::Combine::Fma(vec![one; kh * kw]);
+        let (lo, hi) = plane_range(e, planes, "output planes", split)?;
+        e.for_range(lo, hi, 1, |e, pl| {
+            let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
+            let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
+            pp.compute(
+                e,
+                (y, yo),
+                &taps,
+                (1, 2),
+                &super::direct::Store::Plain,
+                Some((x, xo, None)),
+                None,
+            )
+            .expect("plain stores cannot fail");
+            avg_divide(e, p, (h, w, oh, ow), y, yo);
+        });
+        return Ok(());
+    }
     if let Some(mut pp) = fast {
         // Padded planes with -inf padding and `maxps`; a plane holding a
         // NaN is recomputed by the exact code below, so NaNs propagate as
@@ -464,6 +486,93 @@ fn pool(
     }
     let _ = (IntCC::Equal, I64);
     Ok(())
+}
+
+/// Divides each output of an average pool's plane `y[yo..]` (the window
+/// sums) by its window's count, as the interpreter does: the valid taps,
+/// or with `count_include_pad` those inside the padded input. The count
+/// is a row count times a column count; rows of equal row count run as
+/// one loop, and along a row the blocks of four whose counts are all the
+/// interior one run as a loop dividing by one splat, the edge blocks with
+/// their own lanes.
+fn avg_divide(
+    e: &mut Emit<'_>,
+    p: &Pool2d,
+    (h, w, oh, ow): (usize, usize, usize, usize),
+    y: Value,
+    yo: Value,
+) {
+    let count = |o: usize, size: usize, s: usize, (lo, hi): (usize, usize), k: usize| {
+        let start = (o * s) as i64 - lo as i64;
+        let (a, b) = if p.count_include_pad {
+            (start, (start + k as i64).min((size + hi) as i64))
+        } else {
+            (start.max(0), (start + k as i64).min(size as i64))
+        };
+        (b - a).max(0) as usize
+    };
+    let (kh, kw) = (p.kernel[0], p.kernel[1]);
+    let ch: Vec<usize> = (0..oh)
+        .map(|r| count(r, h, p.strides[0], (p.pads[0], p.pads[2]), kh))
+        .collect();
+    let cw: Vec<usize> = (0..ow)
+        .map(|c| count(c, w, p.strides[1], (p.pads[1], p.pads[3]), kw))
+        .collect();
+    let mut r = 0;
+    while r < oh {
+        let mut r1 = r + 1;
+        while r1 < oh && ch[r1] == ch[r] {
+            r1 += 1;
+        }
+        let rows = ch[r];
+        let (s, en) = (e.ci(r as i64), e.ci(r1 as i64));
+        e.for_range(s, en, 1, |e, rr| {
+            let row = e.b.ins().imul_imm_s(rr, ow as i64);
+            let row = e.b.ins().iadd(row, yo);
+            let div = |c: usize| (rows * cw[c]) as f32;
+            let mut j = 0;
+            while j + 4 <= ow {
+                let uniform = (j..j + 4).all(|c| cw[c] == cw[j]);
+                if uniform {
+                    // A run of blocks with the same count: one loop.
+                    let mut j1 = j + 4;
+                    while j1 + 4 <= ow && (j1..j1 + 4).all(|c| cw[c] == cw[j]) {
+                        j1 += 4;
+                    }
+                    let d = e.vf(div(j));
+                    let (a, b) = (e.ci(j as i64), e.ci(j1 as i64));
+                    e.for_range(a, b, 4, |e, jj| {
+                        let i = e.b.ins().iadd(row, jj);
+                        let v = e.load_v(y, i);
+                        let q = e.b.ins().fdiv(v, d);
+                        e.store_v(q, y, i);
+                    });
+                    j = j1;
+                } else {
+                    let mut d = e.vf(div(j));
+                    for l in 1..4 {
+                        let c = e.cf(div(j + l));
+                        d = e.b.ins().insertlane(d, c, l as u8);
+                    }
+                    let i = e.b.ins().iadd_imm_s(row, j as i64);
+                    let v = e.load_v(y, i);
+                    let q = e.b.ins().fdiv(v, d);
+                    e.store_v(q, y, i);
+                    j += 4;
+                }
+            }
+            for c in j..ow {
+                let d = e.cf(div(c));
+                let i = e.b.ins().iadd_imm_s(row, c as i64);
+                let a = e.b.ins().imul_imm_s(i, 4);
+                let a = e.b.ins().iadd(y, a);
+                let v = e.b.ins().load(F32, super::emit::mem(), a, 0);
+                let q = e.b.ins().fdiv(v, d);
+                e.b.ins().store(super::emit::mem(), q, a, 0);
+            }
+        });
+        r = r1;
+    }
 }
 
 /// Output rows per step of the padded-plane max pool: the window rows
