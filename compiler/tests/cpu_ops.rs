@@ -721,6 +721,13 @@ fn fused_epilogues_match_and_fuse() {
         ("input %x: f32[3,10]\nparam %w: f32[7,10] = he(seed=1)\nparam %b: f32[7] = uniform(low=-1, high=1, seed=2)\n%c = Gemm(%x, %w, %b) {transB=1}\n%y = Relu(%c)\noutput %y", 1),
         // 1x1 conv + clip (ReLU6), depthwise conv + bias + clip
         ("input %x: f32[1,6,9,9]\nparam %w: f32[12,6,1,1] = he(seed=1)\nparam %d: f32[12,1,3,3] = he(seed=3)\nparam %b: f32[12] = uniform(low=-1, high=1, seed=2)\n%c = Conv2d(%x, %w)\n%r = Clip(%c) {min=0, max=6}\n%e = Conv2d(%r, %d, %b) {strides=[2,2], pads=[1,1,1,1], group=12}\n%y = Clip(%e) {min=0, max=6}\noutput %y", 2),
+        // conv + bias + SiLU, 1x1 conv + residual + Sigmoid, gemm + bias +
+        // SiLU: the packed GEMM's activations
+        ("input %x: f32[2,3,12,12]\nparam %w: f32[8,3,3,3] = he(seed=1)\nparam %b: f32[8] = uniform(low=-1, high=1, seed=2)\n%c = Conv2d(%x, %w, %b) {pads=[1,1,1,1]}\n%s = Sigmoid(%c)\n%y = Mul(%c, %s)\noutput %y", 1),
+        ("input %x: f32[1,6,9,9]\ninput %r: f32[1,12,9,9]\nparam %w: f32[12,6,1,1] = he(seed=1)\n%c = Conv2d(%x, %w)\n%a = Add(%r, %c)\n%y = Sigmoid(%a)\noutput %y", 1),
+        ("input %x: f32[3,10]\nparam %w: f32[7,10] = he(seed=1)\nparam %b: f32[7] = uniform(low=-1, high=1, seed=2)\n%c = Gemm(%x, %w, %b) {transB=1}\n%s = Sigmoid(%c)\n%y = Mul(%s, %c)\noutput %y", 1),
+        // depthwise conv + SiLU: the epilogue runs over each plane
+        ("input %x: f32[2,6,9,9]\nparam %d: f32[6,1,3,3] = he(seed=3)\n%c = Conv2d(%x, %d) {pads=[1,1,1,1], group=6}\n%s = Sigmoid(%c)\n%y = Mul(%c, %s)\noutput %y", 1),
         // elementwise chain with broadcast operands
         ("input %x: f32[2,3,5,7]\ninput %s: f32[3,1,1]\n%a = Mul(%x, %s)\n%b = Sigmoid(%a)\n%c = Mul(%b, %x)\noutput %c", 1),
         // reduction + epilogue: pool + relu, global pool + residual mul

@@ -149,6 +149,7 @@ fn main() {
             res_cs: 1,
             lo: 0.0,
             hi: f32::INFINITY,
+            act: dnnc_runtime::cpu::pgemm::ACT_NONE,
         };
         let call = |c: &mut [f32], mode: usize| unsafe {
             let rc = dnnc_sgemm_packed(

@@ -440,6 +440,83 @@ pub struct Epilogue {
     pub lo: f32,
     /// Upper clamp bound (`+inf`: none).
     pub hi: f32,
+    /// Activation after the clamp: [`ACT_NONE`], [`ACT_SIGMOID`] or
+    /// [`ACT_SILU`] (other values act as none).
+    pub act: u32,
+}
+
+/// [`Epilogue::act`]: no activation.
+pub const ACT_NONE: u32 = 0;
+/// [`Epilogue::act`]: `sigmoid(v)` ([`sigmoid`]).
+pub const ACT_SIGMOID: u32 = 1;
+/// [`Epilogue::act`]: `v * sigmoid(v)` (SiLU, EfficientNet's activation).
+pub const ACT_SILU: u32 = 2;
+
+/// The constants of [`sigmoid`]: clamp bounds of `-v`, `log2(e)`, the
+/// rounding magic `1.5 * 2^23`, the two-part `ln 2` and the polynomial of
+/// `(e^r - 1 - r) / r^2` on `|r| <= ln(2)/2` (Cephes `expf`).
+mod sig {
+    pub const HI: f32 = 88.0;
+    pub const LO: f32 = -87.0;
+    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
+    pub const MAGIC: f32 = 12_582_912.0;
+    pub const C1: f32 = -0.693_359_4;
+    pub const C2: f32 = 2.121_944_4e-4;
+    pub const P: [f32; 6] = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ];
+    /// `127 - bits(1.5 * 2^23)`: added to `bits(y)` gives `n + 127`.
+    pub const EXP_BIAS: i32 = 127 - 0x4B40_0000;
+}
+
+/// Logistic sigmoid `1 / (1 + e^-v)`, NaN propagating: the same sequence
+/// of IEEE operations (fused multiply-adds included) as the vector
+/// versions in the x86 kernels and as the code generator's f32x4
+/// `sigmoid`, so every path gives bitwise the same result. `-v` is
+/// clamped to `[-87, 88]` (beyond, sigmoid is within 1e-38 of 0 or 1),
+/// `n = round(-v log2 e)` comes from adding `1.5 * 2^23`, whose low
+/// mantissa bits are then `n`, and `e^-v = 2^n e^r` with `e^r` from the
+/// polynomial.
+#[inline]
+pub fn sigmoid(v: f32) -> f32 {
+    let t = -v;
+    let t = if t < sig::HI { t } else { sig::HI };
+    let t = if t > sig::LO { t } else { sig::LO };
+    let y = t.mul_add(sig::LOG2E, sig::MAGIC);
+    let n = y - sig::MAGIC;
+    let r = n.mul_add(sig::C1, t);
+    let r = n.mul_add(sig::C2, r);
+    let mut p = sig::P[0];
+    for &k in &sig::P[1..] {
+        p = p.mul_add(r, k);
+    }
+    let p = p.mul_add(r * r, r) + 1.0;
+    let scale = f32::from_bits(
+        (y.to_bits() as i32)
+            .wrapping_add(sig::EXP_BIAS)
+            .wrapping_shl(23) as u32,
+    );
+    let s = 1.0 / (p * scale + 1.0);
+    if v.is_nan() {
+        v
+    } else {
+        s
+    }
+}
+
+/// `v` through activation `act` ([`Epilogue::act`]).
+#[inline]
+fn activate(act: u32, v: f32) -> f32 {
+    match act {
+        ACT_SIGMOID => sigmoid(v),
+        ACT_SILU => v * sigmoid(v),
+        _ => v,
+    }
 }
 
 /// One tile's view of an [`Epilogue`]: bias and R already offset to the
@@ -453,6 +530,7 @@ struct TileEp {
     lo: f32,
     hi: f32,
     clamp: bool,
+    act: u32,
 }
 
 impl TileEp {
@@ -477,7 +555,7 @@ impl TileEp {
                 v
             };
         }
-        v
+        activate(self.act, v)
     }
 }
 
@@ -969,6 +1047,7 @@ unsafe fn tile_ep(ep: &Epilogue, i: usize, j: usize) -> TileEp {
         lo: ep.lo,
         hi: ep.hi,
         clamp: ep.lo > f32::NEG_INFINITY || ep.hi < f32::INFINITY,
+        act: ep.act,
     }
 }
 
@@ -1796,8 +1875,44 @@ mod x86 {
                 let (lo, hi) = (_mm512_set1_ps(e.lo), _mm512_set1_ps(e.hi));
                 v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
             }
+            match e.act {
+                super::ACT_SIGMOID => v = sigmoid16(v),
+                super::ACT_SILU => v = _mm512_mul_ps(v, sigmoid16(v)),
+                _ => {}
+            }
         }
         _mm512_mask_storeu_ps(p, m, v);
+    }
+
+    /// [`super::sigmoid`] on 16 lanes, operation for operation.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn sigmoid16(v: __m512) -> __m512 {
+        use super::sig;
+        let t = _mm512_sub_ps(_mm512_setzero_ps(), v);
+        let t = _mm512_min_ps(t, _mm512_set1_ps(sig::HI));
+        let t = _mm512_max_ps(t, _mm512_set1_ps(sig::LO));
+        let magic = _mm512_set1_ps(sig::MAGIC);
+        let y = _mm512_fmadd_ps(t, _mm512_set1_ps(sig::LOG2E), magic);
+        let n = _mm512_sub_ps(y, magic);
+        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(sig::C1), t);
+        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(sig::C2), r);
+        let mut p = _mm512_set1_ps(sig::P[0]);
+        for &k in &sig::P[1..] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(k));
+        }
+        let one = _mm512_set1_ps(1.0);
+        let p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), one);
+        let e = _mm512_slli_epi32::<23>(_mm512_add_epi32(
+            _mm512_castps_si512(y),
+            _mm512_set1_epi32(sig::EXP_BIAS),
+        ));
+        let s = _mm512_div_ps(
+            one,
+            _mm512_add_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(e)), one),
+        );
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+        _mm512_mask_blend_ps(nan, s, v)
     }
 
     /// AVX-512F narrow `14 x 16` micro-kernel for column blocks of at most
@@ -2229,6 +2344,37 @@ mod x86 {
         }
     }
 
+    /// [`super::sigmoid`] on 8 lanes, operation for operation.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn sigmoid8(v: __m256) -> __m256 {
+        use super::sig;
+        let t = _mm256_sub_ps(_mm256_setzero_ps(), v);
+        let t = _mm256_min_ps(t, _mm256_set1_ps(sig::HI));
+        let t = _mm256_max_ps(t, _mm256_set1_ps(sig::LO));
+        let magic = _mm256_set1_ps(sig::MAGIC);
+        let y = _mm256_fmadd_ps(t, _mm256_set1_ps(sig::LOG2E), magic);
+        let n = _mm256_sub_ps(y, magic);
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(sig::C1), t);
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(sig::C2), r);
+        let mut p = _mm256_set1_ps(sig::P[0]);
+        for &k in &sig::P[1..] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(k));
+        }
+        let one = _mm256_set1_ps(1.0);
+        let p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), one);
+        let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_castps_si256(y),
+            _mm256_set1_epi32(sig::EXP_BIAS),
+        ));
+        let s = _mm256_div_ps(
+            one,
+            _mm256_add_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), one),
+        );
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v);
+        _mm256_blendv_ps(s, v, nan)
+    }
+
     /// AVX2+FMA `6 x 16` micro-kernel: 12 ymm accumulators.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
@@ -2283,6 +2429,17 @@ mod x86 {
                         let (lo, hi) = (_mm256_set1_ps(e.lo), _mm256_set1_ps(e.hi));
                         v0 = _mm256_min_ps(hi, _mm256_max_ps(lo, v0));
                         v1 = _mm256_min_ps(hi, _mm256_max_ps(lo, v1));
+                    }
+                    match e.act {
+                        super::ACT_SIGMOID => {
+                            v0 = sigmoid8(v0);
+                            v1 = sigmoid8(v1);
+                        }
+                        super::ACT_SILU => {
+                            v0 = _mm256_mul_ps(v0, sigmoid8(v0));
+                            v1 = _mm256_mul_ps(v1, sigmoid8(v1));
+                        }
+                        _ => {}
                     }
                 }
                 _mm256_storeu_ps(p, v0);
@@ -2519,6 +2676,7 @@ mod tests {
                         res_cs: 0,
                         lo: 0.0,
                         hi: f32::INFINITY,
+                        act: ACT_NONE,
                     };
                     let g = Gather {
                         base: src.as_ptr(),
@@ -2833,9 +2991,35 @@ mod tests {
         }
     }
 
+    /// The epilogue's [`sigmoid`] against `1 / (1 + e^-x)` in f64: within
+    /// 2e-7 relative (or 1e-37 absolute where the result underflows) from
+    /// -200 to 200, exact at the ends, NaN for NaN.
+    #[test]
+    fn sigmoid_matches_f64() {
+        let mut xs: Vec<f32> = (-40_000..=40_000).map(|i| i as f32 * 0.005).collect();
+        xs.extend([
+            1e-30, -1e-30, 0.0, -0.0, 87.5, -87.5, 88.5, -88.5, 1e30, -1e30,
+        ]);
+        for x in xs {
+            let want = 1.0 / (1.0 + (-(x as f64)).exp());
+            let got = sigmoid(x) as f64;
+            let err = (got - want).abs();
+            assert!(
+                err <= 2e-7 * want || err <= 1e-37,
+                "sigmoid({x}) = {got}, want {want}"
+            );
+        }
+        assert_eq!(sigmoid(f32::INFINITY), 1.0);
+        assert_eq!(sigmoid(f32::NEG_INFINITY), sigmoid(-1e30));
+        assert!(sigmoid(f32::NEG_INFINITY) < 1e-37);
+        assert!(sigmoid(f32::NAN).is_nan());
+    }
+
     /// The fused epilogue equals the plain GEMM followed by the bias and
-    /// residual adds and the interpreter's Relu/Clip, bitwise (NaN for NaN), on every kernel, for every
-    /// combination of bias, residual (row-major and transposed) and clamp,
+    /// residual adds, the interpreter's Relu/Clip and the scalar
+    /// [`sigmoid`] activations, bitwise (NaN for NaN), on every kernel, for
+    /// every combination of bias, residual (row-major and transposed),
+    /// clamp and activation,
     /// on tails, several k blocks, the GEMV path and k = 0, at 1 and 2
     /// threads.
     #[test]
@@ -2856,11 +3040,15 @@ mod tests {
             (3, 17, 0),
             (64, 600, 64),
         ];
+        let inf = f32::INFINITY;
         let clamps = [
-            (f32::NEG_INFINITY, f32::INFINITY),
-            (0.0, f32::INFINITY),
-            (0.0, 6.0),
-            (-0.5, 0.25),
+            (-inf, inf, ACT_NONE),
+            (0.0, inf, ACT_NONE),
+            (0.0, 6.0, ACT_NONE),
+            (-0.5, 0.25, ACT_NONE),
+            (-inf, inf, ACT_SIGMOID),
+            (-inf, inf, ACT_SILU),
+            (-0.5, 0.25, ACT_SILU),
         ];
         for kern in kernels() {
             for &(m, n, k) in &shapes {
@@ -2905,7 +3093,7 @@ mod tests {
                     (true, true, false),
                     (true, true, true),
                 ] {
-                    for &(lo, hi) in &clamps {
+                    for &(lo, hi, act) in &clamps {
                         let (rrs, rcs) = if tr { (1, m as isize) } else { (n as isize, 1) };
                         // R stored transposed when `tr`.
                         let rbuf: Vec<f32> = if tr {
@@ -2920,6 +3108,7 @@ mod tests {
                             res_cs: rcs,
                             lo,
                             hi,
+                            act,
                         };
                         let sums: Vec<f32> = (0..m * n)
                             .map(|q| {
@@ -2932,7 +3121,10 @@ mod tests {
                                 }
                             })
                             .collect();
-                        let want = interp_clamp(sums, lo, hi);
+                        let want: Vec<f32> = interp_clamp(sums, lo, hi)
+                            .into_iter()
+                            .map(|v| activate(act, v))
+                            .collect();
                         for threads in [1, 2] {
                             let mut c = vec![f32::NAN; m * n];
                             gemm(&ep as *const Epilogue as usize, &mut c, threads);
@@ -2940,7 +3132,7 @@ mod tests {
                                 assert!(
                                     x.to_bits() == w.to_bits() || (x.is_nan() && w.is_nan()),
                                     "{kern:?} {m}x{n}x{k} bias={ub} res={ur} tr={tr} \
-                                     [{lo}, {hi}] t={threads} at {q}: {x} vs {w}"
+                                     [{lo}, {hi}] act={act} t={threads} at {q}: {x} vs {w}"
                                 );
                             }
                         }
@@ -3033,6 +3225,7 @@ mod tests {
                             res_cs: if tc { m as isize } else { 1 },
                             lo: if mode == 2 { 0.0 } else { -0.5 },
                             hi: if mode == 2 { f32::INFINITY } else { 0.25 },
+                            act: ACT_NONE,
                         };
                         let epv = match mode {
                             0 | 1 => mode,
@@ -3131,6 +3324,7 @@ mod tests {
                     res_cs: 0,
                     lo: 0.0,
                     hi: 6.0,
+                    act: ACT_NONE,
                 };
                 let (xp, epp) = (x.as_ptr() as usize, &ep as *const Epilogue as usize);
                 let run = |pa: &AlignedBuf, threads: usize| {
@@ -3200,6 +3394,7 @@ mod tests {
                     res_cs: 1,
                     lo: 0.0,
                     hi: f32::INFINITY,
+                    act: ACT_NONE,
                 };
                 let g = Gather {
                     base: src.as_ptr(),
@@ -3347,6 +3542,7 @@ mod tests {
                         res_cs: rcs,
                         lo,
                         hi,
+                        act: ACT_NONE,
                     };
                     let epa = &ep as *const Epilogue as usize;
                     let mut outs = Vec::new();

@@ -538,9 +538,10 @@ pub(crate) fn sgemm_packed(
 }
 
 /// A conv's or Gemm's fused nodes in the form the packed GEMM applies as
-/// it stores (`C = clamp(A·B + bias + R, lo, hi)`, see
+/// it stores (`C = act(clamp(A·B + bias + R, lo, hi))`, see
 /// [`pgemm::Epilogue`]): a per-row bias, a residual operand of the
-/// result's shape, a Relu/Clip clamp.
+/// result's shape, a Relu/Clip clamp, a Sigmoid or SiLU (`x *
+/// sigmoid(x)`) activation.
 pub(crate) struct FusedEp {
     /// The bias value (`m` floats per GEMM), if any.
     pub bias: Option<ValueId>,
@@ -550,13 +551,17 @@ pub(crate) struct FusedEp {
     pub lo: f32,
     /// Upper clamp bound.
     pub hi: f32,
+    /// Activation after the clamp ([`pgemm::Epilogue::act`]).
+    pub act: u32,
 }
 
 /// Matches the kernel's fused nodes against [`FusedEp`]: after the anchor
 /// (whose own bias is `bias`), at most one Add of a same-shape value read
 /// from outside the kernel, then at most one Relu or Clip (constant bounds,
-/// `min <= max`), in that order, each consuming the previous result, which
-/// nothing else uses; the last result must be the kernel's only output.
+/// `min <= max`), then at most a Sigmoid, or a Sigmoid and the Mul of its
+/// operand by its result (SiLU), in that order, each consuming the
+/// previous result, which nothing else uses (SiLU's operand: only its
+/// Sigmoid and Mul); the last result must be the kernel's only output.
 /// `None`: the generated elementwise epilogue handles the kernel.
 pub(crate) fn match_fused(c: &KCtx<'_>, bias: Option<ValueId>) -> Option<FusedEp> {
     let g = c.g;
@@ -565,14 +570,28 @@ pub(crate) fn match_fused(c: &KCtx<'_>, bias: Option<ValueId>) -> Option<FusedEp
     if ty.dtype != DType::F32 {
         return None;
     }
-    let (mut cur, mut res, mut clamp) = (a, None, None);
+    let (mut cur, mut res, mut clamp, mut act) = (a, None, None, pgemm::ACT_NONE);
+    // The value a Sigmoid read: a Mul of it by the Sigmoid's result is SiLU.
+    let mut gated: Option<ValueId> = None;
     for &n in &c.k.nodes[1..] {
         let node = g.node(n);
-        if c.k.outputs.contains(&cur) || node.outputs.len() != 1 {
+        if c.k.outputs.contains(&cur) || node.outputs.len() != 1 || act == pgemm::ACT_SILU {
             return None;
         }
         match (&node.op, node.inputs.as_slice()) {
-            (Op::Binary(Binary::Add), &[x, y]) if res.is_none() && clamp.is_none() => {
+            (Op::Unary(Unary::Sigmoid), &[x]) if x == cur && act == pgemm::ACT_NONE => {
+                act = pgemm::ACT_SIGMOID;
+                gated = Some(cur);
+            }
+            (Op::Binary(Binary::Mul), &[x, y])
+                if act == pgemm::ACT_SIGMOID
+                    && gated.is_some_and(|v| (x, y) == (v, cur) || (x, y) == (cur, v)) =>
+            {
+                act = pgemm::ACT_SILU;
+            }
+            (Op::Binary(Binary::Add), &[x, y])
+                if res.is_none() && clamp.is_none() && act == pgemm::ACT_NONE =>
+            {
                 let r = match (x == cur, y == cur) {
                     (true, false) => y,
                     (false, true) => x,
@@ -583,11 +602,13 @@ pub(crate) fn match_fused(c: &KCtx<'_>, bias: Option<ValueId>) -> Option<FusedEp
                 }
                 res = Some(r);
             }
-            (Op::Unary(Unary::Relu), &[x]) if x == cur && clamp.is_none() => {
+            (Op::Unary(Unary::Relu), &[x])
+                if x == cur && clamp.is_none() && act == pgemm::ACT_NONE =>
+            {
                 clamp = Some((0.0, f32::INFINITY));
             }
             (Op::Unary(Unary::Clip { min, max }), &[x])
-                if x == cur && clamp.is_none() && min <= max =>
+                if x == cur && clamp.is_none() && act == pgemm::ACT_NONE && min <= max =>
             {
                 clamp = Some((*min, *max));
             }
@@ -598,11 +619,18 @@ pub(crate) fn match_fused(c: &KCtx<'_>, bias: Option<ValueId>) -> Option<FusedEp
             return None;
         }
     }
-    if c.k.outputs != [cur] || (bias.is_none() && res.is_none() && clamp.is_none()) {
+    let nothing = bias.is_none() && res.is_none() && clamp.is_none() && act == pgemm::ACT_NONE;
+    if c.k.outputs != [cur] || nothing {
         return None;
     }
     let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
-    Some(FusedEp { bias, res, lo, hi })
+    Some(FusedEp {
+        bias,
+        res,
+        lo,
+        hi,
+        act,
+    })
 }
 
 /// Builds a [`pgemm::Epilogue`] on the stack and returns its address, the
@@ -612,7 +640,7 @@ pub(crate) fn ep_desc(
     e: &mut Emit<'_>,
     bias: Option<Value>,
     res: Option<(Value, (i64, i64))>,
-    (lo, hi): (f32, f32),
+    (lo, hi, act): (f32, f32, u32),
 ) -> Value {
     let size = std::mem::size_of::<pgemm::Epilogue>() as u32;
     let ss =
@@ -634,6 +662,11 @@ pub(crate) fn ep_desc(
     for (v, off) in fields {
         e.b.ins().store(super::emit::mem(), v, p, off as i32);
     }
+    let act =
+        e.b.ins()
+            .iconst(cranelift_codegen::ir::types::I32, act as i64);
+    let off = std::mem::offset_of!(pgemm::Epilogue, act) as i32;
+    e.b.ins().store(super::emit::mem(), act, p, off);
     p
 }
 
@@ -840,7 +873,7 @@ fn lower_gemm(
                     Some(v) => Some((e.bufs[c.arg(v)?], kc_str)),
                     None => None,
                 };
-                let d = ep_desc(e, bias, res, (f.lo, f.hi));
+                let d = ep_desc(e, bias, res, (f.lo, f.hi, f.act));
                 sgemm_packed_ep(e, kdims, ap, kb, kb_str, out, kc_str, d);
                 return Ok(());
             }
@@ -1019,6 +1052,7 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
                         res,
                         lo: f.lo,
                         hi: f.hi,
+                        act: f.act,
                     })
                 }
                 None => None,
@@ -1095,6 +1129,7 @@ struct ConvEp {
     res: Option<Value>,
     lo: f32,
     hi: f32,
+    act: u32,
 }
 
 /// `C = A · B` (no accumulation) through whichever native GEMM `a` needs;
@@ -1191,11 +1226,11 @@ fn conv_gemm(
         let epg = ep.map(|f| {
             let bias = f.bias.map(|b| at(e, b, m0));
             let res = f.res.map(|r| at(e, r, yoff));
-            (bias, res, (f.lo, f.hi))
+            (bias, res, (f.lo, f.hi, f.act))
         });
         (xg, a, yg, m0, epg)
     };
-    type EpG = Option<(Option<Value>, Option<Value>, (f32, f32))>;
+    type EpG = Option<(Option<Value>, Option<Value>, (f32, f32, u32))>;
     let desc = |e: &mut Emit<'_>, epg: EpG, col0: Option<Value>| {
         epg.map(|(bias, res, lh)| {
             let res = res.map(|r| match col0 {
