@@ -711,6 +711,43 @@ fn transcendentals_over_wide_ranges() {
 }
 
 #[test]
+fn generated_sigmoid_is_bitwise_the_gemm_epilogues() {
+    // The f32x4 Sigmoid of an elementwise kernel (and its scalar tail)
+    // and the packed GEMM's fused Sigmoid compute the same operations, so
+    // a Sigmoid gives the same bits fused into a GEMM or not.
+    let mut vals: Vec<f32> = (-2000..2000).map(|i| i as f32 * 0.0537).collect();
+    // 4009 values: pairs of vectors, one vector and a scalar tail.
+    vals.extend([
+        0.0,
+        -0.0,
+        1e-30,
+        87.9,
+        -88.1,
+        300.0,
+        -300.0,
+        f32::INFINITY,
+        2.5,
+    ]);
+    let n = vals.len();
+    let g = parse(&format!("input %x: f32[{n}]\n%y = Sigmoid(%x)\noutput %y"));
+    let exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+    let out = exe
+        .run(&[("x".to_string(), f32_tensor(&[n], vals.clone()))])
+        .unwrap();
+    let Tensor::F32(y) = &out[0] else {
+        panic!("f32 output")
+    };
+    for (x, got) in vals.iter().zip(y.iter()) {
+        let want = dnnc_runtime::cpu::pgemm::sigmoid(*x);
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "sigmoid({x}): {got} vs {want}"
+        );
+    }
+}
+
+#[test]
 fn fused_epilogues_match_and_fuse() {
     let cases = [
         // conv + bias + relu
