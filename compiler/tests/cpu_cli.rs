@@ -43,15 +43,32 @@ fn run_to_npy(model: &std::path::Path, args: &[&str], input: &PathBuf, out: &Pat
 fn run_backend_cpu_matches_interp() {
     let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/lenet5.dnn");
     let dir = tmp("lenet");
-    let x = cpu_common::rand_f32(&[1, 1, 32, 32], 9, -1.0, 1.0);
+    let input = random_input(&dir, &[1, 1, 32, 32], 9);
+    cpu_vs_interp("lenet5", &model, &input, &dir);
+}
+
+/// A seeded random `.npy` input of `shape` in `dir`.
+fn random_input(dir: &std::path::Path, shape: &[usize], seed: u64) -> PathBuf {
+    let x = cpu_common::rand_f32(shape, seed, -1.0, 1.0);
     let input = dir.join("x.npy");
     dnnc_ir::tensor::write_npy(&input, &x).unwrap();
+    input
+}
+
+/// `dnnc run --backend cpu` matches `--backend interp` on `model`.
+fn cpu_vs_interp(name: &str, model: &std::path::Path, input: &PathBuf, dir: &std::path::Path) {
     let mut outs = Vec::new();
     for backend in ["interp", "cpu"] {
-        let f = run_to_npy(&model, &["--backend", backend], &input, &dir.join(backend));
+        let f = run_to_npy(model, &["--backend", backend], input, &dir.join(backend));
         outs.push(dnnc_ir::tensor::read_npy(&f).unwrap());
     }
-    cpu_common::assert_close("lenet5 cpu vs interp", &outs[1], &outs[0], 1e-4, 1e-5);
+    cpu_common::assert_close(
+        &format!("{name} cpu vs interp"),
+        &outs[1],
+        &outs[0],
+        1e-4,
+        1e-5,
+    );
 }
 
 #[test]
@@ -110,15 +127,8 @@ fn run_folds_batchnorm_by_default_and_matches_interp() {
 ",
     )
     .unwrap();
-    let x = cpu_common::rand_f32(&[2, 3, 8, 8], 6, -1.0, 1.0);
-    let input = dir.join("x.npy");
-    dnnc_ir::tensor::write_npy(&input, &x).unwrap();
-    let mut outs = Vec::new();
-    for backend in ["interp", "cpu"] {
-        let f = run_to_npy(&model, &["--backend", backend], &input, &dir.join(backend));
-        outs.push(dnnc_ir::tensor::read_npy(&f).unwrap());
-    }
-    cpu_common::assert_close("folded cpu vs interp", &outs[1], &outs[0], 1e-4, 1e-5);
+    let input = random_input(&dir, &[2, 3, 8, 8], 6);
+    cpu_vs_interp("folded BatchNorm", &model, &input, &dir);
     let o = dnnc()
         .args(["run", model.to_str().unwrap(), "--profile", "--input"])
         .arg(&input)

@@ -454,8 +454,10 @@ pub const ACT_SILU: u32 = 2;
 
 /// The constants of [`sigmoid`]: clamp bounds of `-v`, `log2(e)`, the
 /// rounding magic `1.5 * 2^23`, the two-part `ln 2` and the polynomial of
-/// `(e^r - 1 - r) / r^2` on `|r| <= ln(2)/2` (Cephes `expf`).
-mod sig {
+/// `(e^r - 1 - r) / r^2` on `|r| <= ln(2)/2` (Cephes `expf`). Public so
+/// the code generator's f32x4 sigmoid uses the very same numbers.
+#[allow(missing_docs)]
+pub mod sig {
     pub const HI: f32 = 88.0;
     pub const LO: f32 = -87.0;
     pub const LOG2E: f32 = std::f32::consts::LOG2_E;
