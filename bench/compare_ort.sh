@@ -11,6 +11,9 @@
 # OPTIMIZE=1 also times `dnnc bench --optimize` (the pass pipeline, e-graph
 # included, before compiling) in each round, between the two, and adds
 # its median, its per-round ratio to the default build and to onnxruntime.
+# BLOCKS=1 also times the batch-8 blocks of tests/fixtures/blocks (the
+# block types of DenseNet, EfficientNet, Inception-v3, RegNet and
+# ResNet-50, onnxruntime-checked) after the zoo.
 # Needs: a release build (`cargo build --release -p dnnc-compiler`), the
 # onnxruntime venv at ../ort-venv, /usr/bin/time.
 set -euo pipefail
@@ -18,6 +21,7 @@ cd "$(dirname "$0")/.."
 ITERS=${1:-20}
 ROUNDS=${ROUNDS:-1}
 OPTIMIZE=${OPTIMIZE:-0}
+BLOCKS=${BLOCKS:-0}
 MODELS=../shared/models
 PY=../ort-venv/bin/python
 ORT=../shared/bench/ort_reference.py
@@ -35,7 +39,9 @@ else
   printf '%-20s %7s %10s %10s %10s %12s\n' model threads dnnc_ms ort_ms dnnc/ort dnnc_GFLOP/s
 fi
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-for dir in "$MODELS"/*/; do
+DIRS=("$MODELS"/*/)
+[ "$BLOCKS" = 1 ] && DIRS+=(tests/fixtures/blocks/*/)
+for dir in "${DIRS[@]}"; do
   name=$(basename "$dir")
   for t in 1 2; do
     ds=(); os=(); rs=(); gs=(); ps=(); pd=(); po=()
