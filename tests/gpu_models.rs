@@ -1,6 +1,7 @@
 //! The GPU backend on whole models: every shader generated for every zoo
 //! model (and every bundled example) passes naga's validation, without a
-//! device; LeNet-5 and SqueezeNet run on the default adapter and match
+//! device; LeNet-5, SqueezeNet and three batch-8 blocks (EfficientNet,
+//! Inception-v3, ResNet-50) run on the default adapter and match
 //! onnxruntime's `output.npy` (rtol 1e-3, atol 1e-4), as the pipeline's
 //! optimised graphs do too.
 
@@ -50,16 +51,28 @@ fn run_zoo_model(test: &str, name: &str, optimise: bool) {
     let Some(shared) = shared_or_skip(test) else {
         return;
     };
+    run_model_dir(test, &shared.join("models").join(name), optimise);
+}
+
+/// Runs `dir/model.onnx` on `dir/input.npy` on the default adapter (after
+/// the whole pipeline with `optimise`, else the baseline passes `dnnc run`
+/// applies) and compares with `dir/output.npy`.
+fn run_model_dir(test: &str, dir: &std::path::Path, optimise: bool) {
     let Some(dev) = gpu_or_skip(test) else {
         return;
     };
-    let dir = shared.join("models").join(name);
+    let name = dir
+        .file_name()
+        .expect("a folder")
+        .to_string_lossy()
+        .to_string();
     let mut g = dnnc_compiler::load_model(&dir.join("model.onnx")).expect("imports");
-    if optimise {
+    let pipeline = if optimise {
         dnnc_passes::Pipeline::default()
-            .run(&mut g)
-            .expect("pipeline");
-    }
+    } else {
+        dnnc_passes::Pipeline::baseline()
+    };
+    pipeline.run(&mut g).expect("pipeline");
     let x = read_npy(&dir.join("input.npy")).expect("input.npy");
     let want = read_npy(&dir.join("output.npy")).expect("output.npy");
     let input = g.value(g.inputs()[0]).name.clone();
@@ -84,6 +97,21 @@ fn run_zoo_model(test: &str, name: &str, optimise: bool) {
 fn lenet5_on_the_gpu_matches_onnxruntime() {
     run_zoo_model("lenet5_gpu", "lenet5", false);
     run_zoo_model("lenet5_gpu", "lenet5", true);
+}
+
+/// Batch-8 blocks of the architectures beyond the zoo: EfficientNet's
+/// (SiLU diamonds fused into conv kernels, a squeeze-excitation gate),
+/// Inception-v3's (1x7/7x1 convs, average pooling) and ResNet-50's.
+#[test]
+fn batch8_blocks_on_the_gpu_match_onnxruntime() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/blocks");
+    for name in [
+        "effnet_block_b8",
+        "inception3_block_b8",
+        "resnet50_block_b8",
+    ] {
+        run_model_dir("batch8_blocks_gpu", &root.join(name), false);
+    }
 }
 
 #[test]
