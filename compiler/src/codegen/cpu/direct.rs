@@ -914,8 +914,13 @@ pub(crate) fn depthwise(
     // One output row, two blocks per step: the nine taps, two sums, the
     // loaded vector and the epilogue's constants fill the 16 xmm
     // registers. Two rows per step (sharing each load) spilled a tap and
-    // measured no faster on MobileNet-V2.
-    let (rb, u) = (1, if taps <= 9 { 2 } else { 1 });
+    // measured no faster on MobileNet-V2. Larger windows' taps do not fit
+    // in registers and are broadcast from memory at each use; two blocks
+    // per step then share each broadcast between two FMAs (5x5 windows,
+    // 1 thread: EfficientNet block's stride-2 conv on 8x96x16x16 0.104 ->
+    // 0.083 ms, 96 channels of 56x56 stride 1 0.505 -> 0.43, of 112x112
+    // stride 2 0.60 -> 0.50).
+    let (rb, u) = (1, 2);
     let mut err = None;
     // Task units (the kernel ABI's split): the N*M output planes, each
     // with its own epilogue, or bands of output rows across all planes
