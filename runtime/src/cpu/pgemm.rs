@@ -452,18 +452,19 @@ pub const ACT_SIGMOID: u32 = 1;
 /// [`Epilogue::act`]: `v * sigmoid(v)` (SiLU, EfficientNet's activation).
 pub const ACT_SILU: u32 = 2;
 
-/// The constants of [`sigmoid`]: clamp bounds of `-v`, `log2(e)`, the
-/// rounding magic `1.5 * 2^23`, the two-part `ln 2` and the polynomial of
-/// `(e^r - 1 - r) / r^2` on `|r| <= ln(2)/2` (Cephes `expf`). Public so
-/// the code generator's f32x4 sigmoid uses the very same numbers.
+/// The constants of [`sigmoid`]: clamp bounds of `v`, `-log2(e)`, the
+/// rounding magic `1.5 * 2^23 + 127`, the two-part `ln 2` and the
+/// polynomial `P` of `(e^r - 1 - r) / r^2` on `|r| <= ln(2)/2` (Cephes
+/// `expf`; [`sig::Q`] is it in `-r`). Public so the code generator's f32x4
+/// sigmoid uses the very same numbers.
 #[allow(missing_docs)]
 pub mod sig {
-    pub const HI: f32 = 88.0;
-    pub const LO: f32 = -87.0;
-    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
-    pub const MAGIC: f32 = 12_582_912.0;
-    pub const C1: f32 = -0.693_359_4;
-    pub const C2: f32 = 2.121_944_4e-4;
+    pub const LO: f32 = -88.0;
+    pub const HI: f32 = 87.0;
+    pub const NLOG2E: f32 = -std::f32::consts::LOG2_E;
+    pub const MAGIC: f32 = 12_583_039.0;
+    pub const LN2_HI: f32 = 0.693_359_4;
+    pub const LN2_LO: f32 = -2.121_944_4e-4;
     pub const P: [f32; 6] = [
         1.987_569_1e-4,
         1.398_199_9e-3,
@@ -472,42 +473,38 @@ pub mod sig {
         1.666_666_5e-1,
         0.5,
     ];
-    /// `127 - bits(1.5 * 2^23)`: added to `bits(y)` gives `n + 127`.
-    pub const EXP_BIAS: i32 = 127 - 0x4B40_0000;
+    /// `P` with its odd powers' signs flipped: `Q(s) = P(-s)`.
+    pub const Q: [f32; 6] = [-P[0], P[1], -P[2], P[3], -P[4], P[5]];
 }
 
 /// Logistic sigmoid `1 / (1 + e^-v)`, NaN propagating: the same sequence
 /// of IEEE operations (fused multiply-adds included) as the vector
 /// versions in the x86 kernels and as the code generator's f32x4
-/// `sigmoid`, so every path gives bitwise the same result. `-v` is
-/// clamped to `[-87, 88]` (beyond, sigmoid is within 1e-38 of 0 or 1),
-/// `n = round(-v log2 e)` comes from adding `1.5 * 2^23`, whose low
-/// mantissa bits are then `n`, and `e^-v = 2^n e^r` with `e^r` from the
-/// polynomial.
+/// `sigmoid`, so every path gives bitwise the same result. `v` is
+/// clamped to `[-88, 87]` (beyond, sigmoid is within 1e-38 of 0 or 1);
+/// `e^-v = 2^n e^r` with `n = round(-v log2 e)` from one add of `1.5 *
+/// 2^23 + 127`, whose float's bits shifted left by 23 are then `2^n`'s,
+/// and `s = -r = v + n ln 2` (two parts), so no operation negates `v`:
+/// `e^r = 1 - s + s^2 Q(s)`.
 #[inline]
 pub fn sigmoid(v: f32) -> f32 {
-    let t = -v;
-    let t = if t < sig::HI { t } else { sig::HI };
-    let t = if t > sig::LO { t } else { sig::LO };
-    let y = t.mul_add(sig::LOG2E, sig::MAGIC);
+    let x = if v > sig::LO { v } else { sig::LO };
+    let x = if x < sig::HI { x } else { sig::HI };
+    let y = x.mul_add(sig::NLOG2E, sig::MAGIC);
     let n = y - sig::MAGIC;
-    let r = n.mul_add(sig::C1, t);
-    let r = n.mul_add(sig::C2, r);
-    let mut p = sig::P[0];
-    for &k in &sig::P[1..] {
-        p = p.mul_add(r, k);
+    let s = n.mul_add(sig::LN2_HI, x);
+    let s = n.mul_add(sig::LN2_LO, s);
+    let mut p = sig::Q[0];
+    for &k in &sig::Q[1..] {
+        p = p.mul_add(s, k);
     }
-    let p = p.mul_add(r * r, r) + 1.0;
-    let scale = f32::from_bits(
-        (y.to_bits() as i32)
-            .wrapping_add(sig::EXP_BIAS)
-            .wrapping_shl(23) as u32,
-    );
-    let s = 1.0 / (p * scale + 1.0);
+    let q = p.mul_add(s * s, 1.0) - s;
+    let scale = f32::from_bits(y.to_bits() << 23);
+    let e = 1.0 / (q * scale + 1.0);
     if v.is_nan() {
         v
     } else {
-        s
+        e
     }
 }
 
@@ -1895,30 +1892,23 @@ mod x86 {
     #[target_feature(enable = "avx512f")]
     unsafe fn sigmoid16(v: __m512) -> __m512 {
         use super::sig;
-        let t = _mm512_sub_ps(_mm512_setzero_ps(), v);
-        let t = _mm512_min_ps(t, _mm512_set1_ps(sig::HI));
-        let t = _mm512_max_ps(t, _mm512_set1_ps(sig::LO));
+        let x = _mm512_max_ps(v, _mm512_set1_ps(sig::LO));
+        let x = _mm512_min_ps(x, _mm512_set1_ps(sig::HI));
         let magic = _mm512_set1_ps(sig::MAGIC);
-        let y = _mm512_fmadd_ps(t, _mm512_set1_ps(sig::LOG2E), magic);
+        let y = _mm512_fmadd_ps(x, _mm512_set1_ps(sig::NLOG2E), magic);
         let n = _mm512_sub_ps(y, magic);
-        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(sig::C1), t);
-        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(sig::C2), r);
-        let mut p = _mm512_set1_ps(sig::P[0]);
-        for &k in &sig::P[1..] {
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(k));
+        let s = _mm512_fmadd_ps(n, _mm512_set1_ps(sig::LN2_HI), x);
+        let s = _mm512_fmadd_ps(n, _mm512_set1_ps(sig::LN2_LO), s);
+        let mut p = _mm512_set1_ps(sig::Q[0]);
+        for &k in &sig::Q[1..] {
+            p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(k));
         }
         let one = _mm512_set1_ps(1.0);
-        let p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), one);
-        let e = _mm512_slli_epi32::<23>(_mm512_add_epi32(
-            _mm512_castps_si512(y),
-            _mm512_set1_epi32(sig::EXP_BIAS),
-        ));
-        let s = _mm512_div_ps(
-            one,
-            _mm512_add_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(e)), one),
-        );
+        let q = _mm512_sub_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(s, s), one), s);
+        let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_castps_si512(y)));
+        let e = _mm512_div_ps(one, _mm512_add_ps(_mm512_mul_ps(q, scale), one));
         let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
-        _mm512_mask_blend_ps(nan, s, v)
+        _mm512_mask_blend_ps(nan, e, v)
     }
 
     /// AVX-512F narrow `14 x 16` micro-kernel for column blocks of at most
@@ -2367,30 +2357,23 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn sigmoid8(v: __m256) -> __m256 {
         use super::sig;
-        let t = _mm256_sub_ps(_mm256_setzero_ps(), v);
-        let t = _mm256_min_ps(t, _mm256_set1_ps(sig::HI));
-        let t = _mm256_max_ps(t, _mm256_set1_ps(sig::LO));
+        let x = _mm256_max_ps(v, _mm256_set1_ps(sig::LO));
+        let x = _mm256_min_ps(x, _mm256_set1_ps(sig::HI));
         let magic = _mm256_set1_ps(sig::MAGIC);
-        let y = _mm256_fmadd_ps(t, _mm256_set1_ps(sig::LOG2E), magic);
+        let y = _mm256_fmadd_ps(x, _mm256_set1_ps(sig::NLOG2E), magic);
         let n = _mm256_sub_ps(y, magic);
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(sig::C1), t);
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(sig::C2), r);
-        let mut p = _mm256_set1_ps(sig::P[0]);
-        for &k in &sig::P[1..] {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(k));
+        let s = _mm256_fmadd_ps(n, _mm256_set1_ps(sig::LN2_HI), x);
+        let s = _mm256_fmadd_ps(n, _mm256_set1_ps(sig::LN2_LO), s);
+        let mut p = _mm256_set1_ps(sig::Q[0]);
+        for &k in &sig::Q[1..] {
+            p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(k));
         }
         let one = _mm256_set1_ps(1.0);
-        let p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), one);
-        let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(
-            _mm256_castps_si256(y),
-            _mm256_set1_epi32(sig::EXP_BIAS),
-        ));
-        let s = _mm256_div_ps(
-            one,
-            _mm256_add_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), one),
-        );
+        let q = _mm256_sub_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(s, s), one), s);
+        let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_castps_si256(y)));
+        let e = _mm256_div_ps(one, _mm256_add_ps(_mm256_mul_ps(q, scale), one));
         let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v);
-        _mm256_blendv_ps(s, v, nan)
+        _mm256_blendv_ps(e, v, nan)
     }
 
     /// AVX2+FMA `6 x 16` micro-kernel: 12 ymm accumulators.
