@@ -166,6 +166,12 @@ impl PadPlane {
         })
     }
 
+    /// Whether the plane is read in place ([`PadPlane::new_direct`]): no
+    /// scratch to initialise.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
     /// Whether the depthwise kernel should have [`PadPlane::compute`] copy
     /// the plane's rows as the row blocks first need them (given `src`)
     /// rather than the whole plane first: for scratch planes of
