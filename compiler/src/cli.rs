@@ -583,7 +583,10 @@ fn execute_command(
                 g.check_weights_bound()?;
                 let feeds = gather_inputs(&g, &[], notes)?;
                 let threads = asked.unwrap_or(1);
-                let k = crate::tune::kernel_times(&g, &feeds, threads, 10, &profile)?;
+                // The kernels of the default build `dnnc run` compiles.
+                let mut built = g.clone();
+                dnnc_passes::Pipeline::baseline().run(&mut built)?;
+                let k = crate::tune::kernel_times(&built, &feeds, threads, 10, &profile)?;
                 text.push('\n');
                 text.push_str(&crate::tune::render_kernel_times(&k, threads));
             }
@@ -667,8 +670,10 @@ fn execute_command(
             let mut text = String::new();
             let mut all = Vec::new();
             for model in &models {
-                let g = load_model(model)?;
+                let mut g = load_model(model)?;
                 g.check_weights_bound()?;
+                // The convs of the default build `dnnc run` compiles.
+                dnnc_passes::Pipeline::baseline().run(&mut g)?;
                 let feeds = gather_inputs(&g, &inputs, notes)?;
                 let layers = crate::tune::measure(&g, &feeds, threads, runs)?;
                 if models.len() > 1 {
