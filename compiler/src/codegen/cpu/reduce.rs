@@ -572,11 +572,9 @@ fn avg_divide(
             for c in j..ow {
                 let d = e.cf(div(c));
                 let i = e.b.ins().iadd_imm_s(row, c as i64);
-                let a = e.b.ins().imul_imm_s(i, 4);
-                let a = e.b.ins().iadd(y, a);
-                let v = e.b.ins().load(F32, super::emit::mem(), a, 0);
+                let v = e.load_f32(y, i);
                 let q = e.b.ins().fdiv(v, d);
-                e.b.ins().store(super::emit::mem(), q, a, 0);
+                e.store_f32(q, y, i);
             }
         });
         r = r1;
