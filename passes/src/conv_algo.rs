@@ -177,6 +177,30 @@ impl ConvGeom {
         })
     }
 
+    /// Whether the optimiser may give this conv algorithm `a` of its own
+    /// accord, beyond [`ConvGeom::unfit`]: not where the cost model is
+    /// known to mislead, outside what `dnnc calibrate` measures.
+    /// - Winograd with fewer than [`WINO_MIN_CHANNELS`] channels per
+    ///   group: the calibration layers have 16 and more, and the fitted
+    ///   fixed costs then favour Winograd over im2col (4 -> 32 on 28x28
+    ///   predicted 0.016 vs 0.026 ms, measured 0.029 vs 0.016).
+    /// - Winograd F(4x4) with fewer than [`WINO_MIN_TILES`] tiles per image
+    ///   when the model's weights do not stay cached: its transformed
+    ///   filter (2.25 times F(2x2)'s) then streams from memory every run,
+    ///   which the per-kernel rates (measured with cached filters) do not
+    ///   see: with it offered, `--optimize` took F(4x4) for GoogLeNet's
+    ///   14x14 3x3 convs and ResNet-18's layer3, predicted 35% faster and
+    ///   measured in their models up to 25% slower (128 -> 256: 0.499 vs
+    ///   0.406 ms).
+    pub fn offers(&self, a: ConvAlgo) -> bool {
+        let tiles4 = self.oh.div_ceil(4) * self.ow.div_ceil(4);
+        let (cg, mg) = self.per_group();
+        let winograd = matches!(a, ConvAlgo::Winograd2 | ConvAlgo::Winograd4);
+        self.unfit(a).is_none()
+            && !(winograd && (cg < WINO_MIN_CHANNELS || mg < WINO_MIN_CHANNELS))
+            && !(a == ConvAlgo::Winograd4 && !self.cached_weights && tiles4 < WINO_MIN_TILES)
+    }
+
     /// Input and output channels per group.
     pub fn per_group(&self) -> (usize, usize) {
         (self.c / self.g, self.m / self.g)

@@ -1,12 +1,14 @@
 //! The calibrated cost model: a convolution kernel's time on this machine
 //! predicted from its Work-Depth work and the bytes it moves,
 //!
-//! `t = overhead + max(W_algo / rate_algo, bytes / bandwidth)`,
+//! `t = overhead + max(W_algo / rate_algo + O · out_algo, bytes / bandwidth)`,
 //!
 //! where `W_algo` is the survey's work for the algorithm (Appendix C, in
 //! [`crate::wd::conv`]), `rate_algo` the work units per second this
-//! machine's code for that algorithm sustains, `bytes` the input, filter
-//! and output traffic. The rates come from measurement (`dnnc
+//! machine's code for that algorithm sustains, `O` the output elements
+//! and `out_algo` what each costs to store through the fused epilogue
+//! (GEMM-based algorithms only), `bytes` the input, filter and output
+//! traffic. The rates come from measurement (`dnnc
 //! calibrate`); [`MachineProfile::default`] is the profile measured on
 //! the machine class this project is developed on.
 
@@ -29,6 +31,15 @@ pub struct MachineProfile {
     /// missing.
     #[serde(default)]
     pub fixed: BTreeMap<String, f64>,
+    /// Seconds per output element a GEMM-based kernel (`im2col`,
+    /// `pointwise`) costs besides its multiply-adds: its micro-kernel's
+    /// C tiles stored through the fused epilogue, which a short reduction
+    /// (a 1x1 conv over 16 channels) does not amortise. Without it the
+    /// fitted rate is a blend: the zoo's 1x1 convs were predicted 0.72x
+    /// their measured time over 16 input channels and 1.35x over 512.
+    /// By algorithm ([`OUTPUT_TERM_ALGOS`]); none where missing.
+    #[serde(default)]
+    pub per_output: BTreeMap<String, f64>,
     /// Work-Depth units per second of the generated loops that are not
     /// convolutions, by kernel class (`reduction`: pools, reductions,
     /// normalisations; `elementwise`: a standalone elementwise chain;
@@ -136,6 +147,10 @@ pub fn class_key(class: dnnc_ir::OpClass) -> Option<&'static str> {
     }
 }
 
+/// The algorithms whose kernels the profile may charge per output element
+/// ([`MachineProfile::per_output`]): those ending in the packed GEMM.
+pub const OUTPUT_TERM_ALGOS: [&str; 2] = ["im2col", "pointwise"];
+
 /// Every algorithm name a profile may rate.
 pub const ALGOS: [&str; 7] = [
     "direct",
@@ -181,6 +196,24 @@ impl MachineProfile {
                 if !(r.is_finite() && r > 0.0) {
                     return Err(bad(format!("{field}.{k}"), "a positive number", r));
                 }
+            }
+        }
+        for (k, &v) in &p.per_output {
+            if !OUTPUT_TERM_ALGOS.contains(&k.as_str()) {
+                return Err(ProfileError::Malformed {
+                    origin: origin.to_string(),
+                    message: format!(
+                        "unknown algorithm `{k}` in per_output; known: {}",
+                        OUTPUT_TERM_ALGOS.join(", ")
+                    ),
+                });
+            }
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(bad(
+                    format!("per_output.{k}"),
+                    "a number of seconds >= 0",
+                    v,
+                ));
             }
         }
         if !(p.bandwidth.is_finite() && p.bandwidth > 0.0) {
@@ -249,7 +282,8 @@ impl MachineProfile {
         let work = conv_work(algo, shape)? as f64;
         let rate = *self.rates.get(algo)?;
         let fixed = self.conv_fixed(algo, shape);
-        Some(fixed + (work / rate).max(conv_bytes(algo, shape) / self.bandwidth))
+        let stores = self.per_output.get(algo).copied().unwrap_or(0.0) * outputs(shape);
+        Some(fixed + (work / rate + stores).max(conv_bytes(algo, shape) / self.bandwidth))
     }
 
     /// The part of [`MachineProfile::predict_conv`] that does not grow
@@ -361,6 +395,11 @@ pub fn conv_work(algo: &str, shape: &ConvShape) -> Option<u64> {
     })
 }
 
+/// Output elements of a convolution (all images and channels).
+pub fn outputs(s: &ConvShape) -> f64 {
+    (s.n * s.c_out * s.h_out * s.w_out) as f64
+}
+
 /// One input and one output channel per group.
 pub fn is_depthwise(s: &ConvShape) -> bool {
     s.group > 1 && s.group == s.c_in && s.group == s.c_out
@@ -386,10 +425,13 @@ pub fn conv_bytes(algo: &str, s: &ConvShape) -> f64 {
 /// W / F` that minimise the squared *relative* error over its samples (a
 /// 2 x 2 linear least-squares problem in `c` and `1/F`); where that gives
 /// a negative `c` or rate (too few or too alike samples), `c` is the
-/// profile's overhead and `F` the median of `W / (t - c)`. Algorithms
-/// without samples keep `base`'s figures.
+/// profile's overhead and `F` the median of `W / (t - c)`. For the
+/// [`OUTPUT_TERM_ALGOS`] the fit also has the per-output cost `s` of `t
+/// = c + W / F + O s` (3 x 3, in `c`, `1/F` and `s`) when that solves
+/// with all three non-negative; else `s` is dropped. Algorithms without
+/// samples keep `base`'s figures.
 pub fn fit(base: &MachineProfile, samples: &[(String, ConvShape, f64)]) -> MachineProfile {
-    let mut by_algo: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut by_algo: BTreeMap<&str, Vec<(f64, f64, f64)>> = BTreeMap::new();
     for (algo, shape, t) in samples {
         let algo = if algo == "direct" && is_depthwise(shape) {
             "depthwise"
@@ -400,11 +442,24 @@ pub fn fit(base: &MachineProfile, samples: &[(String, ConvShape, f64)]) -> Machi
             continue;
         };
         if *t > 0.0 {
-            by_algo.entry(algo).or_default().push((w as f64, *t));
+            by_algo
+                .entry(algo)
+                .or_default()
+                .push((w as f64, outputs(shape), *t));
         }
     }
     let mut p = base.clone();
     for (algo, s) in by_algo {
+        if OUTPUT_TERM_ALGOS.contains(&algo) {
+            if let Some([c, x, y]) = fit_with_outputs(&s) {
+                p.rates.insert(algo.to_string(), 1.0 / x);
+                p.fixed.insert(algo.to_string(), c);
+                p.per_output.insert(algo.to_string(), y);
+                continue;
+            }
+            p.per_output.remove(algo);
+        }
+        let s: Vec<(f64, f64)> = s.iter().map(|&(w, _, t)| (w, t)).collect();
         // Rows (1/t, W/t) . (c, x) ≈ 1: normal equations.
         let (mut a11, mut a12, mut a22, mut b1, mut b2) = (0.0, 0.0, 0.0, 0.0, 0.0);
         for &(w, t) in &s {
@@ -434,6 +489,55 @@ pub fn fit(base: &MachineProfile, samples: &[(String, ConvShape, f64)]) -> Machi
         p.fixed.insert(algo.to_string(), c);
     }
     p
+}
+
+/// `[c, 1/F, s]` of `t = c + W / F + O s` minimising the squared relative
+/// error over samples `(W, O, t)`: rows `(1, W, O) / t` against 1, by
+/// the normal equations (Cramer's rule). `None` with fewer than four
+/// samples, a near-singular system, or a negative coefficient.
+fn fit_with_outputs(s: &[(f64, f64, f64)]) -> Option<[f64; 3]> {
+    if s.len() < 4 {
+        return None;
+    }
+    // Columns scaled to mean 1, so the 3 x 3 system is well conditioned
+    // (W runs to 1e9, O to 1e6).
+    let n = s.len() as f64;
+    let mw = s.iter().map(|x| x.0).sum::<f64>() / n;
+    let mo = s.iter().map(|x| x.1).sum::<f64>() / n;
+    if !(mw > 0.0 && mo > 0.0) {
+        return None;
+    }
+    let mut a = [[0.0f64; 3]; 3];
+    let mut b = [0.0f64; 3];
+    for &(w, o, t) in s {
+        let r = [1.0 / t, w / mw / t, o / mo / t];
+        for i in 0..3 {
+            b[i] += r[i];
+            for j in 0..3 {
+                a[i][j] += r[i] * r[j];
+            }
+        }
+    }
+    let det = |m: &[[f64; 3]; 3]| {
+        m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+    };
+    let d = det(&a);
+    let scale = a[0][0] * a[1][1] * a[2][2];
+    if !(d.is_finite() && d.abs() > 1e-12 * scale) {
+        return None;
+    }
+    let mut x = [0.0; 3];
+    for (col, xi) in x.iter_mut().enumerate() {
+        let mut m = a;
+        for (row, bi) in b.iter().enumerate() {
+            m[row][col] = *bi;
+        }
+        *xi = det(&m) / d;
+    }
+    let x = [x[0], x[1] / mw, x[2] / mo];
+    (x[0] >= 0.0 && x[1] > 0.0 && x[2] >= 0.0).then_some(x)
 }
 
 /// The loop rate of each kernel class from measured kernels `(class,
@@ -522,6 +626,89 @@ mod tests {
                 .to_string();
             assert!(e.contains(want), "{field}: {e}");
         }
+    }
+
+    #[test]
+    fn per_output_costs_are_checked() {
+        for (key, v, want) in [
+            (
+                "depthwise",
+                1e-10,
+                "unknown algorithm `depthwise` in per_output",
+            ),
+            (
+                "pointwise",
+                -1e-10,
+                "per_output.pointwise must be a number of seconds >= 0",
+            ),
+        ] {
+            let mut j: serde_json::Value =
+                serde_json::from_str(&MachineProfile::default().to_json()).unwrap();
+            j["per_output"][key] = serde_json::json!(v);
+            let e = MachineProfile::from_json(&j.to_string(), "p.json")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{key}: {e}");
+        }
+        // A profile without the field charges no per-output cost.
+        let mut j: serde_json::Value =
+            serde_json::from_str(&MachineProfile::default().to_json()).unwrap();
+        j.as_object_mut().unwrap().remove("per_output");
+        let p = MachineProfile::from_json(&j.to_string(), "old.json").unwrap();
+        assert!(p.per_output.is_empty());
+    }
+
+    /// 1x1 convs of several reductions timed as `t = c + W / F + O s`
+    /// exactly: the fit gives back `c`, `F` and `s`, and the prediction
+    /// matches every sample; the two-term fit of another algorithm on the
+    /// same times charges nothing per output.
+    #[test]
+    fn the_fit_separates_the_per_output_cost_from_the_rate() {
+        let (c, f, so) = (4e-6, 80e9, 1e-10);
+        let shape = |k: u64, m: u64, hw: u64| ConvShape {
+            n: 1,
+            c_in: k,
+            h: hw,
+            w: hw,
+            c_out: m,
+            kh: 1,
+            kw: 1,
+            h_out: hw,
+            w_out: hw,
+            strides: [1, 1],
+            dilations: [1, 1],
+            pads: [0; 4],
+            group: 1,
+        };
+        let shapes = [
+            shape(16, 64, 56),
+            shape(64, 256, 56),
+            shape(128, 256, 14),
+            shape(576, 96, 14),
+            shape(960, 160, 7),
+            shape(32, 128, 27),
+        ];
+        let time =
+            |s: &ConvShape| c + conv_work("pointwise", s).unwrap() as f64 / f + outputs(s) * so;
+        let mut samples: Vec<(String, ConvShape, f64)> = shapes
+            .iter()
+            .map(|s| ("pointwise".to_string(), s.clone(), time(s)))
+            .collect();
+        samples.extend(
+            shapes
+                .iter()
+                .map(|s| ("depthwise".to_string(), s.clone(), time(s))),
+        );
+        let p = fit(&MachineProfile::default(), &samples);
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
+        assert!(close(p.fixed["pointwise"], c), "{:?}", p.fixed);
+        assert!(close(p.rates["pointwise"], f), "{:?}", p.rates);
+        assert!(close(p.per_output["pointwise"], so), "{:?}", p.per_output);
+        for s in &shapes {
+            let t = p.predict_conv("pointwise", s).unwrap();
+            assert!(close(t, time(s)), "{t} vs {}", time(s));
+        }
+        assert!(!p.per_output.contains_key("depthwise"));
     }
 
     #[test]

@@ -141,10 +141,7 @@ fn alternatives(eg: &TensorGraph, eclass: Id) -> Vec<(Conv2d, Vec<Id>, Vec<ConvA
             continue;
         }
         let Some(geo) = geometry(eg, n) else { continue };
-        let fits: Vec<ConvAlgo> = CHOICES
-            .into_iter()
-            .filter(|&a| geo.unfit(a).is_none())
-            .collect();
+        let fits: Vec<ConvAlgo> = CHOICES.into_iter().filter(|&a| geo.offers(a)).collect();
         out.push((p.clone(), n.children().to_vec(), fits));
     }
     out
