@@ -567,6 +567,25 @@ pub fn fit_loops(
 mod tests {
     use super::*;
 
+    /// A 1x1 conv of `c` to `m` channels on an `hw x hw` map.
+    fn pointwise_shape(c: u64, m: u64, hw: u64) -> ConvShape {
+        ConvShape {
+            n: 1,
+            c_in: c,
+            h: hw,
+            w: hw,
+            c_out: m,
+            kh: 1,
+            kw: 1,
+            h_out: hw,
+            w_out: hw,
+            strides: [1, 1],
+            dilations: [1, 1],
+            pads: [0; 4],
+            group: 1,
+        }
+    }
+
     #[test]
     fn the_built_in_profile_rates_every_algorithm() {
         let p = MachineProfile::default();
@@ -665,21 +684,7 @@ mod tests {
     #[test]
     fn the_fit_separates_the_per_output_cost_from_the_rate() {
         let (c, f, so) = (4e-6, 80e9, 1e-10);
-        let shape = |k: u64, m: u64, hw: u64| ConvShape {
-            n: 1,
-            c_in: k,
-            h: hw,
-            w: hw,
-            c_out: m,
-            kh: 1,
-            kw: 1,
-            h_out: hw,
-            w_out: hw,
-            strides: [1, 1],
-            dilations: [1, 1],
-            pads: [0; 4],
-            group: 1,
-        };
+        let shape = pointwise_shape;
         let shapes = [
             shape(16, 64, 56),
             shape(64, 256, 56),
@@ -728,21 +733,7 @@ mod tests {
     #[test]
     fn lanes_pay_where_pixels_pad_panels_tiles() {
         use dnnc_ir::op::WeightLayout::{Auto, Lanes, Panels};
-        let shape = |c: u64, m: u64, hw: u64| ConvShape {
-            n: 1,
-            c_in: c,
-            h: hw,
-            w: hw,
-            c_out: m,
-            kh: 1,
-            kw: 1,
-            h_out: hw,
-            w_out: hw,
-            strides: [1, 1],
-            dilations: [1, 1],
-            pads: [0; 4],
-            group: 1,
-        };
+        let shape = pointwise_shape;
         // 7x7: 49 pixels pad to 64 in panels; lanes pad nothing.
         let small = shape(384, 64, 7);
         let f = layout_factor(Lanes, "pointwise", &small).unwrap();

@@ -657,9 +657,8 @@ fn a_merge_that_costs_more_is_not_extracted() {
 /// profile. With the built-in one (im2col and F(2x2) measure alike
 /// there, 0.033 and 0.032 ms by `dnnc tune`) it keeps the heuristic's
 /// choice; with a profile whose im2col runs four times as fast and has
-/// no fixed cost of its own, the model
-/// predicts im2col more than the override margin faster and extraction
-/// records `algo=im2col`.
+/// no fixed cost of its own, the model predicts im2col more than the
+/// override margin faster and extraction records `algo=im2col`.
 #[test]
 fn conv_algorithms() {
     let src = "graph t {
@@ -681,18 +680,7 @@ fn conv_algorithms() {
         profile: std::sync::Arc::new(profile),
         ..Default::default()
     };
-    let out = rule_effect_with(
-        "conv-algorithms",
-        "graph t {
-           input %x: f32[1,32,7,7]
-           param %w: f32[128,32,3,3] = he(seed=1)
-           param %b: f32[128] = uniform(low=-1, high=1, seed=2)
-           %c = Conv2d(%x, %w, %b) {pads=[1,1,1,1]}
-           %r = Relu(%c)
-           output %r
-         }",
-        &cfg,
-    );
+    let out = rule_effect_with("conv-algorithms", src, &cfg);
     assert!(
         out.ends_with("algo=im2col}\n  %r: f32[1,128,7,7] = Relu(%c)\n  output %r\n}\n"),
         "{out}"
