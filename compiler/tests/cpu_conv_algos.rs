@@ -185,8 +185,7 @@ fn default_heuristic_picks_by_shape() {
         .iter()
         .map(|c| c.algo)
         .collect();
-    // The 3x3 on 14x14 has 16 tiles of 4x4: F(4x4) in a model whose
-    // weights stay cached between runs, as this one's do.
+    // The 3x3 on 14x14 has 16 tiles of 4x4: F(4x4).
     assert_eq!(
         algos,
         [

@@ -43,36 +43,19 @@ pub const FFT_MAX_SPECTRUM: usize = 256 << 20;
 /// per group (measured; see ARCHITECTURE.md, "Convolution algorithms").
 pub const WINO_MIN_CHANNELS: usize = 8;
 
-/// Winograd F(4x4) by default needs at least this many 4x4 output
-/// tiles: each transformed filter element (α²/9 times the filter's size,
-/// read from memory once per run) is reused once per tile, and below this
-/// the filter traffic outweighs the saved multiplications (measured
-/// in-model on ResNet-18: F(4x4) loses at 14x14 = 16 tiles).
-pub const WINO_MIN_TILES: usize = 32;
-
-/// Winograd F(4x4) by default needs only this many 4x4 output tiles in
-/// a model whose weights stay cached between runs
-/// ([`ConvGeom::cached_weights`]): its transformed filter, 36/16 times
-/// F(2x2)'s, then costs no memory traffic, and at 16 tiles it does fewer
-/// multiplications in fewer idle GEMM columns (16 columns against
-/// F(2x2)'s 49). SqueezeNet's 13x13 3x3 convs in-model, per-kernel
-/// medians at one thread: 64 -> 256 0.194-0.202 -> 0.164 ms, 48 -> 192
-/// 0.120 -> 0.097 ms; at two 0.119 -> 0.096-0.100, 0.076-0.079 -> 0.063-0.065.
-/// With ResNet-18's or GoogLeNet's weights, streamed from memory each run,
-/// F(4x4) loses at 14x14 (GoogLeNet's 96 -> 208: 0.286 vs 0.317 ms).
-pub const WINO_MIN_TILES_CACHED: usize = 16;
-
-/// Raw weight bytes (every Param and Constant) up to which a model counts
-/// as keeping its weights cached between runs. This machine class reads
-/// ~28 GB/s from a last-level cache of about 64 MiB and ~15 GB/s beyond;
-/// Winograd's transformed filters (16/9 and 36/9 of the raw size) and
-/// the activations share that cache with other tenants, so the bound
-/// keeps a wide margin: SqueezeNet (5 MiB), ShuffleNet-V2 (9 MiB) and
-/// MobileNet-V2 (14 MiB) are below it, GoogLeNet (25 MiB) and ResNet-18
-/// (45 MiB) above. Measured: ResNet-18's 512 -> 512 F(2x2) conv on 7x7,
-/// its 16.8 MB transformed filter cached, takes 0.72 ms alone and 1.64
-/// ms in the model.
-pub const CACHED_WEIGHT_BYTES: usize = 16 << 20;
+/// Winograd F(4x4) by default needs at least this many 4x4 output tiles
+/// per image: each transformed filter element (α²/9 times the filter's
+/// size, read from memory once per run in a model of tens of MiB of
+/// weights) is reused once per tile. At 16 tiles (13x13 to 16x16 maps) its
+/// GEMMs are one narrow 16-column block, whose kernel prefetches the
+/// filter far enough ahead to stream it (`pgemm`'s `NARROW_L2_PREFETCH`);
+/// in-model, per-kernel medians at one thread, F(4x4) against F(2x2):
+/// GoogLeNet's 96 -> 208 to 160 -> 320 on 14x14 0.193-0.408 vs
+/// 0.253-0.555 ms, ResNet-18's 256 -> 256 on 14x14 0.56-0.61 vs 0.71-0.75,
+/// SqueezeNet's 64 -> 256 on 13x13 0.164 vs 0.194-0.202. Before that
+/// prefetch the streamed filter made F(4x4) lose there (GoogLeNet's 96 ->
+/// 208: 0.317 vs 0.286 ms), and the bound was 32 tiles.
+pub const WINO_MIN_TILES: usize = 16;
 
 /// Winograd F(2x2) by default needs at least this many 2x2 output tiles.
 /// Its per-position GEMMs are N = tiles wide; since the packed GEMM runs
@@ -117,12 +100,6 @@ pub struct ConvGeom {
     /// Whether the filter is a compile-time constant (Param/Constant), as
     /// Winograd and FFT transform it at compile time.
     pub const_w: bool,
-    /// Whether the whole model's weights are at most
-    /// [`CACHED_WEIGHT_BYTES`], so they stay in the last-level cache
-    /// between runs and a larger transformed filter costs no memory
-    /// traffic ([`WINO_MIN_TILES_CACHED`]). Known from a graph
-    /// ([`ConvGeom::of_node`]); `false` from shapes alone.
-    pub cached_weights: bool,
 }
 
 impl ConvGeom {
@@ -134,17 +111,13 @@ impl ConvGeom {
         };
         let wv = node.inputs[1];
         let const_w = matches!(g.node(g.value(wv).producer).op, Op::Param(_) | Op::Constant);
-        let geo = ConvGeom::from_shapes(
+        ConvGeom::from_shapes(
             p,
             &g.value(node.inputs[0]).ty.shape,
             &g.value(wv).ty.shape,
             &g.value(node.outputs[0]).ty.shape,
             const_w,
-        )?;
-        Ok(ConvGeom {
-            cached_weights: weight_bytes(g) <= CACHED_WEIGHT_BYTES,
-            ..geo
-        })
+        )
     }
 
     /// The geometry of a convolution with attributes `p` of input shape
@@ -173,32 +146,19 @@ impl ConvGeom {
             g: p.group.max(1),
             p: p.clone(),
             const_w,
-            cached_weights: false,
         })
     }
 
     /// Whether the optimiser may give this conv algorithm `a` of its own
-    /// accord, beyond [`ConvGeom::unfit`]: not where the cost model is
-    /// known to mislead, outside what `dnnc calibrate` measures.
-    /// - Winograd with fewer than [`WINO_MIN_CHANNELS`] channels per
-    ///   group: the calibration layers have 16 and more, and the fitted
-    ///   fixed costs then favour Winograd over im2col (4 -> 32 on 28x28
-    ///   predicted 0.016 vs 0.026 ms, measured 0.029 vs 0.016).
-    /// - Winograd F(4x4) with fewer than [`WINO_MIN_TILES`] tiles per image
-    ///   when the model's weights do not stay cached: its transformed
-    ///   filter (2.25 times F(2x2)'s) then streams from memory every run,
-    ///   which the per-kernel rates (measured with cached filters) do not
-    ///   see: with it offered, `--optimize` took F(4x4) for GoogLeNet's
-    ///   14x14 3x3 convs and ResNet-18's layer3, predicted 35% faster and
-    ///   measured in their models up to 25% slower (128 -> 256: 0.499 vs
-    ///   0.406 ms).
+    /// accord, beyond [`ConvGeom::unfit`]: not Winograd with fewer than
+    /// [`WINO_MIN_CHANNELS`] channels per group, where the cost model is
+    /// known to mislead: the calibration layers have 16 and more, and the
+    /// fitted fixed costs then favour Winograd over im2col (4 -> 32 on
+    /// 28x28 predicted 0.016 vs 0.026 ms, measured 0.029 vs 0.016).
     pub fn offers(&self, a: ConvAlgo) -> bool {
-        let tiles4 = self.oh.div_ceil(4) * self.ow.div_ceil(4);
         let (cg, mg) = self.per_group();
         let winograd = matches!(a, ConvAlgo::Winograd2 | ConvAlgo::Winograd4);
-        self.unfit(a).is_none()
-            && !(winograd && (cg < WINO_MIN_CHANNELS || mg < WINO_MIN_CHANNELS))
-            && !(a == ConvAlgo::Winograd4 && !self.cached_weights && tiles4 < WINO_MIN_TILES)
+        self.unfit(a).is_none() && !(winograd && (cg < WINO_MIN_CHANNELS || mg < WINO_MIN_CHANNELS))
     }
 
     /// Input and output channels per group.
@@ -273,8 +233,7 @@ impl ConvGeom {
     /// The default algorithm (documented heuristic, see ARCHITECTURE.md):
     /// depthwise and pointwise where they apply; Winograd for 3x3
     /// stride-1 convolutions with at least [`WINO_MIN_CHANNELS`] channels:
-    /// F(4x4) when an image has [`WINO_MIN_TILES`] tiles (or
-    /// [`WINO_MIN_TILES_CACHED`] when the model's weights stay cached), else F(2x2) when
+    /// F(4x4) when an image has [`WINO_MIN_TILES`] tiles, else F(2x2) when
     /// it has [`WINO2_MIN_TILES`], else im2col; FFT for kernels of 7x7 and more with few
     /// channels; im2col otherwise. Never returns `Auto`.
     pub fn default_algo(&self) -> ConvAlgo {
@@ -292,12 +251,7 @@ impl ConvGeom {
             // 0.033, im2col 0.042 ms; a ResNet-50 bottleneck's 64 -> 64 on
             // 8x8: 0.207, 0.172, 0.304 ms, `dnnc tune`).
             let tiles = |m: usize| self.oh.div_ceil(m) * self.ow.div_ceil(m);
-            let min4 = if self.cached_weights {
-                WINO_MIN_TILES_CACHED
-            } else {
-                WINO_MIN_TILES
-            };
-            if tiles(4) >= min4 {
+            if tiles(4) >= WINO_MIN_TILES {
                 ConvAlgo::Winograd4
             } else if tiles(2) >= WINO2_MIN_TILES {
                 ConvAlgo::Winograd2
@@ -313,16 +267,6 @@ impl ConvGeom {
             ConvAlgo::Im2col
         }
     }
-}
-
-/// Bytes of every Param and Constant of `g`: the weights a run reads.
-pub fn weight_bytes(g: &Graph) -> usize {
-    g.dag()
-        .node_weights()
-        .filter(|n| matches!(n.op, Op::Param(_) | Op::Constant))
-        .flat_map(|n| n.outputs.iter())
-        .map(|&v| g.value(v).ty.size_bytes())
-        .sum()
 }
 
 /// `select-conv-algo`: writes [`ConvGeom::default_algo`] into the `algo`
@@ -409,37 +353,31 @@ mod tests {
         assert_eq!(algos(&g), "%a direct\n%b winograd4");
     }
 
-    /// A 13x13 conv (16 F(4x4) tiles, 49 F(2x2) ones) takes F(4x4) in a
-    /// model whose weights stay cached and F(2x2) in one whose weights
-    /// exceed [`CACHED_WEIGHT_BYTES`] (an 18 MiB classifier here).
+    /// The tile bounds: a 3x3 conv takes F(4x4) from 16 tiles of 4x4 per
+    /// image (13x13), F(2x2) below that from 16 tiles of 2x2 (7x7), im2col
+    /// below that (5x5).
     #[test]
-    fn winograd_tile_bound_follows_model_weight_bytes() {
-        let src = |classes: usize| {
-            format!(
-                "graph g {{
-                  input %x: f32[1,64,13,13]
-                  param %w: f32[256,64,3,3] = he(seed=1)
-                  param %fc: f32[43264,{classes}] = he(seed=2)
-                  %c = Conv2d(%x, %w) {{pads=[1,1,1,1]}}
-                  %f = Flatten(%c)
-                  %y = MatMul(%f, %fc)
-                  output %y
-                }}"
+    fn winograd_tile_bounds() {
+        let decide = |hw: usize| {
+            let mut g = parse(
+                &format!(
+                    "graph g {{
+                      input %x: f32[1,64,{hw},{hw}]
+                      param %w: f32[64,64,3,3] = he(seed=1)
+                      %c = Conv2d(%x, %w) {{pads=[1,1,1,1]}}
+                      output %c
+                    }}"
+                ),
+                "g.dnn",
             )
-        };
-        let decide = |classes: usize| {
-            let mut g = parse(&src(classes), "g.dnn").unwrap();
-            let id = g
-                .topo_order()
-                .into_iter()
-                .find(|&n| matches!(g.node(n).op, Op::Conv2d(_)))
-                .unwrap();
-            let cached = ConvGeom::of_node(&g, id).unwrap().cached_weights;
+            .unwrap();
             SelectConvAlgo.run(&mut g).unwrap();
-            (cached, algos(&g))
+            algos(&g)
         };
-        assert_eq!(decide(1), (true, "%c winograd4".to_string()));
-        assert_eq!(decide(110), (false, "%c winograd2".to_string()));
+        assert_eq!(decide(13), "%c winograd4");
+        assert_eq!(decide(12), "%c winograd2");
+        assert_eq!(decide(7), "%c winograd2");
+        assert_eq!(decide(6), "%c im2col");
     }
 }
 

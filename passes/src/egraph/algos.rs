@@ -122,11 +122,7 @@ pub fn geometry(eg: &TensorGraph, n: &TensorNode) -> Option<ConvGeom> {
         .collect::<Option<_>>()?;
     let y = dnnc_ir::infer::infer(n.ir_op()?, &ins).ok()?;
     let const_w = eg[n.children()[1]].data.weights_only;
-    let geo = ConvGeom::from_shapes(p, &x.shape, &w.shape, &y.first()?.shape, const_w).ok()?;
-    Some(ConvGeom {
-        cached_weights: eg.analysis.cached_weights,
-        ..geo
-    })
+    ConvGeom::from_shapes(p, &x.shape, &w.shape, &y.first()?.shape, const_w).ok()
 }
 
 /// `(attributes, operands, algorithms that apply)` of every `algo=auto`

@@ -27,10 +27,6 @@ pub struct TensorAnalysis {
     pub sources: HashMap<String, SourceInfo>,
     /// The machine the cost model predicts run time on.
     pub profile: std::sync::Arc<crate::cost::MachineProfile>,
-    /// Whether the graph's weights stay cached between runs
-    /// ([`crate::conv_algo::ConvGeom::cached_weights`]), which the
-    /// conv algorithm heuristic the prices refer to depends on.
-    pub cached_weights: bool,
 }
 
 /// What the analysis knows of one e-class.

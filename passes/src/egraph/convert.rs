@@ -63,7 +63,6 @@ pub fn load(g: &Graph) -> Loaded {
     }
     let mut egraph = TensorGraph::new(TensorAnalysis {
         sources,
-        cached_weights: crate::conv_algo::weight_bytes(g) <= crate::conv_algo::CACHED_WEIGHT_BYTES,
         ..Default::default()
     });
     let mut class_of = vec![Id::from(0usize); g.value_count()];

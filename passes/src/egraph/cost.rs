@@ -55,15 +55,13 @@ fn contiguous_pieces(op: &Op, shape: &[usize]) -> bool {
 }
 
 /// The predicted seconds of one op from its operand and result types;
-/// `const_w` tells whether a conv's filter is known at compile time,
-/// `cached_weights` whether the model's weights stay cached between runs.
+/// `const_w` tells whether a conv's filter is known at compile time.
 fn price(
     profile: &MachineProfile,
     op: &Op,
     ins: &[&TensorType],
     outs: &[&TensorType],
     const_w: bool,
-    cached_weights: bool,
 ) -> f64 {
     let work = crate::wd::rules::node_cost(op, ins, outs).work as f64;
     let written: f64 = outs.iter().map(|t| t.size_bytes() as f64).sum();
@@ -72,10 +70,6 @@ fn price(
         Op::Conv2d(p) => {
             if let (Some(x), Some(w), Some(y)) = (ins.first(), ins.get(1), outs.first()) {
                 if let Ok(geo) = ConvGeom::from_shapes(p, &x.shape, &w.shape, &y.shape, const_w) {
-                    let geo = ConvGeom {
-                        cached_weights,
-                        ..geo
-                    };
                     let heuristic = geo.default_algo();
                     let algo = match p.algo {
                         a if a != ConvAlgo::Auto && geo.unfit(a).is_none() => a,
@@ -152,7 +146,6 @@ pub fn node_cost(egraph: &TensorGraph, node: &TensorNode) -> Option<f64> {
         &ins,
         &out_refs,
         const_w,
-        egraph.analysis.cached_weights,
     ))
 }
 
@@ -191,7 +184,6 @@ impl CostFunction<TensorNode> for RunTime<'_> {
 /// that has none, costs nothing).
 pub fn graph_cost(g: &dnnc_ir::Graph, profile: &MachineProfile) -> f64 {
     let mut weights_only = vec![false; g.value_count()];
-    let cached = crate::conv_algo::weight_bytes(g) <= crate::conv_algo::CACHED_WEIGHT_BYTES;
     let mut total = 0.0;
     for id in g.topo_order() {
         let node = g.node(id);
@@ -209,7 +201,7 @@ pub fn graph_cost(g: &dnnc_ir::Graph, profile: &MachineProfile) -> f64 {
         let ins: Vec<&TensorType> = node.inputs.iter().map(|&v| &g.value(v).ty).collect();
         let outs: Vec<&TensorType> = node.outputs.iter().map(|&v| &g.value(v).ty).collect();
         let const_w = node.inputs.get(1).is_some_and(|v| weights_only[v.index()]);
-        total += OP_CHARGE + price(profile, &node.op, &ins, &outs, const_w, cached);
+        total += OP_CHARGE + price(profile, &node.op, &ins, &outs, const_w);
     }
     total
 }
