@@ -156,9 +156,16 @@ impl ConvGeom {
     /// fitted fixed costs then favour Winograd over im2col (4 -> 32 on
     /// 28x28 predicted 0.016 vs 0.026 ms, measured 0.029 vs 0.016).
     pub fn offers(&self, a: ConvAlgo) -> bool {
-        let (cg, mg) = self.per_group();
         let winograd = matches!(a, ConvAlgo::Winograd2 | ConvAlgo::Winograd4);
-        self.unfit(a).is_none() && !(winograd && (cg < WINO_MIN_CHANNELS || mg < WINO_MIN_CHANNELS))
+        self.unfit(a).is_none() && (!winograd || self.winograd_channels())
+    }
+
+    /// Whether each group has [`WINO_MIN_CHANNELS`] input and output
+    /// channels, below which neither the heuristic nor the optimiser
+    /// picks Winograd.
+    fn winograd_channels(&self) -> bool {
+        let (cg, mg) = self.per_group();
+        cg >= WINO_MIN_CHANNELS && mg >= WINO_MIN_CHANNELS
     }
 
     /// Input and output channels per group.
@@ -243,7 +250,7 @@ impl ConvGeom {
             ConvAlgo::Depthwise
         } else if fits(ConvAlgo::Pointwise) {
             ConvAlgo::Pointwise
-        } else if fits(ConvAlgo::Winograd4) && cg >= WINO_MIN_CHANNELS && mg >= WINO_MIN_CHANNELS {
+        } else if fits(ConvAlgo::Winograd4) && self.winograd_channels() {
             // Tiles of one image: the lowering transforms and multiplies
             // image by image, so its frequency GEMMs are one image's tiles
             // wide whatever the batch (a batch-8 DenseNet block's 32 -> 8

@@ -176,13 +176,33 @@ impl MachineProfile {
             want,
             found,
         };
-        // (field, its entries, the names it may hold, what a name is)
-        type RateMap<'a> = (&'a str, &'a BTreeMap<String, f64>, &'a [&'a str], &'a str);
-        let maps: [RateMap; 2] = [
-            ("rates", &p.rates, &ALGOS, "algorithm"),
-            ("class_rates", &p.class_rates, &CLASSES, "kernel class"),
+        // (field, its entries, the names it may hold, what a name is,
+        // whether zero is allowed: rates must be positive, costs >= 0)
+        type RateMap<'a> = (
+            &'a str,
+            &'a BTreeMap<String, f64>,
+            &'a [&'a str],
+            &'a str,
+            bool,
+        );
+        let maps: [RateMap; 3] = [
+            ("rates", &p.rates, &ALGOS, "algorithm", false),
+            (
+                "class_rates",
+                &p.class_rates,
+                &CLASSES,
+                "kernel class",
+                false,
+            ),
+            (
+                "per_output",
+                &p.per_output,
+                &OUTPUT_TERM_ALGOS,
+                "algorithm",
+                true,
+            ),
         ];
-        for (field, map, known, what) in maps {
+        for (field, map, known, what, zero) in maps {
             for (k, &r) in map {
                 if !known.contains(&k.as_str()) {
                     return Err(ProfileError::Malformed {
@@ -193,27 +213,14 @@ impl MachineProfile {
                         ),
                     });
                 }
-                if !(r.is_finite() && r > 0.0) {
-                    return Err(bad(format!("{field}.{k}"), "a positive number", r));
+                let (ok, want) = if zero {
+                    (r >= 0.0, "a number of seconds >= 0")
+                } else {
+                    (r > 0.0, "a positive number")
+                };
+                if !(r.is_finite() && ok) {
+                    return Err(bad(format!("{field}.{k}"), want, r));
                 }
-            }
-        }
-        for (k, &v) in &p.per_output {
-            if !OUTPUT_TERM_ALGOS.contains(&k.as_str()) {
-                return Err(ProfileError::Malformed {
-                    origin: origin.to_string(),
-                    message: format!(
-                        "unknown algorithm `{k}` in per_output; known: {}",
-                        OUTPUT_TERM_ALGOS.join(", ")
-                    ),
-                });
-            }
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(bad(
-                    format!("per_output.{k}"),
-                    "a number of seconds >= 0",
-                    v,
-                ));
             }
         }
         if !(p.bandwidth.is_finite() && p.bandwidth > 0.0) {
@@ -451,36 +458,28 @@ pub fn fit(base: &MachineProfile, samples: &[(String, ConvShape, f64)]) -> Machi
     let mut p = base.clone();
     for (algo, s) in by_algo {
         if OUTPUT_TERM_ALGOS.contains(&algo) {
-            if let Some([c, x, y]) = fit_with_outputs(&s) {
-                p.rates.insert(algo.to_string(), 1.0 / x);
-                p.fixed.insert(algo.to_string(), c);
-                p.per_output.insert(algo.to_string(), y);
-                continue;
+            let rows: Vec<([f64; 3], f64)> = s.iter().map(|&(w, o, t)| ([1.0, w, o], t)).collect();
+            match relative_fit(&rows) {
+                Some([c, x, y]) if c >= 0.0 && x > 0.0 && y >= 0.0 => {
+                    p.rates.insert(algo.to_string(), 1.0 / x);
+                    p.fixed.insert(algo.to_string(), c);
+                    p.per_output.insert(algo.to_string(), y);
+                    continue;
+                }
+                _ => {
+                    p.per_output.remove(algo);
+                }
             }
-            p.per_output.remove(algo);
         }
-        let s: Vec<(f64, f64)> = s.iter().map(|&(w, _, t)| (w, t)).collect();
-        // Rows (1/t, W/t) . (c, x) ≈ 1: normal equations.
-        let (mut a11, mut a12, mut a22, mut b1, mut b2) = (0.0, 0.0, 0.0, 0.0, 0.0);
-        for &(w, t) in &s {
-            let (u, v) = (1.0 / t, w / t);
-            a11 += u * u;
-            a12 += u * v;
-            a22 += v * v;
-            b1 += u;
-            b2 += v;
-        }
-        let det = a11 * a22 - a12 * a12;
-        let solved = (s.len() >= 3 && det.abs() > 1e-12 * a11 * a22).then(|| {
-            let c = (b1 * a22 - b2 * a12) / det;
-            let x = (a11 * b2 - a12 * b1) / det;
-            (c, x)
-        });
-        let (c, rate) = match solved {
-            Some((c, x)) if c >= 0.0 && x > 0.0 => (c, 1.0 / x),
+        let rows: Vec<([f64; 2], f64)> = s.iter().map(|&(w, _, t)| ([1.0, w], t)).collect();
+        let (c, rate) = match relative_fit(&rows) {
+            Some([c, x]) if c >= 0.0 && x > 0.0 => (c, 1.0 / x),
             _ => {
                 let c = base.overhead;
-                let mut r: Vec<f64> = s.iter().map(|&(w, t)| w / (t - c).max(t * 0.1)).collect();
+                let mut r: Vec<f64> = s
+                    .iter()
+                    .map(|&(w, _, t)| w / (t - c).max(t * 0.1))
+                    .collect();
                 r.sort_by(|a, b| a.total_cmp(b));
                 (c, r[r.len() / 2])
             }
@@ -491,53 +490,61 @@ pub fn fit(base: &MachineProfile, samples: &[(String, ConvShape, f64)]) -> Machi
     p
 }
 
-/// `[c, 1/F, s]` of `t = c + W / F + O s` minimising the squared relative
-/// error over samples `(W, O, t)`: rows `(1, W, O) / t` against 1, by
-/// the normal equations (Cramer's rule). `None` with fewer than four
-/// samples, a near-singular system, or a negative coefficient.
-fn fit_with_outputs(s: &[(f64, f64, f64)]) -> Option<[f64; 3]> {
-    if s.len() < 4 {
+/// The coefficients `x` of `t ≈ x · f`, one sample `(f, t)` per row, that
+/// minimise the squared relative error `Σ (x · f / t − 1)²`: the normal
+/// equations of the rows `f / t` against 1, each column scaled to mean
+/// magnitude 1 (work runs to 1e9 where a constant term is 1), solved by
+/// Gaussian elimination with partial pivoting. `None` with no more
+/// samples than coefficients, a column that is all zero, or a system too
+/// close to singular (samples too alike to separate the terms).
+fn relative_fit<const N: usize>(rows: &[([f64; N], f64)]) -> Option<[f64; N]> {
+    if rows.len() <= N {
         return None;
     }
-    // Columns scaled to mean 1, so the 3 x 3 system is well conditioned
-    // (W runs to 1e9, O to 1e6).
-    let n = s.len() as f64;
-    let mw = s.iter().map(|x| x.0).sum::<f64>() / n;
-    let mo = s.iter().map(|x| x.1).sum::<f64>() / n;
-    if !(mw > 0.0 && mo > 0.0) {
+    let mut scale = [0.0f64; N];
+    for (f, _) in rows {
+        for (s, v) in scale.iter_mut().zip(f) {
+            *s += v.abs() / rows.len() as f64;
+        }
+    }
+    if scale.iter().any(|&s| !(s > 0.0 && s.is_finite())) {
         return None;
     }
-    let mut a = [[0.0f64; 3]; 3];
-    let mut b = [0.0f64; 3];
-    for &(w, o, t) in s {
-        let r = [1.0 / t, w / mw / t, o / mo / t];
-        for i in 0..3 {
+    let mut a = [[0.0f64; N]; N];
+    let mut b = [0.0f64; N];
+    for (f, t) in rows {
+        let r: [f64; N] = std::array::from_fn(|j| f[j] / scale[j] / t);
+        for i in 0..N {
             b[i] += r[i];
-            for j in 0..3 {
+            for j in 0..N {
                 a[i][j] += r[i] * r[j];
             }
         }
     }
-    let det = |m: &[[f64; 3]; 3]| {
-        m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
-            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
-    };
-    let d = det(&a);
-    let scale = a[0][0] * a[1][1] * a[2][2];
-    if !(d.is_finite() && d.abs() > 1e-12 * scale) {
-        return None;
-    }
-    let mut x = [0.0; 3];
-    for (col, xi) in x.iter_mut().enumerate() {
-        let mut m = a;
-        for (row, bi) in b.iter().enumerate() {
-            m[row][col] = *bi;
+    let tol = 1e-9 * (0..N).map(|i| a[i][i]).fold(0.0, f64::max);
+    for col in 0..N {
+        let piv = (col..N).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
+        let pivot = a[piv][col].abs();
+        if pivot.is_nan() || !tol.is_finite() || pivot <= tol {
+            return None;
         }
-        *xi = det(&m) / d;
+        a.swap(col, piv);
+        b.swap(col, piv);
+        let (pivot_row, pivot_b) = (a[col], b[col]);
+        for (r, br) in a.iter_mut().zip(b.iter_mut()).skip(col + 1) {
+            let m = r[col] / pivot_row[col];
+            for (v, p) in r.iter_mut().zip(&pivot_row).skip(col) {
+                *v -= m * p;
+            }
+            *br -= m * pivot_b;
+        }
     }
-    let x = [x[0], x[1] / mw, x[2] / mo];
-    (x[0] >= 0.0 && x[1] > 0.0 && x[2] >= 0.0).then_some(x)
+    let mut x = [0.0f64; N];
+    for i in (0..N).rev() {
+        let rest: f64 = (i + 1..N).map(|j| a[i][j] * x[j]).sum();
+        x[i] = (b[i] - rest) / a[i][i];
+    }
+    Some(std::array::from_fn(|j| x[j] / scale[j]))
 }
 
 /// The loop rate of each kernel class from measured kernels `(class,
