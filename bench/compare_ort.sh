@@ -14,6 +14,9 @@
 # BLOCKS=1 also times the batch-8 blocks of tests/fixtures/blocks (the
 # block types of DenseNet, EfficientNet, Inception-v3, RegNet and
 # ResNet-50, onnxruntime-checked) after the zoo.
+# EXTRA=DIR also times every model directory under DIR (model.onnx and
+# input.npy), e.g. the batch-8 torchvision exports that
+# bench/export_torchvision.py writes, after the rest.
 # Needs: a release build (`cargo build --release -p dnnc-compiler`), the
 # onnxruntime venv at ../ort-venv, /usr/bin/time.
 set -euo pipefail
@@ -22,7 +25,7 @@ ITERS=${1:-20}
 ROUNDS=${ROUNDS:-1}
 OPTIMIZE=${OPTIMIZE:-0}
 BLOCKS=${BLOCKS:-0}
-MODELS=../shared/models
+MODELS=${MODELS:-../shared/models}
 PY=../ort-venv/bin/python
 ORT=../shared/bench/ort_reference.py
 DNNC=./target/release/dnnc
@@ -39,8 +42,13 @@ else
   printf '%-20s %7s %10s %10s %10s %12s\n' model threads dnnc_ms ort_ms dnnc/ort dnnc_GFLOP/s
 fi
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+shopt -s nullglob
 DIRS=("$MODELS"/*/)
 [ "$BLOCKS" = 1 ] && DIRS+=(tests/fixtures/blocks/*/)
+if [ -n "${EXTRA:-}" ]; then
+  [ -d "$EXTRA" ] || { echo "EXTRA=$EXTRA is not a directory" >&2; exit 2; }
+  DIRS+=("$EXTRA"/*/)
+fi
 for dir in "${DIRS[@]}"; do
   name=$(basename "$dir")
   for t in 1 2; do

@@ -198,6 +198,18 @@ pub enum Layout {
     Lanes,
 }
 
+/// The share (percent) of the panels kernel's FMA issue slots that the
+/// lanes kernel must stay under ([`Layout::choose_cold`]) when B is
+/// deeper than [`KC`] and comes from beyond L2: a lanes tile walks its
+/// whole k reading one strided row of B per step, while the panels path
+/// packs B in `KC`-deep blocks that stay in L1 (its packing reads B's
+/// rows as long runs). Inception-v3's 17x17 pointwise convs at batch 8
+/// (192 x 289 x 768 per image, 4% fewer slots with lanes; 7 MB of
+/// input): 4.9 ms with lanes, 3.8 with panels. With B in L2 lanes still
+/// wins at that margin (MobileNet-V2's 96 x 196 x 576: the whole model
+/// 5.03 -> 5.33 ms with panels).
+const LANES_COLD_MARGIN: usize = 85;
+
 /// Rows of A (lanes) per [`Layout::Lanes`] panel: two zmm registers.
 pub const LANES: usize = 32;
 
@@ -261,6 +273,23 @@ impl Layout {
         Layout::choose_segments(m, n, k, n)
     }
 
+    /// [`Layout::choose`] for a row-major B that streams from beyond L2
+    /// (a conv input larger than L2, as at batch 8): lanes only when it
+    /// saves more than [`LANES_COLD_MARGIN`] allows for `k` past one k
+    /// block.
+    pub fn choose_cold(m: usize, n: usize, k: usize) -> Layout {
+        let hot = Layout::choose(m, n, k);
+        if hot != Layout::Lanes || k <= KC || n == 1 {
+            return hot;
+        }
+        let (panels, lanes) = fma_slots(m, n, k, n);
+        if lanes * 100 < panels * LANES_COLD_MARGIN {
+            Layout::Lanes
+        } else {
+            Layout::Panels
+        }
+    }
+
     /// [`Layout::choose`] for a B gathered in segments of `seg_len`
     /// columns ([`Gather`]): a lanes tile then never crosses a segment,
     /// so each segment has its own tiles (a 7x7 map's rows of 7 columns:
@@ -282,19 +311,7 @@ impl Layout {
                 Layout::Panels
             };
         }
-        // Panels: each panel's rows (rounded up to even) times the zmm
-        // per row its column tiles take (32 wide: 2, a tail of up to 16:
-        // 1, else 2).
-        let rows = m / 14 * 14 + (m % 14).next_multiple_of(2);
-        let tail = match n % 32 {
-            0 => 0,
-            1..=16 => 1,
-            _ => 2,
-        };
-        let panels = rows * (2 * (n / 32) + tail);
-        // Lanes: two zmm per column per 32-row panel, plus the stores.
-        let tiles = m.div_ceil(LANES) * lane_strips(n, seg_len).0;
-        let lanes = m.div_ceil(LANES) * 2 * n + tiles * LANE_STORE_COST / k;
+        let (panels, lanes) = fma_slots(m, n, k, seg_len);
         if lanes * 50 < panels * 49 {
             Layout::Lanes
         } else {
@@ -308,6 +325,24 @@ impl Layout {
             Layout::Lanes => 1,
         }
     }
+}
+
+/// The zmm FMA issue slots per k step of an `m x n x k` GEMM (B in
+/// segments of `seg_len` columns) in each layout: `(panels, lanes)`.
+/// Panels: each panel's rows (rounded up to even) times the zmm per row
+/// its column tiles take (32 wide: 2, a tail of up to 16: 1, else 2).
+/// Lanes: two zmm per column per 32-row panel, plus the tile stores.
+fn fma_slots(m: usize, n: usize, k: usize, seg_len: usize) -> (usize, usize) {
+    let rows = m / 14 * 14 + (m % 14).next_multiple_of(2);
+    let tail = match n % 32 {
+        0 => 0,
+        1..=16 => 1,
+        _ => 2,
+    };
+    let panels = rows * (2 * (n / 32) + tail);
+    let tiles = m.div_ceil(LANES) * lane_strips(n, seg_len).0;
+    let lanes = m.div_ceil(LANES) * 2 * n + tiles * LANE_STORE_COST / k;
+    (panels, lanes)
 }
 
 /// Bytes of a buffer [`pack_a_for`] makes for an `m x k` A in `layout`

@@ -378,8 +378,20 @@ fn conv_layout(geo: &ConvGeom, g: &Graph, k: &Kernel, algo: ConvAlgo) -> pgemm::
         // The gathered B's segments are output rows.
         return pgemm::Layout::choose_segments(mg, n, kk, geo.ow);
     }
+    // A pointwise conv reads its input in place; past L2 (batch 8 on
+    // 17x17 and larger maps) each image's B streams from L3.
+    let input_bytes = geo.n * geo.c * geo.h * geo.w * 4;
+    if algo == ConvAlgo::Pointwise && input_bytes > COLD_INPUT_BYTES {
+        return pgemm::Layout::choose_cold(mg, n, kk);
+    }
     pgemm::Layout::choose(mg, n, kk)
 }
+
+/// Input bytes past which a pointwise conv's B is taken to stream from
+/// beyond L2 (2 MiB per core here) when choosing its layout
+/// ([`pgemm::Layout::choose_cold`]); every zoo model's batch-1 inputs
+/// stay under it.
+const COLD_INPUT_BYTES: usize = 2 << 20;
 
 /// The layout of a Gemm/MatMul's packed weight: a weight B multiplied by
 /// a single row (a fully-connected layer at batch 1, a matrix-vector

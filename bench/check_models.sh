@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Numerics of every model directory under DIR (model.onnx, input.npy,
+# output.npy: onnxruntime's output, as bench/export_torchvision.py writes
+# them) on the cpu backend: the default build, each forced conv algorithm
+# (ALGOS, default "im2col winograd2 winograd4"), and the reference
+# interpreter, each against output.npy with the zoo's rule
+# |out - ref| <= 1e-4 + 1e-3 |ref|. One line per model and build: max
+# abs error, elements outside the bound, OK or FAIL. The interpreter's
+# line tells how far plain f32 summation in another order already is
+# from onnxruntime on that model.
+#
+# Usage: bench/check_models.sh DIR [THREADS]   (from the repository root)
+# Needs: a release build, the onnxruntime venv at ../ort-venv (numpy).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DIR=${1:?usage: bench/check_models.sh DIR [THREADS]}
+T=${2:-2}
+ALGOS=${ALGOS:-im2col winograd2 winograd4}
+PY=../ort-venv/bin/python
+DNNC=./target/release/dnnc
+[ -x "$DNNC" ] || { echo "build first: cargo build --release -p dnnc-compiler" >&2; exit 2; }
+[ -x "$PY" ] || { echo "onnxruntime venv $PY not found" >&2; exit 2; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+compare='
+import sys, numpy as np
+y, r = np.load(sys.argv[1]), np.load(sys.argv[2])
+if y.shape != r.shape: print(f"shape {y.shape} vs {r.shape} FAIL"); sys.exit(1)
+d = np.abs(y.astype(np.float64) - r); bad = int((d > 1e-4 + 1e-3 * np.abs(r)).sum())
+verdict = "FAIL" if bad else "OK"
+print(f"max abs err {d.max():.2e}  outside {bad}/{r.size}  {verdict}")
+sys.exit(1 if bad else 0)'
+status=0
+for dir in "$DIR"/*/; do
+  name=$(basename "$dir")
+  for build in default $ALGOS interp; do
+    args=(--threads "$T")
+    case $build in
+      default) ;;
+      interp) args=(--backend interp) ;;
+      *) args+=(--conv-algo "$build") ;;
+    esac
+    rm -rf "$tmp/out"
+    if ! "$DNNC" run "$dir/model.onnx" --input "$dir/input.npy" --out "$tmp/out" "${args[@]}" >"$tmp/log" 2>&1; then
+      printf '%-20s %-10s run failed: %s\n' "$name" "$build" "$(tail -1 "$tmp/log")"; status=1; continue
+    fi
+    out=$(ls "$tmp/out"/*.npy | head -1)
+    line=$("$PY" -c "$compare" "$out" "$dir/output.npy") || status=1
+    printf '%-20s %-10s %s\n' "$name" "$build" "$line"
+  done
+done
+exit $status
