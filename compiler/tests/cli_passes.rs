@@ -120,7 +120,7 @@ fn after_partition_shows_each_kernels_tasks_and_the_waves() {
         "{out}"
     );
     assert!(
-        out.contains("#   partition: no code: a view, or built in place"),
+        out.contains("#   partition: no code of its own: a view, built in place"),
         "{out}"
     );
     assert!(out.contains("# wave 0: 2 independent kernels"), "{out}");

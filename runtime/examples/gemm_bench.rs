@@ -150,6 +150,7 @@ fn main() {
             lo: 0.0,
             hi: f32::INFINITY,
             act: dnnc_runtime::cpu::pgemm::ACT_NONE,
+            pro: dnnc_runtime::cpu::pgemm::Prologue::NONE,
         };
         let call = |c: &mut [f32], mode: usize| unsafe {
             let rc = dnnc_sgemm_packed(

@@ -478,6 +478,75 @@ pub struct Epilogue {
     /// Activation after the clamp: [`ACT_NONE`], [`ACT_SIGMOID`] or
     /// [`ACT_SILU`] (other values act as none).
     pub act: u32,
+    /// A transform of B's rows applied as B is packed (inactive:
+    /// [`Prologue::NONE`]).
+    pub pro: Prologue,
+}
+
+/// A per-row transform of B applied as the GEMM packs it: row `kk` (a
+/// 1x1 conv's input channel) becomes `min(hi, max(lo, B[kk, j] *
+/// scale[kk] + shift[kk]))`, the product rounded before the add. That is
+/// an inference BatchNormalization (`scale = gamma / sqrt(var + eps)`,
+/// `shift = beta - mean * scale`, as the generated elementwise kernel
+/// computes it) and a Relu/Clip in front of a 1x1 conv, DenseNet's
+/// pre-activation: fused so, their result is never written and read
+/// back. Only the panels layout packs every B element (a call with an
+/// active prologue and a lanes-packed A, a gathered B or `n = 1` returns
+/// the mismatch code, C untouched).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Prologue {
+    /// Per-row scale (`k` floats), or null: no prologue.
+    pub scale: *const f32,
+    /// Per-row shift (`k` floats).
+    pub shift: *const f32,
+    /// Lower clamp bound (`-inf`: none; Relu: 0).
+    pub lo: f32,
+    /// Upper clamp bound (`+inf`: none).
+    pub hi: f32,
+}
+
+impl Prologue {
+    /// No transform.
+    pub const NONE: Prologue = Prologue {
+        scale: std::ptr::null(),
+        shift: std::ptr::null(),
+        lo: f32::NEG_INFINITY,
+        hi: f32::INFINITY,
+    };
+
+    fn active(&self) -> bool {
+        !self.scale.is_null()
+    }
+
+    /// Transforms the `w` leading floats of `kc` rows `ld` apart at
+    /// `d`, row `kk` being B's row `k0 + kk` (the padding stays zero).
+    unsafe fn apply(&self, d: *mut f32, ld: usize, (k0, kc): (usize, usize), w: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if Kernel::Avx512.supported() {
+            x86::prologue_rows_avx512(self, d, ld, (k0, kc), w);
+            return;
+        }
+        for kk in 0..kc {
+            let (a, b) = (*self.scale.add(k0 + kk), *self.shift.add(k0 + kk));
+            let row = d.add(kk * ld);
+            for jj in 0..w {
+                *row.add(jj) = self.clamp(*row.add(jj) * a + b);
+            }
+        }
+    }
+
+    /// `min(hi, max(lo, v))` keeping NaN, as the vector kernels' clamp.
+    #[inline(always)]
+    fn clamp(&self, v: f32) -> f32 {
+        if v < self.lo {
+            self.lo
+        } else if v > self.hi {
+            self.hi
+        } else {
+            v
+        }
+    }
 }
 
 /// [`Epilogue::act`]: no activation.
@@ -705,6 +774,10 @@ unsafe fn packed_call(
     }
     let acc = ep == 1;
     let ep = (ep > 1).then(|| (ep as *const Epilogue).read());
+    let pro = ep.map(|e| e.pro).filter(Prologue::active);
+    if pro.is_some() && (gather.is_some() || n == 1) {
+        return 1;
+    }
     if k == 0 {
         if !acc {
             let te = ep.map(|e| tile_ep(&e, 0, 0));
@@ -730,6 +803,7 @@ unsafe fn packed_call(
         c_cs,
         acc,
         ep,
+        pro,
         gemv: n == 1 && gather.is_none(),
         gather,
     };
@@ -806,6 +880,7 @@ unsafe fn lanes_call(
         || h(5) != k as u64
         || h(6) != len as u64
         || (gather.is_none() && b_cs != 1 && n > 1)
+        || (ep > 1 && (ep as *const Epilogue).read().pro.active())
     {
         return 1;
     }
@@ -1101,6 +1176,8 @@ struct Gemm {
     acc: bool,
     /// The fused epilogue, applied at each tile's last k block.
     ep: Option<Epilogue>,
+    /// B's row transform, applied as B is packed (every B then is).
+    pro: Option<Prologue>,
     /// `n == 1`: every column goes through the GEMV path, whatever the
     /// split.
     gemv: bool,
@@ -1131,7 +1208,7 @@ impl Gemm {
         // With few A panels, packing B costs about as much as the tiles
         // that read it: full-width panels of a row-major B are then read
         // in place (see `DIRECT_B_PANELS`).
-        let few = panels.len() <= DIRECT_B_PANELS;
+        let few = panels.len() <= DIRECT_B_PANELS && self.pro.is_none();
         let direct = self.gather.is_none() && self.b_cs == 1 && self.b_rs > 0 && few;
         // A gathered B is copied strip by strip in the same order.
         if (direct || (few && self.gather.is_some())) && self.k >= STRIP_ORDER_MIN_K {
@@ -1394,6 +1471,9 @@ impl Gemm {
                 continue;
             }
             if self.b_cs == 1 && self.pack_rows(d, nr, k0, kc, j, w) {
+                if let Some(p) = &self.pro {
+                    p.apply(d, nr, (k0, kc), w);
+                }
                 continue;
             }
             for kk in 0..kc {
@@ -1411,6 +1491,9 @@ impl Gemm {
                 for jj in w..nr {
                     *row.add(jj) = 0.0;
                 }
+            }
+            if let Some(p) = &self.pro {
+                p.apply(d, nr, (k0, kc), w);
             }
         }
     }
@@ -2313,6 +2396,37 @@ mod x86 {
         }
     }
 
+    /// [`super::Prologue::apply`] on 16 lanes: the same product, add and
+    /// clamp per element.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn prologue_rows_avx512(
+        p: &super::Prologue,
+        d: *mut f32,
+        ld: usize,
+        (k0, kc): (usize, usize),
+        w: usize,
+    ) {
+        let (lo, hi) = (_mm512_set1_ps(p.lo), _mm512_set1_ps(p.hi));
+        for kk in 0..kc {
+            let a = _mm512_set1_ps(*p.scale.add(k0 + kk));
+            let b = _mm512_set1_ps(*p.shift.add(k0 + kk));
+            let row = d.add(kk * ld);
+            let mut jj = 0;
+            while jj < w {
+                let m: __mmask16 = if w - jj >= 16 {
+                    0xffff
+                } else {
+                    (1u32 << (w - jj)) as u16 - 1
+                };
+                let v = _mm512_maskz_loadu_ps(m, row.add(jj));
+                let v = _mm512_add_ps(_mm512_mul_ps(v, a), b);
+                let v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+                _mm512_mask_storeu_ps(row.add(jj), m, v);
+                jj += 16;
+            }
+        }
+    }
+
     /// `rows` rows of 32 floats, `src_rs` apart, to `dst` (rows 32 apart),
     /// prefetching the next strip (the next 32 floats) 8 rows ahead, as
     /// the micro-kernels do for B read in place (a prefetch past the end
@@ -2764,6 +2878,7 @@ mod tests {
                         lo: 0.0,
                         hi: f32::INFINITY,
                         act: ACT_NONE,
+                        pro: Prologue::NONE,
                     };
                     let g = Gather {
                         base: src.as_ptr(),
@@ -3109,6 +3224,161 @@ mod tests {
     /// clamp and activation,
     /// on tails, several k blocks, the GEMV path and k = 0, at 1 and 2
     /// threads.
+    /// A prologue on B's rows gives bitwise the C of the plain GEMM on
+    /// the transformed B (`B[kk, j] * scale[kk] + shift[kk]`, clamped),
+    /// for every kernel, shapes with partial panels and tails, k across
+    /// `KC`, few A panels (whose B is otherwise read in place), 1 and 2
+    /// threads, with and without an epilogue; NaN and -0.0 in B. Calls a
+    /// prologue cannot serve (n = 1, a lanes-packed A) return the
+    /// mismatch code and leave C untouched.
+    #[test]
+    fn prologue_matches_the_gemm_of_the_transformed_b_bitwise() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let shapes = [
+            (40usize, 196usize, 64usize),
+            (90, 49, 300),
+            (16, 400, 24),
+            (70, 81, 32),
+            (200, 33, 520),
+        ];
+        let inf = f32::INFINITY;
+        for kern in kernels() {
+            for &(m, n, k) in &shapes {
+                let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
+                let b: Vec<f32> = (0..k * n)
+                    .map(|i| match i % 97 {
+                        5 => f32::NAN,
+                        6 => -0.0,
+                        _ => val(i, 5),
+                    })
+                    .collect();
+                let scale: Vec<f32> = (0..k).map(|i| 0.5 + val(i, 3).abs()).collect();
+                let shift: Vec<f32> = (0..k).map(|i| val(i, 9)).collect();
+                let pa = pack_a_with(kern, m, k, &a, k, 1, 1.0);
+                let bias: Vec<f32> = (0..m).map(|i| val(i, 11)).collect();
+                for (lo, hi) in [(-inf, inf), (0.0, inf), (0.0, 6.0)] {
+                    let tb: Vec<f32> = b
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &x)| {
+                            let v = x * scale[i / n] + shift[i / n];
+                            if v < lo {
+                                lo
+                            } else if v > hi {
+                                hi
+                            } else {
+                                v
+                            }
+                        })
+                        .collect();
+                    for with_bias in [false, true] {
+                        let mut ep = Epilogue {
+                            bias: if with_bias {
+                                bias.as_ptr()
+                            } else {
+                                std::ptr::null()
+                            },
+                            res: std::ptr::null(),
+                            res_rs: 0,
+                            res_cs: 0,
+                            lo: -inf,
+                            hi: inf,
+                            act: ACT_NONE,
+                            pro: Prologue::NONE,
+                        };
+                        let gemm = |bm: &[f32], ep: &Epilogue, threads: usize| {
+                            let mut c = vec![f32::NAN; m * n];
+                            let epp = ep as *const Epilogue as usize;
+                            let rc = on_pool(&pool, threads, || unsafe {
+                                dnnc_sgemm_packed(
+                                    pa.as_ptr() as *const f32,
+                                    m,
+                                    n,
+                                    k,
+                                    bm.as_ptr(),
+                                    n as isize,
+                                    1,
+                                    c.as_mut_ptr(),
+                                    n as isize,
+                                    1,
+                                    epp,
+                                )
+                            });
+                            assert_eq!(rc, 0);
+                            bits_of(&c)
+                        };
+                        let want = gemm(&tb, &ep, 1);
+                        ep.pro = Prologue {
+                            scale: scale.as_ptr(),
+                            shift: shift.as_ptr(),
+                            lo,
+                            hi,
+                        };
+                        for threads in [1, 2] {
+                            assert_eq!(
+                                gemm(&b, &ep, threads),
+                                want,
+                                "{kern:?} {m}x{n}x{k} clamp [{lo}, {hi}] bias {with_bias} T{threads}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // Refused: a matrix-vector product, and (AVX-512) a lanes A.
+        let (m, k) = (32, 40);
+        let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
+        let b: Vec<f32> = (0..k * 20).map(|i| val(i, 5)).collect();
+        let scale = vec![1.0f32; k];
+        let shift = vec![0.0f32; k];
+        let ep = Epilogue {
+            bias: std::ptr::null(),
+            res: std::ptr::null(),
+            res_rs: 0,
+            res_cs: 0,
+            lo: -inf,
+            hi: inf,
+            act: ACT_NONE,
+            pro: Prologue {
+                scale: scale.as_ptr(),
+                shift: shift.as_ptr(),
+                lo: 0.0,
+                hi: inf,
+            },
+        };
+        let mut packs = vec![(pack_a(m, k, &a, k, 1, 1.0), 1usize)];
+        if lanes_supported() {
+            packs.push((pack_a_for(Layout::Lanes, m, k, &a, k, 1, 1.0), 20));
+        }
+        for (pa, n) in packs {
+            let mut c = vec![7.0f32; m * n];
+            let rc = unsafe {
+                dnnc_sgemm_packed(
+                    pa.as_ptr() as *const f32,
+                    m,
+                    n,
+                    k,
+                    b.as_ptr(),
+                    n as isize,
+                    1,
+                    c.as_mut_ptr(),
+                    n as isize,
+                    1,
+                    &ep as *const Epilogue as usize,
+                )
+            };
+            assert_eq!(rc, 1, "n = {n}");
+            assert!(c.iter().all(|&v| v == 7.0), "C written");
+        }
+    }
+
+    fn bits_of(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
     #[test]
     fn fused_epilogue_matches_separate_pass_bitwise() {
         let pool = rayon::ThreadPoolBuilder::new()
@@ -3196,6 +3466,7 @@ mod tests {
                             lo,
                             hi,
                             act,
+                            pro: Prologue::NONE,
                         };
                         let sums: Vec<f32> = (0..m * n)
                             .map(|q| {
@@ -3313,6 +3584,7 @@ mod tests {
                             lo: if mode == 2 { 0.0 } else { -0.5 },
                             hi: if mode == 2 { f32::INFINITY } else { 0.25 },
                             act: ACT_NONE,
+                            pro: Prologue::NONE,
                         };
                         let epv = match mode {
                             0 | 1 => mode,
@@ -3412,6 +3684,7 @@ mod tests {
                     lo: 0.0,
                     hi: 6.0,
                     act: ACT_NONE,
+                    pro: Prologue::NONE,
                 };
                 let (xp, epp) = (x.as_ptr() as usize, &ep as *const Epilogue as usize);
                 let run = |pa: &AlignedBuf, threads: usize| {
@@ -3482,6 +3755,7 @@ mod tests {
                     lo: 0.0,
                     hi: f32::INFINITY,
                     act: ACT_NONE,
+                    pro: Prologue::NONE,
                 };
                 let g = Gather {
                     base: src.as_ptr(),
@@ -3630,6 +3904,7 @@ mod tests {
                         lo,
                         hi,
                         act: ACT_NONE,
+                        pro: Prologue::NONE,
                     };
                     let epa = &ep as *const Epilogue as usize;
                     let mut outs = Vec::new();

@@ -267,6 +267,11 @@ pub(crate) fn prepared(
         if gathered(&geom, g, k, algo) {
             prep.push(i64_buf(&gather_rows(&geom)));
         }
+        if let Some((bn, _, _)) = super::group::prologue_of(g, &k.prologue) {
+            let (scale, shift) = bn_scale_shift(g, bn)?;
+            prep.push(f32_buf(&scale));
+            prep.push(f32_buf(&shift));
+        }
         return Ok(prep);
     }
     if algo.wino_m().is_none() && algo != ConvAlgo::Fft {
@@ -353,7 +358,9 @@ fn conv_packed(g: &Graph, k: &Kernel, algo: ConvAlgo) -> bool {
 /// maps: MobileNet-V2's 7x7 pointwise convs (e.g. 320 x 49 x 960, hot:
 /// 137 → 182 GFLOP/s).
 fn conv_layout(geo: &ConvGeom, g: &Graph, k: &Kernel, algo: ConvAlgo) -> pgemm::Layout {
-    if !conv_packed(g, k, algo) {
+    // A prologue is applied as B is packed, which only the panels
+    // layout does for every element.
+    if !conv_packed(g, k, algo) || !k.prologue.is_empty() {
         return pgemm::Layout::Panels;
     }
     // A layout recorded in the IR (the egraph pass's choice, or the
@@ -567,6 +574,22 @@ pub(crate) struct FusedEp {
     pub act: u32,
 }
 
+/// Whether a conv kernel's lowering applies a prologue
+/// ([`super::group::absorb_prologues`]): a packed pointwise conv of one
+/// group over more than one output column (`n = 1` GEMMs read B in
+/// place).
+pub(crate) fn takes_prologue(g: &Graph, k: &Kernel, opts: &CpuOptions) -> bool {
+    let Ok(geom) = ConvGeom::of_node(g, k.nodes[0]) else {
+        return false;
+    };
+    let algo = choose_algo(&geom, g, k, opts);
+    algo == ConvAlgo::Pointwise
+        && geom.g == 1
+        && geom.oh * geom.ow > 1
+        && conv_packed(g, k, algo)
+        && g.value(g.node(k.nodes[0]).inputs[0]).ty.dtype == DType::F32
+}
+
 /// Matches the kernel's fused nodes against [`FusedEp`]: after the anchor
 /// (whose own bias is `bias`), at most one Add of a same-shape value read
 /// from outside the kernel, then at most one Relu or Clip (constant bounds,
@@ -652,7 +675,19 @@ pub(crate) fn ep_desc(
     e: &mut Emit<'_>,
     bias: Option<Value>,
     res: Option<(Value, (i64, i64))>,
+    lh: (f32, f32, u32),
+) -> Value {
+    ep_desc_pro(e, bias, res, lh, None)
+}
+
+/// [`ep_desc`] with a prologue on B's rows ([`pgemm::Prologue`]): the
+/// per-row scale and shift buffers and the clamp bounds.
+pub(crate) fn ep_desc_pro(
+    e: &mut Emit<'_>,
+    bias: Option<Value>,
+    res: Option<(Value, (i64, i64))>,
     (lo, hi, act): (f32, f32, u32),
+    pro: Option<(Value, Value, f32, f32)>,
 ) -> Value {
     let size = std::mem::size_of::<pgemm::Epilogue>() as u32;
     let ss =
@@ -679,6 +714,17 @@ pub(crate) fn ep_desc(
             .iconst(cranelift_codegen::ir::types::I32, act as i64);
     let off = std::mem::offset_of!(pgemm::Epilogue, act) as i32;
     e.b.ins().store(super::emit::mem(), act, p, off);
+    let po = std::mem::offset_of!(pgemm::Epilogue, pro);
+    let (sc, sh, plo, phi) = pro.unwrap_or((null, null, f32::NEG_INFINITY, f32::INFINITY));
+    let fields = [
+        (sc, std::mem::offset_of!(pgemm::Prologue, scale)),
+        (sh, std::mem::offset_of!(pgemm::Prologue, shift)),
+        (e.cf(plo), std::mem::offset_of!(pgemm::Prologue, lo)),
+        (e.cf(phi), std::mem::offset_of!(pgemm::Prologue, hi)),
+    ];
+    for (v, off) in fields {
+        e.b.ins().store(super::emit::mem(), v, p, (po + off) as i32);
+    }
     p
 }
 
@@ -707,6 +753,37 @@ pub(crate) fn f32_buf(v: &[f32]) -> AlignedBuf {
         c.copy_from_slice(&x.to_ne_bytes());
     }
     b
+}
+
+/// An inference BatchNormalization's per-channel `(scale, shift)`, in
+/// f32 with the operations the generated elementwise kernel performs
+/// (`scale = gamma / sqrt(var + eps)`, `shift = beta - mean * scale`), so
+/// a prologue transforms each element as that kernel would.
+pub(crate) fn bn_scale_shift(
+    g: &Graph,
+    bn: dnnc_ir::NodeId,
+) -> Result<(Vec<f32>, Vec<f32>), String> {
+    let node = g.node(bn);
+    let Op::BatchNormalization { epsilon } = node.op else {
+        return Err("not a BatchNormalization".into());
+    };
+    let p: Vec<Vec<f32>> = node.inputs[1..5]
+        .iter()
+        .map(|&v| f32_weight(g, v))
+        .collect::<Result<_, _>>()?;
+    let (gamma, beta, mean, var) = (&p[0], &p[1], &p[2], &p[3]);
+    let scale: Vec<f32> = gamma
+        .iter()
+        .zip(var)
+        .map(|(&s, &v)| s / (v + epsilon).sqrt())
+        .collect();
+    let shift = beta
+        .iter()
+        .zip(mean)
+        .zip(&scale)
+        .map(|((&b, &m), &a)| b - m * a)
+        .collect();
+    Ok((scale, shift))
 }
 
 /// A weight buffer holding `v`.
@@ -1018,9 +1095,23 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
     } else {
         epilogue(c, acc, bias)?
     };
-    let x = e.bufs[c.arg(node.inputs[0])?];
+    // With a prologue the conv reads the prologue's input; the packed
+    // GEMM transforms it as it packs it (see `group::absorb_prologues`).
+    let pro = match super::group::prologue_of(c.g, &c.k.prologue) {
+        Some((bn, lo, hi)) if algo == ConvAlgo::Pointwise && geom.g == 1 => {
+            let sc = e.bufs[*c.prep.get(1).ok_or("missing prologue scale")?];
+            let sh = e.bufs[*c.prep.get(2).ok_or("missing prologue shift")?];
+            Some((c.g.node(bn).inputs[0], (sc, sh, lo, hi)))
+        }
+        Some(_) => return Err("a prologue needs a pointwise conv of one group".into()),
+        None if !c.k.prologue.is_empty() => return Err("unsupported prologue".into()),
+        None => None,
+    };
+    let xv = pro.map_or(node.inputs[0], |(v, _)| v);
+    let x = e.bufs[c.arg(xv)?];
     let w = e.bufs[c.arg(node.inputs[1])?];
     let y = e.bufs[acc];
+    let pro = pro.map(|(_, p)| p);
     match algo {
         ConvAlgo::Depthwise | ConvAlgo::Direct => conv_direct(e, &geom, x, w, y, spec.as_ref())?,
         ConvAlgo::Fft => return super::fastconv::lower_fft(e, c, &geom, y, spec.as_ref()),
@@ -1065,9 +1156,18 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
                         lo: f.lo,
                         hi: f.hi,
                         act: f.act,
+                        pro,
                     })
                 }
-                None => None,
+                // A prologue alone: the epilogue's steps are identities.
+                None => pro.map(|pro| ConvEp {
+                    bias: None,
+                    res: None,
+                    lo: f32::NEG_INFINITY,
+                    hi: f32::INFINITY,
+                    act: pgemm::ACT_NONE,
+                    pro: Some(pro),
+                }),
             };
             conv_gemm(
                 e,
@@ -1142,6 +1242,8 @@ struct ConvEp {
     lo: f32,
     hi: f32,
     act: u32,
+    /// The prologue's scale and shift buffers and clamp bounds.
+    pro: Option<(Value, Value, f32, f32)>,
 }
 
 /// `C = A · B` (no accumulation) through whichever native GEMM `a` needs;
@@ -1238,18 +1340,23 @@ fn conv_gemm(
         let epg = ep.map(|f| {
             let bias = f.bias.map(|b| at(e, b, m0));
             let res = f.res.map(|r| at(e, r, yoff));
-            (bias, res, (f.lo, f.hi, f.act))
+            (bias, res, (f.lo, f.hi, f.act), f.pro)
         });
         (xg, a, yg, m0, epg)
     };
-    type EpG = Option<(Option<Value>, Option<Value>, (f32, f32, u32))>;
+    type EpG = Option<(
+        Option<Value>,
+        Option<Value>,
+        (f32, f32, u32),
+        Option<(Value, Value, f32, f32)>,
+    )>;
     let desc = |e: &mut Emit<'_>, epg: EpG, col0: Option<Value>| {
-        epg.map(|(bias, res, lh)| {
+        epg.map(|(bias, res, lh, pro)| {
             let res = res.map(|r| match col0 {
                 Some(o) => at(e, r, o),
                 None => r,
             });
-            ep_desc(e, bias, res.map(|r| (r, (p as i64, 1))), lh)
+            ep_desc_pro(e, bias, res.map(|r| (r, (p as i64, 1))), lh, pro)
         })
     };
     // Pack a chunk of output rows, GEMM it into its output columns. (The

@@ -260,7 +260,9 @@ fn check_supported(g: &Graph, k: &Kernel) -> Result<(), CodegenError> {
 /// Weights are copied into the executable, so `g` may be dropped after.
 /// Every op must have a lowering; otherwise the error names the node.
 pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenError> {
-    let kernels = group::kernels(g);
+    let kernels = group::absorb_prologues(g, group::kernels(g), |k| {
+        contraction::takes_prologue(g, k, opts)
+    });
     for k in &kernels {
         check_supported(g, k)?;
     }
@@ -623,7 +625,9 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let task_ws = std::mem::take(&mut e.task_ws);
             in_order = e.in_order;
             e.b.finalize(cfg);
-            let ops: Vec<&str> = k.nodes.iter().map(|&n| g.node(n).op.name()).collect();
+            let ops: Vec<&str> = (k.prologue.iter().chain(&k.nodes))
+                .map(|&n| g.node(n).op.name())
+                .collect();
             let inplace = inplace_pairs(g, k, &kctx.arg_of);
             let algo = contraction::algo_of(g, k, opts).map(|a| format!("{a:?}").to_lowercase());
             let (work, split_work) = cost::kernel_work(g, k, opts);

@@ -254,7 +254,9 @@ pub fn report(g: &Graph, exe: &Executable, profile: &dnnc_passes::cost::MachineP
                     t * 1e3
                 )
             }
-            None => "no code: a view, or built in place by its producers".to_string(),
+            None => "no code of its own: a view, built in place by its producers, or the \
+                     prologue of the 1x1 conv reading it (applied as its GEMM packs its input)"
+                .to_string(),
         };
         let _ = writeln!(out, "  #   partition: {text}");
     }
