@@ -238,6 +238,24 @@ fn copies_split_over_outer_rows_or_chunks() {
     split_equal(&g, &x(&[1, 32, 40, 40], 14), "Split");
 }
 
+/// A Concat along a later axis that is a copy (its parts are also parts
+/// of another Concat, so not all can be built in place: DenseNet's
+/// pattern) splits over the leading axis, each task copying every part of
+/// its images; 5 images do not divide evenly into 2 or 3 tasks.
+#[test]
+fn concatenations_of_a_batch_split_over_images() {
+    let g = parse(
+        "  input %x: f32[5,3,6,7]\n  input %w: f32[5,2,6,7]\n  %a = Exp(%x)\n  %b = Neg(%w)\n\
+         %c1 = Concat(%a, %b) {axis=1}\n  %c2 = Concat(%b, %c1, %a) {axis=1}\n\
+         %z = Neg(%c2)\n  output %z, %c1",
+    );
+    let ins = vec![
+        ("x".to_string(), rand_f32(&[5, 3, 6, 7], 21, -2.0, 2.0)),
+        ("w".to_string(), rand_f32(&[5, 2, 6, 7], 22, -2.0, 2.0)),
+    ];
+    split_equal(&g, &ins, "Concat");
+}
+
 #[test]
 fn broadcasting_elementwise_splits_over_leading_axes() {
     let g = parse(

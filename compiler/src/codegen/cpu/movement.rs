@@ -91,6 +91,22 @@ pub(crate) fn strided_copy(
     copy_nest(e, &d, &sd, &ss, (dst, db), (src, sb), dt);
 }
 
+/// [`strided_copy`] with run-time element offsets: `(buffer, offset,
+/// strides)` of the destination and of the source.
+fn strided_copy_at(
+    e: &mut Emit<'_>,
+    dims: &[usize],
+    (dst, db, dst_str): (Value, Value, &[i64]),
+    (src, sb, src_str): (Value, Value, &[i64]),
+    dt: DType,
+) {
+    if dims.contains(&0) {
+        return;
+    }
+    let (d, sd, ss) = coalesce2(dims, dst_str, src_str);
+    copy_nest(e, &d, &sd, &ss, (dst, db), (src, sb), dt);
+}
+
 /// Elements per task unit of a copy that coalesces to one run.
 const COPY_CHUNK: usize = 4096;
 
@@ -266,6 +282,30 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
             let (x, xs) = xin(0)?;
             let src = bcast_strides(&xs, &ys).ok_or("input does not broadcast")?;
             strided_copy_tasks(e, &ys, y, 0, &contiguous(&ys), x, 0, &src, dt)?;
+        }
+        Op::Concat { axis } if norm_axis(*axis, ys.len())? >= 1 && ys[0] >= 2 => {
+            // Shared out over the leading axis (a batch's images): each
+            // task copies every part of its slices. One task copying a
+            // batch-8 DenseNet's concatenations ran at a third of the
+            // bandwidth two cores reach (22.3 ms of them at two threads,
+            // onnxruntime's 15.4).
+            let ax = norm_axis(*axis, ys.len())?;
+            let yst = contiguous(&ys);
+            let parts = (0..node.inputs.len())
+                .map(xin)
+                .collect::<Result<Vec<_>, _>>()?;
+            let (lo, hi) = e.task_range(ys[0], "slices of the leading axis")?;
+            e.for_range(lo, hi, 1, |e, o| {
+                let mut at = 0usize;
+                for (x, xs) in &parts {
+                    let xst = contiguous(xs);
+                    let d = e.b.ins().imul_imm_s(o, yst[0]);
+                    let d = e.b.ins().iadd_imm_s(d, at as i64 * yst[ax]);
+                    let s0 = e.b.ins().imul_imm_s(o, xst[0]);
+                    strided_copy_at(e, &xs[1..], (y, d, &yst[1..]), (*x, s0, &xst[1..]), dt);
+                    at += xs[ax];
+                }
+            });
         }
         Op::Concat { axis } => {
             let ax = norm_axis(*axis, ys.len())?;
