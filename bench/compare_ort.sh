@@ -16,7 +16,9 @@
 # ResNet-50, onnxruntime-checked) after the zoo.
 # EXTRA=DIR also times every model directory under DIR (model.onnx and
 # input.npy), e.g. the batch-8 torchvision exports that
-# bench/export_torchvision.py writes, after the rest.
+# bench/export_torchvision.py writes, after the rest; MODELS=DIR replaces
+# ../shared/models (an empty directory times the EXTRA models alone; the
+# RSS lines need MODELS/resnet18).
 # Needs: a release build (`cargo build --release -p dnnc-compiler`), the
 # onnxruntime venv at ../ort-venv, /usr/bin/time.
 set -euo pipefail
@@ -89,9 +91,10 @@ for dir in "${DIRS[@]}"; do
   done
 done
 
+R=$MODELS/resnet18
+[ -f "$R/model.onnx" ] || exit 0
 echo
 echo "# peak RSS (/usr/bin/time -v, maximum resident set size), ResNet-18, 1 thread, one inference"
-R=$MODELS/resnet18
 rss() { /usr/bin/time -v "$@" 2>&1 >/dev/null | sed -n 's/.*Maximum resident set size (kbytes): //p'; }
 d_rss=$(rss "$DNNC" run "$R/model.onnx" --input "$R/input.npy" --backend cpu)
 o_rss=$(rss "$PY" "$ORT" "$R/model.onnx" --input "$R/input.npy" --threads 1 --runs 1 --warmup 0)
