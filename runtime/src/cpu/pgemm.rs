@@ -3217,13 +3217,6 @@ mod tests {
         assert!(sigmoid(f32::NAN).is_nan());
     }
 
-    /// The fused epilogue equals the plain GEMM followed by the bias and
-    /// residual adds, the interpreter's Relu/Clip and the scalar
-    /// [`sigmoid`] activations, bitwise (NaN for NaN), on every kernel, for
-    /// every combination of bias, residual (row-major and transposed),
-    /// clamp and activation,
-    /// on tails, several k blocks, the GEMV path and k = 0, at 1 and 2
-    /// threads.
     /// A prologue on B's rows gives bitwise the C of the plain GEMM on
     /// the transformed B (`B[kk, j] * scale[kk] + shift[kk]`, clamped),
     /// for every kernel, shapes with partial panels and tails, k across
@@ -3379,6 +3372,13 @@ mod tests {
         v.iter().map(|x| x.to_bits()).collect()
     }
 
+    /// The fused epilogue equals the plain GEMM followed by the bias and
+    /// residual adds, the interpreter's Relu/Clip and the scalar
+    /// [`sigmoid`] activations, bitwise (NaN for NaN), on every kernel, for
+    /// every combination of bias, residual (row-major and transposed),
+    /// clamp and activation,
+    /// on tails, several k blocks, the GEMV path and k = 0, at 1 and 2
+    /// threads.
     #[test]
     fn fused_epilogue_matches_separate_pass_bitwise() {
         let pool = rayon::ThreadPoolBuilder::new()
