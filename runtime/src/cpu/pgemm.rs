@@ -3286,19 +3286,7 @@ mod tests {
                             let mut c = vec![f32::NAN; m * n];
                             let epp = ep as *const Epilogue as usize;
                             let rc = on_pool(&pool, threads, || unsafe {
-                                dnnc_sgemm_packed(
-                                    pa.as_ptr() as *const f32,
-                                    m,
-                                    n,
-                                    k,
-                                    bm.as_ptr(),
-                                    n as isize,
-                                    1,
-                                    c.as_mut_ptr(),
-                                    n as isize,
-                                    1,
-                                    epp,
-                                )
+                                packed_rm(&pa, (m, n, k), bm.as_ptr(), c.as_mut_ptr(), epp)
                             });
                             assert_eq!(rc, 0);
                             bits_of(&c)
@@ -3348,21 +3336,8 @@ mod tests {
         }
         for (pa, n) in packs {
             let mut c = vec![7.0f32; m * n];
-            let rc = unsafe {
-                dnnc_sgemm_packed(
-                    pa.as_ptr() as *const f32,
-                    m,
-                    n,
-                    k,
-                    b.as_ptr(),
-                    n as isize,
-                    1,
-                    c.as_mut_ptr(),
-                    n as isize,
-                    1,
-                    &ep as *const Epilogue as usize,
-                )
-            };
+            let epp = &ep as *const Epilogue as usize;
+            let rc = unsafe { packed_rm(&pa, (m, n, k), b.as_ptr(), c.as_mut_ptr(), epp) };
             assert_eq!(rc, 1, "n = {n}");
             assert!(c.iter().all(|&v| v == 7.0), "C written");
         }
@@ -3370,6 +3345,33 @@ mod tests {
 
     fn bits_of(v: &[f32]) -> Vec<u32> {
         v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// [`dnnc_sgemm_packed`] on a row-major `k x n` B and `m x n` C.
+    ///
+    /// # Safety
+    /// `pa` packs an `m x k` A; `b` and `c` hold `k * n` and `m * n`
+    /// floats; `ep` is 0, 1 or the address of a valid [`Epilogue`].
+    unsafe fn packed_rm(
+        pa: &AlignedBuf,
+        (m, n, k): (usize, usize, usize),
+        b: *const f32,
+        c: *mut f32,
+        ep: usize,
+    ) -> i32 {
+        dnnc_sgemm_packed(
+            pa.as_ptr() as *const f32,
+            m,
+            n,
+            k,
+            b,
+            n as isize,
+            1,
+            c,
+            n as isize,
+            1,
+            ep,
+        )
     }
 
     /// The fused epilogue equals the plain GEMM followed by the bias and
@@ -3425,19 +3427,7 @@ mod tests {
                     .collect();
                 let gemm = |ep: usize, c: &mut Vec<f32>, threads: usize| {
                     let rc = on_pool(&pool, threads, || unsafe {
-                        dnnc_sgemm_packed(
-                            pa.as_ptr() as *const f32,
-                            m,
-                            n,
-                            k,
-                            b.as_ptr(),
-                            n as isize,
-                            1,
-                            c.as_mut_ptr(),
-                            n as isize,
-                            1,
-                            ep,
-                        )
+                        packed_rm(&pa, (m, n, k), b.as_ptr(), c.as_mut_ptr(), ep)
                     });
                     assert_eq!(rc, 0);
                 };
