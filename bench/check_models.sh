@@ -15,6 +15,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:?usage: bench/check_models.sh DIR [THREADS]}
 T=${2:-2}
+[ -d "$DIR" ] || { echo "check_models.sh: $DIR is not a directory" >&2; exit 2; }
+ls "$DIR"/*/model.onnx >/dev/null 2>&1 || { echo "check_models.sh: no */model.onnx under $DIR" >&2; exit 2; }
 ALGOS=${ALGOS:-im2col winograd2 winograd4}
 PY=../ort-venv/bin/python
 DNNC=./target/release/dnnc

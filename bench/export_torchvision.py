@@ -19,6 +19,9 @@ Usage:
 import sys, os, numpy as np, torch, torchvision, onnxruntime as ort
 out = sys.argv[1]
 names = sys.argv[2:] or ["resnet50", "densenet121", "efficientnet_b0", "regnet_y_400mf", "inception_v3"]
+unknown = [n for n in names if not callable(getattr(torchvision.models, n, None))]
+if unknown:
+    sys.exit(f"export_torchvision.py: not a torchvision model: {', '.join(unknown)}")
 for name in names:
     torch.manual_seed(0)
     kw = {"weights": None}

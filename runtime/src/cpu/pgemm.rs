@@ -531,20 +531,8 @@ impl Prologue {
             let (a, b) = (*self.scale.add(k0 + kk), *self.shift.add(k0 + kk));
             let row = d.add(kk * ld);
             for jj in 0..w {
-                *row.add(jj) = self.clamp(*row.add(jj) * a + b);
+                *row.add(jj) = clamp_keep_nan(*row.add(jj) * a + b, self.lo, self.hi);
             }
-        }
-    }
-
-    /// `min(hi, max(lo, v))` keeping NaN, as the vector kernels' clamp.
-    #[inline(always)]
-    fn clamp(&self, v: f32) -> f32 {
-        if v < self.lo {
-            self.lo
-        } else if v > self.hi {
-            self.hi
-        } else {
-            v
         }
     }
 }
@@ -650,15 +638,22 @@ impl TileEp {
                 .offset(r as isize * self.res_rs + j as isize * self.res_cs);
         }
         if self.clamp {
-            v = if v < self.lo {
-                self.lo
-            } else if v > self.hi {
-                self.hi
-            } else {
-                v
-            };
+            v = clamp_keep_nan(v, self.lo, self.hi);
         }
         activate(self.act, v)
+    }
+}
+
+/// `v` clamped to `[lo, hi]`, a NaN staying NaN: the scalar form of the
+/// vector kernels' `min(hi, max(lo, v))`.
+#[inline(always)]
+fn clamp_keep_nan(v: f32, lo: f32, hi: f32) -> f32 {
+    if v < lo {
+        lo
+    } else if v > hi {
+        hi
+    } else {
+        v
     }
 }
 
@@ -1470,26 +1465,23 @@ impl Gemm {
                 self.pack_gather(g, d, nr, k0, kc, j, w);
                 continue;
             }
-            if self.b_cs == 1 && self.pack_rows(d, nr, k0, kc, j, w) {
-                if let Some(p) = &self.pro {
-                    p.apply(d, nr, (k0, kc), w);
-                }
-                continue;
-            }
-            for kk in 0..kc {
-                let src = self
-                    .b
-                    .offset((k0 + kk) as isize * self.b_rs + j as isize * self.b_cs);
-                let row = d.add(kk * nr);
-                if self.b_cs == 1 {
-                    std::ptr::copy_nonoverlapping(src, row, w);
-                } else {
-                    for jj in 0..w {
-                        *row.add(jj) = *src.offset(jj as isize * self.b_cs);
+            let packed = self.b_cs == 1 && self.pack_rows(d, nr, k0, kc, j, w);
+            if !packed {
+                for kk in 0..kc {
+                    let src = self
+                        .b
+                        .offset((k0 + kk) as isize * self.b_rs + j as isize * self.b_cs);
+                    let row = d.add(kk * nr);
+                    if self.b_cs == 1 {
+                        std::ptr::copy_nonoverlapping(src, row, w);
+                    } else {
+                        for jj in 0..w {
+                            *row.add(jj) = *src.offset(jj as isize * self.b_cs);
+                        }
                     }
-                }
-                for jj in w..nr {
-                    *row.add(jj) = 0.0;
+                    for jj in w..nr {
+                        *row.add(jj) = 0.0;
+                    }
                 }
             }
             if let Some(p) = &self.pro {

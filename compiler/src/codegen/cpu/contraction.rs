@@ -680,14 +680,23 @@ pub(crate) fn ep_desc(
     ep_desc_pro(e, bias, res, lh, None)
 }
 
-/// [`ep_desc`] with a prologue on B's rows ([`pgemm::Prologue`]): the
-/// per-row scale and shift buffers and the clamp bounds.
+/// A [`pgemm::Prologue`] in generated code: the per-row scale and shift
+/// buffers (already at the GEMM's first row) and the clamp bounds.
+#[derive(Clone, Copy)]
+pub(crate) struct ProDesc {
+    scale: Value,
+    shift: Value,
+    lo: f32,
+    hi: f32,
+}
+
+/// [`ep_desc`] with a prologue on B's rows.
 pub(crate) fn ep_desc_pro(
     e: &mut Emit<'_>,
     bias: Option<Value>,
     res: Option<(Value, (i64, i64))>,
     (lo, hi, act): (f32, f32, u32),
-    pro: Option<(Value, Value, f32, f32)>,
+    pro: Option<ProDesc>,
 ) -> Value {
     let size = std::mem::size_of::<pgemm::Epilogue>() as u32;
     let ss =
@@ -715,12 +724,18 @@ pub(crate) fn ep_desc_pro(
     let off = std::mem::offset_of!(pgemm::Epilogue, act) as i32;
     e.b.ins().store(super::emit::mem(), act, p, off);
     let po = std::mem::offset_of!(pgemm::Epilogue, pro);
-    let (sc, sh, plo, phi) = pro.unwrap_or((null, null, f32::NEG_INFINITY, f32::INFINITY));
+    let p0 = pgemm::Prologue::NONE;
+    let pro = pro.unwrap_or(ProDesc {
+        scale: null,
+        shift: null,
+        lo: p0.lo,
+        hi: p0.hi,
+    });
     let fields = [
-        (sc, std::mem::offset_of!(pgemm::Prologue, scale)),
-        (sh, std::mem::offset_of!(pgemm::Prologue, shift)),
-        (e.cf(plo), std::mem::offset_of!(pgemm::Prologue, lo)),
-        (e.cf(phi), std::mem::offset_of!(pgemm::Prologue, hi)),
+        (pro.scale, std::mem::offset_of!(pgemm::Prologue, scale)),
+        (pro.shift, std::mem::offset_of!(pgemm::Prologue, shift)),
+        (e.cf(pro.lo), std::mem::offset_of!(pgemm::Prologue, lo)),
+        (e.cf(pro.hi), std::mem::offset_of!(pgemm::Prologue, hi)),
     ];
     for (v, off) in fields {
         e.b.ins().store(super::emit::mem(), v, p, (po + off) as i32);
@@ -1099,9 +1114,15 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
     // GEMM transforms it as it packs it (see `group::absorb_prologues`).
     let pro = match super::group::prologue_of(c.g, &c.k.prologue) {
         Some((bn, lo, hi)) if algo == ConvAlgo::Pointwise && geom.g == 1 => {
-            let sc = e.bufs[*c.prep.get(1).ok_or("missing prologue scale")?];
-            let sh = e.bufs[*c.prep.get(2).ok_or("missing prologue shift")?];
-            Some((c.g.node(bn).inputs[0], (sc, sh, lo, hi)))
+            let scale = e.bufs[*c.prep.get(1).ok_or("missing prologue scale")?];
+            let shift = e.bufs[*c.prep.get(2).ok_or("missing prologue shift")?];
+            let desc = ProDesc {
+                scale,
+                shift,
+                lo,
+                hi,
+            };
+            Some((c.g.node(bn).inputs[0], desc))
         }
         Some(_) => return Err("a prologue needs a pointwise conv of one group".into()),
         None if !c.k.prologue.is_empty() => return Err("unsupported prologue".into()),
@@ -1242,8 +1263,8 @@ struct ConvEp {
     lo: f32,
     hi: f32,
     act: u32,
-    /// The prologue's scale and shift buffers and clamp bounds.
-    pro: Option<(Value, Value, f32, f32)>,
+    /// The prologue on B's rows, if any.
+    pro: Option<ProDesc>,
 }
 
 /// `C = A · B` (no accumulation) through whichever native GEMM `a` needs;
@@ -1348,7 +1369,7 @@ fn conv_gemm(
         Option<Value>,
         Option<Value>,
         (f32, f32, u32),
-        Option<(Value, Value, f32, f32)>,
+        Option<ProDesc>,
     )>;
     let desc = |e: &mut Emit<'_>, epg: EpG, col0: Option<Value>| {
         epg.map(|(bias, res, lh, pro)| {

@@ -83,12 +83,8 @@ pub(crate) fn strided_copy(
     src_str: &[i64],
     dt: DType,
 ) {
-    if dims.contains(&0) {
-        return;
-    }
-    let (d, sd, ss) = coalesce2(dims, dst_str, src_str);
     let (db, sb) = (e.ci(dst_off), e.ci(src_off));
-    copy_nest(e, &d, &sd, &ss, (dst, db), (src, sb), dt);
+    strided_copy_at(e, dims, (dst, db, dst_str), (src, sb, src_str), dt);
 }
 
 /// [`strided_copy`] with run-time element offsets: `(buffer, offset,
