@@ -25,11 +25,16 @@ use cranelift_frontend::Variable;
 const MAX_SCRATCH: usize = 256 * 1024;
 
 /// Scratch-plane bytes from which the padded-plane kernels copy rows as
-/// they need them ([`PadPlane::streams`]). MobileNet-V2 at one thread:
-/// its 112x112 stride-2 depthwise layer 0.34 → 0.27 ms streamed; the
-/// 28x28 and 14x14 ones 0.035 → 0.050 and 0.029 → 0.064 ms (so those copy
-/// first), the 56x56 one unchanged.
-const STREAM_MIN_BYTES: usize = 32 * 1024;
+/// they need them ([`PadPlane::streams`]), one row block ahead of the
+/// compute. MobileNet-V2 at one thread: its 112x112 stride-2 depthwise
+/// layer 0.34 → 0.27 ms streamed (copying just the rows each block reads,
+/// right before it); with the copy one block ahead, the 56x56 (14.6 KiB
+/// scratch) and 28x28 (3.7 KiB) ones 0.095 → 0.084 and 0.038 → 0.034 ms
+/// (copying the block's own rows, they had been 0.035 → 0.050 ms: the
+/// loads met the copy's stores in flight and could not forward from
+/// them), while the 14x14 one (0.96 KiB) went 0.031 → 0.043 ms and copies
+/// first.
+const STREAM_MIN_BYTES: usize = 2 * 1024;
 
 /// The geometry of a 2-D sliding window over one plane.
 #[derive(Clone, Copy, Debug)]
@@ -115,7 +120,11 @@ impl PadPlane {
             return None;
         }
         let reach = (win.kw - 1) * win.dw;
-        let l = (win.ow + reach / s).max((win.pl + win.w - 1) / s + 1);
+        // Whole 16-byte vectors per phase row, so the rows (and the
+        // copy's stores of the even phase) start on vector boundaries.
+        let l = (win.ow + reach / s)
+            .max((win.pl + win.w - 1) / s + 1)
+            .next_multiple_of(4);
         let rs = s * l;
         let ph = (win.oh - 1) * win.sh + (win.kh - 1) * win.dh + 1;
         let hc = win.h.min(ph.saturating_sub(win.pt));
@@ -173,12 +182,13 @@ impl PadPlane {
     }
 
     /// Whether the depthwise kernel should have [`PadPlane::compute`] copy
-    /// the plane's rows as the row blocks first need them (given `src`)
+    /// the plane's rows as the row blocks come to need them (given `src`)
     /// rather than the whole plane first: for scratch planes of
-    /// [`STREAM_MIN_BYTES`] and more, which do not stay in L1 between the
-    /// copy and the compute, and whose input usually comes from L3, so its
-    /// misses then overlap the arithmetic. Smaller planes pay more for the
-    /// per-block copies than they save. (The max pool streams every plane:
+    /// [`STREAM_MIN_BYTES`] and more, so the copy's loads, shuffles and
+    /// stores issue beside the compute's multiply-adds instead of in a
+    /// phase of their own, and the misses of an input from L3 overlap the
+    /// arithmetic. Smaller planes pay more for the per-block copies than
+    /// they save. (The max pool streams every plane:
     /// copying SqueezeNet's 55x55 planes first measured 0.066 → 0.074 ms.)
     pub fn streams(&self) -> bool {
         self.ph * self.rs * 4 >= STREAM_MIN_BYTES
@@ -379,14 +389,20 @@ impl PadPlane {
         let mut err: Option<String> = None;
         let full = win.oh / rb * rb;
         let ps = self.ptr_slot.expect("scratch not allocated");
-        // With `src`, the plane's rows are copied just before the first
-        // row block that reads them, so the copy's cache misses overlap
-        // the previous blocks' arithmetic instead of all coming first.
+        // With `src`, the plane's rows are copied one row block ahead of
+        // the compute: the block at `r` copies the rows the next block
+        // (`rb` rows on) reads beyond its own, the first block also its
+        // own. So the copy's cache misses overlap the arithmetic instead
+        // of all coming first, and no compute load reads a line the copy
+        // has just stored to (such loads cannot take their data from the
+        // store queue: they straddle two of the copy's vectors).
         let fetch = |e: &mut Emit<'_>, r: Value, n: usize| {
             if let Some(src) = src {
-                // Rows before block `r` are copied (none before the first
-                // row, or before a band's first row its window's first).
-                let lo = self.rows_to(e, r);
+                // Rows before block `r + rb` are copied (none before the
+                // first row, or before a band's first row its window's
+                // first).
+                let ahead = e.b.ins().iadd_imm_s(r, rb as i64);
+                let lo = self.rows_to(e, ahead);
                 let (first, start) = match band {
                     Some((r0, _)) => {
                         let first = e.b.ins().icmp(IntCC::Equal, r, r0);
@@ -395,7 +411,7 @@ impl PadPlane {
                     None => (e.b.ins().icmp_imm_s(IntCC::Equal, r, 0), e.ci(0)),
                 };
                 let lo = e.b.ins().select(first, start, lo);
-                let r_end = e.b.ins().iadd_imm_s(r, n as i64);
+                let r_end = e.b.ins().iadd_imm_s(r, (n + rb) as i64);
                 let hi = self.rows_to(e, r_end);
                 self.copy_rows(e, src, lo, hi);
             }
