@@ -257,7 +257,9 @@ fn emit_nest(
         let outer = contiguous(&sub.lens[..prefix]);
         let mut err = None;
         e.for_range(lo, hi, 1, |e, f| {
-            // Per operand, the offset of unit `f`'s first element.
+            // Per operand, the offset of unit `f`'s first element, pinned
+            // to this point (`Emit::pin`): computed once per unit, not in
+            // the element loops below.
             let idx: Vec<Value> = (0..prefix)
                 .map(|d| {
                     let q = e.b.ins().udiv_imm_u(f, outer[d]);
@@ -275,7 +277,8 @@ fn emit_nest(
                     if s[..prefix].iter().all(|&x| x == 0) {
                         b
                     } else {
-                        Some(e.linear(b, &idx, &s[..prefix]))
+                        let off = e.linear(b, &idx, &s[..prefix]);
+                        Some(e.pin(off))
                     }
                 })
                 .collect();
