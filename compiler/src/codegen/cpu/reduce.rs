@@ -746,7 +746,10 @@ fn reduce(
         .enumerate()
         .all(|(i, &a)| a == xs.len() - 1 - i);
     let mut body = |e: &mut Emit<'_>, idx: &[Value]| {
+        // The run's start pinned here (`Emit::pin`): computed once per
+        // result element, not for every block of the run.
         let xo = e.linear(None, idx, &kept_str);
+        let xo = e.pin(xo);
         let yo = e.linear(None, idx, &out_str);
         let r = if trailing {
             run_reduce(e, x, xo, count, kind)
