@@ -26,14 +26,14 @@ const MAX_SCRATCH: usize = 256 * 1024;
 
 /// Scratch-plane bytes from which the padded-plane kernels copy rows as
 /// they need them ([`PadPlane::streams`]), one row block ahead of the
-/// compute. MobileNet-V2 at one thread: its 112x112 stride-2 depthwise
-/// layer 0.34 → 0.27 ms streamed (copying just the rows each block reads,
-/// right before it); with the copy one block ahead, the 56x56 (14.6 KiB
-/// scratch) and 28x28 (3.7 KiB) ones 0.095 → 0.084 and 0.038 → 0.034 ms
-/// (copying the block's own rows, they had been 0.035 → 0.050 ms: the
-/// loads met the copy's stores in flight and could not forward from
-/// them), while the 14x14 one (0.96 KiB) went 0.031 → 0.043 ms and copies
-/// first.
+/// compute. MobileNet-V2 at one thread (layers named by input size): its
+/// 112x112 stride-2 depthwise layer 0.34 → 0.27 ms streamed (then
+/// copying each block's own rows just before it); with the copy one
+/// block ahead, the 56x56 (14.6 KiB scratch) and 28x28 (3.7 KiB) ones
+/// 0.095 → 0.084 and 0.038 → 0.034 ms, where streaming the old way had
+/// taken the 28x28 one 0.035 → 0.050 ms (its loads met the copy's
+/// stores in flight and could not forward from them); the 14x14 one
+/// (0.96 KiB) went 0.031 → 0.043 ms streamed and copies first.
 const STREAM_MIN_BYTES: usize = 2 * 1024;
 
 /// The geometry of a 2-D sliding window over one plane.
