@@ -4,8 +4,12 @@
 //! a fused epilogue, with the im2col algorithm forced, against the
 //! interpreter; and split across threads, bitwise equal to one thread.
 //! With the filter a weight the GEMM gathers its B straight from the phase
-//! rows (an implicit im2col); with the filter a run-time input the column
-//! matrix is written and multiplied by the unpacked GEMM. Both are covered.
+//! rows (an implicit im2col) when `k >= 128` or A has at most three
+//! AVX-512 row panels, reading strips that lie in one output row in
+//! place; with more rows and a small `k` the column matrix is written and
+//! read in place by the packed GEMM; with the filter a run-time input the
+//! column matrix is written and multiplied by the unpacked GEMM. All are
+//! covered.
 
 mod cpu_common;
 
@@ -22,7 +26,7 @@ fn im2col() -> CpuOptions {
 /// (channels, groups, out channels, kernel, pads, height, width)
 type Case = (usize, usize, usize, [usize; 2], [usize; 4], usize, usize);
 
-const CASES: [Case; 10] = [
+const CASES: [Case; 12] = [
     (3, 1, 8, [7, 7], [3, 3, 3, 3], 30, 30),
     // Groups with k = 16 * 9 >= 128: the gathered B per group.
     (32, 2, 8, [3, 3], [1, 1, 1, 1], 14, 15),
@@ -35,6 +39,11 @@ const CASES: [Case; 10] = [
     (2, 1, 4, [4, 5], [2, 1, 1, 2], 12, 9),
     // Many rows of a narrow map: several chunks per image.
     (64, 1, 8, [3, 3], [1, 1, 1, 1], 120, 8),
+    // k = 27 over 48 rows (four panels): the written columns.
+    (3, 1, 48, [3, 3], [1, 1, 1, 1], 17, 19),
+    // k = 27 over 24 rows, 75-column output rows: gathered, two strips of
+    // each row read in place, the third copied.
+    (3, 1, 24, [3, 3], [1, 1, 1, 1], 9, 150),
 ];
 
 fn graph(i: usize) -> (dnnc_ir::Graph, Vec<usize>) {
@@ -76,7 +85,7 @@ fn phased_im2col_matches_the_interpreter() {
 
 #[test]
 fn phased_im2col_splits_bitwise() {
-    for i in [0, 1, 6, 9] {
+    for i in [0, 1, 6, 9, 10, 11] {
         let (g, shape) = graph(i);
         let x = rand_f32(&shape, 400 + i as u64, -2.0, 2.0);
         let mut exe = compile_cpu(&g, &im2col()).expect("compile");

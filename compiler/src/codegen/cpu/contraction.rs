@@ -1756,17 +1756,23 @@ fn phase_rows(geo: &ConvGeom) -> usize {
 /// Whether an im2col conv runs as an implicit GEMM: the packed GEMM
 /// gathers its B panels straight from the chunk's padded phase rows
 /// ([`pgemm::Gather`]) and the column matrix is never written. Stride-2
-/// convs with a filter packed at compile time and a k from which the
-/// packed GEMM goes strip by strip ([`pgemm::STRIP_ORDER_MIN_K`]); below
-/// it, with few A panels, the GEMM reads written columns in place panel
-/// by panel, which measured faster than packing them from the phase rows
-/// (SqueezeNet's stem, k = 27: 0.40 vs 0.42 ms, MobileNet-V2's 0.23 vs
-/// 0.25).
+/// convs with a filter packed at compile time whose GEMM goes strip by
+/// strip ([`pgemm::gathered_strips`]: a k from
+/// [`pgemm::STRIP_ORDER_MIN_K`], or up to three AVX-512 row panels);
+/// otherwise the GEMM reads written columns in place panel by panel,
+/// which measured faster than packing them from the phase rows
+/// (SqueezeNet's stem, k = 27 over 64 rows: 0.40 vs 0.42 ms packed,
+/// 0.37 vs 0.45 strip by strip; MobileNet-V2's, 32 rows, 0.23 vs 0.25
+/// packed but 0.217 vs 0.200 strip by strip).
 fn gathered(geo: &ConvGeom, g: &Graph, k: &Kernel, algo: ConvAlgo) -> bool {
     algo == ConvAlgo::Im2col
         && conv_packed(g, k, algo)
         && phased(geo)
-        && geo.c / geo.g * geo.kh * geo.kw >= pgemm::STRIP_ORDER_MIN_K
+        && pgemm::gathered_strips(
+            pgemm::Kernel::best(),
+            geo.m / geo.g,
+            geo.c / geo.g * geo.kh * geo.kw,
+        )
 }
 
 /// The gathered B's row offsets: row `(c, i, j)` (tap `(i, j)` of input
