@@ -345,3 +345,39 @@ fn rules_lists_the_rule_table() {
         "{out}"
     );
 }
+
+/// A 1x1 conv of 3.6M multiply-adds (MobileNet-V2's 144 -> 32 projection
+/// on 28x28) splits its GEMM at run time by the packed GEMM's own rule
+/// with spinning workers (W/p >= 8 x 100k MACs), so `--after partition`
+/// must show it split too; it showed "one task (the kernel does not
+/// split)" when the code generator priced a task at the idle pool's 400k.
+#[test]
+fn after_partition_shows_the_gemm_split_the_run_makes() {
+    let dir = std::env::temp_dir().join(format!("dnnc-partition-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("projection.dnn");
+    std::fs::write(
+        &model,
+        "graph projection {\n\
+           input %x: f32[1,144,28,28]\n\
+           param %w: f32[32,144,1,1] = he(seed=1)\n\
+           %y: f32[1,32,28,28] = Conv2d(%x, %w) {strides=[1,1], pads=[0,0,0,0], dilations=[1,1], group=1}\n\
+           output %y\n\
+         }\n",
+    )
+    .unwrap();
+    let out = stdout(&dnnc(&[
+        "ir",
+        model.to_str().unwrap(),
+        "--after",
+        "partition",
+        "--threads",
+        "2",
+    ]));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.contains("#   partition: its GEMMs split inside the call, up to 2 slices"),
+        "{out}"
+    );
+    assert!(!out.contains("does not split"), "{out}");
+}

@@ -153,6 +153,21 @@ pub const GEMV_MAC_WEIGHT: u64 = 16;
 /// [`GEMV_MAC_WEIGHT`] times: an FC layer at batch 1 (1000 x 1280) then
 /// splits, and each thread streams its own rows.
 pub fn gemm_tasks(m: usize, n: usize, k: usize, threads: usize) -> usize {
+    gemm_tasks_with(m, n, k, threads, handoff())
+}
+
+/// [`gemm_tasks`] as it will decide inside a run whose workers spin (the
+/// default: [`handoff`] is then [`TASK_OVERHEAD_MACS_SPIN`]), for the
+/// code generator, which asks outside any run whether a kernel's GEMMs
+/// will split. (Asked with the idle overhead it said "no" for 3.6M-MAC
+/// GEMMs that then split at run time, and `dnnc ir --after partition`
+/// showed them as unsplit.)
+pub fn gemm_tasks_in_run(m: usize, n: usize, k: usize, threads: usize) -> usize {
+    gemm_tasks_with(m, n, k, threads, TASK_OVERHEAD_MACS_SPIN)
+}
+
+/// [`gemm_tasks`] with `overhead` MACs per task.
+fn gemm_tasks_with(m: usize, n: usize, k: usize, threads: usize, overhead: u64) -> usize {
     if threads <= 1 {
         return 1;
     }
@@ -162,7 +177,7 @@ pub fn gemm_tasks(m: usize, n: usize, k: usize, threads: usize) -> usize {
     } else {
         w
     };
-    let by_work = (w / (8 * handoff())).max(1) as usize;
+    let by_work = (w / (8 * overhead)).max(1) as usize;
     let by_shape = m.max(n).div_ceil(SLICE_ALIGN);
     threads.min(by_work).min(by_shape).max(1)
 }

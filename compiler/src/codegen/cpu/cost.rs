@@ -6,7 +6,7 @@ use super::contraction::{self, ConvAlgo};
 use super::group::Kernel;
 use super::CpuOptions;
 use dnnc_ir::{Graph, NodeId, Op, TensorType};
-use dnnc_runtime::cpu::native::gemm_tasks;
+use dnnc_runtime::cpu::native::gemm_tasks_in_run;
 
 /// W-D work of node `n` (`dnnc_passes::wd::node_cost`; Conv2d as direct).
 fn node_work(g: &Graph, n: NodeId) -> u64 {
@@ -78,6 +78,10 @@ pub(crate) fn kernel_work(g: &Graph, k: &Kernel, opts: &CpuOptions) -> (u64, u64
         },
         _ => return (w, 0),
     };
-    let s = if gemm_tasks(m, n, kk, 2) > 1 { macs } else { 0 };
+    let s = if gemm_tasks_in_run(m, n, kk, 2) > 1 {
+        macs
+    } else {
+        0
+    };
     (w, s.min(w))
 }
