@@ -18,6 +18,16 @@ fn dnnc(args: &[&str]) -> Output {
         .expect("run dnnc")
 }
 
+/// `text` written as `m.dnn` in a fresh directory of its own (named by
+/// `tag` and this process): the directory, to remove, and the model.
+fn temp_model(tag: &str, text: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("dnnc-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("m.dnn");
+    std::fs::write(&model, text).unwrap();
+    (dir, model)
+}
+
 fn stdout(o: &Output) -> String {
     assert!(
         o.status.success(),
@@ -265,14 +275,10 @@ fn after_select_conv_algo_shows_each_decision() {
 /// fired and the estimated time.
 #[test]
 fn egraph_stats_are_comment_lines() {
-    let dir = std::env::temp_dir().join(format!("dnnc-egraph-stats-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let model = dir.join("m.dnn");
-    std::fs::write(
-        &model,
+    let (dir, model) = temp_model(
+        "egraph-stats",
         "graph m {\n  input %x: f32[2,3]\n  %a = Identity(%x)\n  %b = Relu(%a)\n  %c = Relu(%b)\n  output %c\n}\n",
-    )
-    .unwrap();
+    );
     let out = stdout(&dnnc(&[
         "ir",
         model.to_str().unwrap(),
@@ -353,19 +359,15 @@ fn rules_lists_the_rule_table() {
 /// split)" when the code generator priced a task at the idle pool's 400k.
 #[test]
 fn after_partition_shows_the_gemm_split_the_run_makes() {
-    let dir = std::env::temp_dir().join(format!("dnnc-partition-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let model = dir.join("projection.dnn");
-    std::fs::write(
-        &model,
+    let (dir, model) = temp_model(
+        "partition",
         "graph projection {\n\
            input %x: f32[1,144,28,28]\n\
            param %w: f32[32,144,1,1] = he(seed=1)\n\
            %y: f32[1,32,28,28] = Conv2d(%x, %w) {strides=[1,1], pads=[0,0,0,0], dilations=[1,1], group=1}\n\
            output %y\n\
          }\n",
-    )
-    .unwrap();
+    );
     let out = stdout(&dnnc(&[
         "ir",
         model.to_str().unwrap(),
