@@ -2758,6 +2758,14 @@ mod tests {
     use super::*;
     use crate::cpu::native::with_threads;
 
+    /// The rayon pool the two-thread cases of these tests run on.
+    fn two_thread_pool() -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap()
+    }
+
     fn kernels() -> Vec<Kernel> {
         [Kernel::Avx512, Kernel::Avx2, Kernel::Portable]
             .into_iter()
@@ -2856,10 +2864,7 @@ mod tests {
     /// 1 and 2 threads.
     #[test]
     fn gathered_b_matches_the_same_b_stored_row_major_bitwise() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = two_thread_pool();
         for kern in kernels() {
             let shapes: [(usize, usize, usize); 4] =
                 [(20, 70, 27), (64, 150, 147), (200, 45, 300), (5, 33, 9)];
@@ -3003,10 +3008,7 @@ mod tests {
     /// bitwise the row a GEMM packing B gives, at 1 and 2 threads.
     #[test]
     fn copied_b_strips_match_packed_b_bitwise() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = two_thread_pool();
         let (n, k) = (COPY_STRIP_MIN_RS as usize + 76, 300);
         for kern in kernels() {
             let big = (DIRECT_B_PANELS + 1) * kern.mr() + 3;
@@ -3029,10 +3031,7 @@ mod tests {
 
     #[test]
     fn packed_matches_f64_reference_on_edge_shapes() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = two_thread_pool();
         let dims = [1usize, 2, 5, 13, 14, 15, 33, 65];
         let ks = [1usize, 3, 255, 256, 257, 600];
         for kern in kernels() {
@@ -3061,10 +3060,7 @@ mod tests {
 
     #[test]
     fn packed_two_threads_bitwise_equal_one() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = two_thread_pool();
         for kern in kernels() {
             for &(m, n, k) in &[
                 (64usize, 3136usize, 147usize),
@@ -3092,10 +3088,7 @@ mod tests {
     /// bitwise, and a header mismatch in any entry is reported.
     #[test]
     fn batched_gemms_split_by_whole_gemms_bitwise() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = two_thread_pool();
         let (m, n, k, count) = (130usize, 49usize, 96usize, 16usize);
         let a: Vec<f32> = (0..m * k)
             .map(|i| ((i * 7) % 13) as f32 * 0.1 - 0.6)
@@ -3244,10 +3237,7 @@ mod tests {
     /// mismatch code and leave C untouched.
     #[test]
     fn prologue_matches_the_gemm_of_the_transformed_b_bitwise() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = two_thread_pool();
         let shapes = [
             (40usize, 196usize, 64usize),
             (90, 49, 300),
@@ -3401,10 +3391,7 @@ mod tests {
     /// threads.
     #[test]
     fn fused_epilogue_matches_separate_pass_bitwise() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = two_thread_pool();
         let shapes = [
             (14usize, 32usize, 7usize),
             (15, 33, 300),
@@ -3561,10 +3548,7 @@ mod tests {
         if !lanes_supported() {
             return;
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = two_thread_pool();
         let mut cases = 0;
         for m in [1usize, 5, 16, 17, 32, 33, 70] {
             for n in [2usize, 7, 14, 15, 29, 49] {
@@ -3675,10 +3659,7 @@ mod tests {
         if !lanes_supported() {
             return;
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = two_thread_pool();
         for m in [1usize, 31, 33, 1000] {
             for k in [1usize, 300, 600] {
                 let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
@@ -3731,10 +3712,7 @@ mod tests {
         if !lanes_supported() {
             return;
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = two_thread_pool();
         let shapes: [(usize, usize, usize); 4] =
             [(40, 49, 300), (33, 70, 27), (64, 15, 600), (5, 9, 7)];
         for &(m, n, k) in &shapes {
@@ -3849,10 +3827,7 @@ mod tests {
     /// the reference too.
     #[test]
     fn narrow_kernel_matches_reference_and_masked_wide_bitwise() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = two_thread_pool();
         let run = |narrow: bool, f: &dyn Fn() -> (Vec<f32>, Vec<f64>)| {
             set_narrow(narrow);
             let r = f();
