@@ -705,11 +705,23 @@ fn execute_command(
         }
         Command::Calibrate { threads, runs, out } => {
             let base = dnnc_passes::cost::MachineProfile::default();
-            let (p, layers) = crate::tune::calibrate(&base, threads, runs)?;
+            let crate::tune::Calibration {
+                profile: p,
+                layers,
+                handoffs,
+            } = crate::tune::calibrate(&base, threads, runs)?;
             notes(&format!(
                 "note: fitted on {}",
                 crate::tune::quality(&layers, &p).line()
             ));
+            notes(&match handoffs {
+                Some((split, wave)) => format!(
+                    "note: hand-offs measured on 2 threads: {:.2} us per split share, {:.2} us per wave kernel",
+                    split * 1e6,
+                    wave * 1e6
+                ),
+                None => "note: one CPU: the hand-offs keep the built-in profile's figures".into(),
+            });
             match out {
                 Some(path) => {
                     write_text(&path, &p.to_json())?;

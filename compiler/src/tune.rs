@@ -562,13 +562,28 @@ pub const HANDOFF_CALIBRATION_MODEL: &str = "graph handoff {
 }
 ";
 
+/// What [`calibrate`] measured: the fitted profile, the layers it was
+/// fitted on, and the hand-offs when they were measured (`None` on one
+/// CPU, where the profile keeps `base`'s), so a caller can say which
+/// figures are this machine's.
+#[derive(Debug, Clone)]
+pub struct Calibration {
+    /// The profile fitted on this machine.
+    pub profile: MachineProfile,
+    /// The calibration layers with every algorithm's measured time.
+    pub layers: Vec<LayerTune>,
+    /// The measured `(handoff, wave_handoff)` in seconds, when measured.
+    pub handoffs: Option<(f64, f64)>,
+}
+
 /// Measures [`CALIBRATION_MODEL`] and fits `base`'s rates to it, then
-/// [`LOOP_CALIBRATION_MODEL`] for the loop rates of the kernel classes.
+/// [`LOOP_CALIBRATION_MODEL`] for the loop rates of the kernel classes
+/// and [`HANDOFF_CALIBRATION_MODEL`] for the partition's hand-offs.
 pub fn calibrate(
     base: &MachineProfile,
     threads: usize,
     runs: usize,
-) -> Result<(MachineProfile, Vec<LayerTune>), DnncError> {
+) -> Result<Calibration, DnncError> {
     let g = crate::model::load_model_str(CALIBRATION_MODEL, "calibration.dnn")?;
     let feeds = crate::cli::gather_inputs(&g, &[], &mut |_| {})?;
     let layers = measure(&g, &feeds, threads, runs)?;
@@ -590,13 +605,18 @@ pub fn calibrate(
     p.class_rates = dnnc_passes::cost::fit_loops(&p, &samples);
     let hg = crate::model::load_model_str(HANDOFF_CALIBRATION_MODEL, "handoff.dnn")?;
     let hfeeds = crate::cli::gather_inputs(&hg, &[], &mut |_| {})?;
-    if let Some((split, wave)) = measure_handoff(&hg, &hfeeds, runs)? {
+    let handoffs = measure_handoff(&hg, &hfeeds, runs)?;
+    if let Some((split, wave)) = handoffs {
         p.handoff = split;
         p.wave_handoff = wave;
     }
     p.threads = threads;
     p.machine = machine_name();
-    Ok((p, layers))
+    Ok(Calibration {
+        profile: p,
+        layers,
+        handoffs,
+    })
 }
 
 /// The hand-off cost per extra share of a split kernel
