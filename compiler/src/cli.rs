@@ -720,7 +720,7 @@ fn execute_command(
                     split * 1e6,
                     wave * 1e6
                 ),
-                None => "note: one CPU: the hand-offs keep the built-in profile's figures".into(),
+                None => "note: hand-offs not measured (one CPU, or no kernel split): the built-in profile's figures are kept".into(),
             });
             match out {
                 Some(path) => {
