@@ -1,6 +1,7 @@
 //! The e-graph optimiser on random graphs: convolutions, Gemm, BatchNorm,
 //! elementwise chains, concats, splits, transposes, reshape chains,
-//! identities, split/concat round trips, constant zeros and ones, and
+//! identities, split/concat round trips, constant zeros and ones, average
+//! pools before 1x1 convs, and
 //! branches (two or three convs of one value, two Gemm heads of one
 //! feature vector), so the rules have something to fire on: over the 300
 //! graphs every rule but `zero-add`, `one-mul` and `div-one` fires, the
@@ -78,6 +79,18 @@ impl Builder {
                 let k = [1, 3][self.rng.below(2)];
                 let w = self.param(&[co, s[1], k, k], &format!("he(seed={seed})"));
                 let b = self.param(&[co], &format!("uniform(low=-0.5, high=0.5, seed={seed})"));
+                // Half the 1x1 convs read an average pool, padding
+                // counted or not (conv-over-average-pool).
+                let v = if k == 1 && self.rng.below(2) == 0 {
+                    let q = self.fresh("pool");
+                    let counted = self.rng.below(2);
+                    self.lines.push(format!(
+                        "%{q} = AveragePool(%{v}) {{kernel=[3,3], strides=[1,1], pads=[1,1,1,1], count_include_pad={counted}}}"
+                    ));
+                    q
+                } else {
+                    v
+                };
                 let y = self.fresh("conv");
                 let p = k / 2;
                 let line = format!("%{y} = Conv2d(%{v}, %{w}, %{b}) {{pads=[{p},{p},{p},{p}]}}");
@@ -402,7 +415,12 @@ fn random_graphs_keep_their_outputs() {
     // The generator plants identities, so most graphs change.
     assert!(fired >= 100, "only {fired} of 300 graphs were rewritten");
     // ... and branches and heads that merge.
-    for r in ["merge-convs", "merge-matmuls", "unary-over-split"] {
+    for r in [
+        "merge-convs",
+        "merge-matmuls",
+        "unary-over-split",
+        "conv-over-average-pool",
+    ] {
         assert!(rules.get(r).copied().unwrap_or(0) >= 5, "{r}: {rules:?}");
     }
     assert!(

@@ -117,6 +117,11 @@ pub fn rules() -> Vec<Rule> {
             Rewrite::new("unary-over-split", ClassWhere::new("?u", unary_of_a_piece), UnaryOverSplit).expect("rule"),
         ),
         row(
+            "conv-over-average-pool",
+            "Conv2d_1x1(AveragePool(x), w, b) = AveragePool(Conv2d_1x1(x, w)) + b: both are linear, so the pool runs on the conv's output channels",
+            Rewrite::new("conv-over-average-pool", ClassWhere::new("?conv", conv_of_pool_class), ConvOverPool).expect("rule"),
+        ),
+        row(
             "merge-convs",
             "Conv2ds of one input with one stride = one Conv2d of the concatenated (smaller ones zero-padded) filters, then Split",
             Rewrite::new("merge-convs", ClassWhere::new("?shared", convs_to_merge), MergeShared(MergeKind::Conv)).expect("rule"),
@@ -889,5 +894,84 @@ impl Applier<TensorNode, TensorAnalysis> for FoldIntoGemm {
             folded.push(add(eg, Op::Gemm(gemm), new_args));
         }
         merge(eg, eclass, folded, rule)
+    }
+}
+
+/// A 1x1, stride-1, unpadded, ungrouped Conv2d with a weights-only
+/// filter (and bias) whose input is an AveragePool: `(conv attributes,
+/// pool attributes, the pool's input, filter, bias)`.
+type ConvOfPool = (dnnc_ir::op::Conv2d, dnnc_ir::op::Pool2d, Id, Id, Option<Id>);
+
+/// `n` as a [`ConvOfPool`], if it is one. Any average pool qualifies:
+/// each of its outputs is a fixed combination of its inputs (divisors
+/// included, with or without padding), so it commutes with the per-pixel
+/// linear map `w`; the bias, constant per channel, is added after the
+/// pool, where an average with padding counted would have scaled it.
+fn conv_of_pool(eg: &TensorGraph, n: &TensorNode) -> Option<ConvOfPool> {
+    let Some(Op::Conv2d(p)) = n.ir_op() else {
+        return None;
+    };
+    if p.group != 1 || p.strides != [1, 1] || p.pads != [0; 4] {
+        return None;
+    }
+    let ch = n.children();
+    let (&src, &w) = (ch.first()?, ch.get(1)?);
+    let one_by_one = eg[w]
+        .data
+        .ty()
+        .is_some_and(|t| t.rank() == 4 && t.shape[2] == 1 && t.shape[3] == 1);
+    let b = ch.get(2).copied();
+    if ch.len() > 3 || !one_by_one || !ch[1..].iter().all(|&c| eg[c].data.weights_only) {
+        return None;
+    }
+    eg[src]
+        .iter()
+        .find_map(|m| match (m.ir_op(), m.children()) {
+            (Some(Op::AveragePool(q)), &[x]) => Some((p.clone(), q.clone(), x, w, b)),
+            _ => None,
+        })
+}
+
+/// Whether class `c` holds a [`ConvOfPool`] (`conv-over-average-pool`'s
+/// match).
+fn conv_of_pool_class(eg: &TensorGraph, c: Id) -> bool {
+    eg[c].iter().any(|n| conv_of_pool(eg, n).is_some())
+}
+
+/// Adds `AveragePool(Conv2d(x, w)) + b` for each [`ConvOfPool`] of the
+/// class: the pool then averages the conv's `M` output channels instead
+/// of its `C` input channels (Inception-v3's pool branches: 768 -> 192),
+/// and the bias, reshaped to `[M, 1, 1]`, fuses into the pool's epilogue.
+/// Extraction keeps it where the cost model finds it cheaper.
+struct ConvOverPool;
+
+impl Applier<TensorNode, TensorAnalysis> for ConvOverPool {
+    fn apply_one(
+        &self,
+        eg: &mut TensorGraph,
+        eclass: Id,
+        _subst: &Subst,
+        _ast: Option<&PatternAst<TensorNode>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
+        let found: Vec<ConvOfPool> = eg[eclass]
+            .iter()
+            .filter_map(|n| conv_of_pool(eg, n))
+            .collect();
+        let mut ids = Vec::new();
+        for (p, q, x, w, b) in found {
+            let m = eg[w].data.ty().map_or(0, |t| t.shape[0]);
+            let conv = eg.add(TensorNode::op(Op::Conv2d(p), vec![x, w]));
+            let pool = eg.add(TensorNode::op(Op::AveragePool(q), vec![conv]));
+            ids.push(match b {
+                Some(b) => {
+                    let shape = vec![m as i64, 1, 1];
+                    let b = eg.add(TensorNode::op(Op::Reshape { shape }, vec![b]));
+                    eg.add(TensorNode::op(Op::Binary(Binary::Add), vec![pool, b]))
+                }
+                None => pool,
+            });
+        }
+        merge(eg, eclass, ids, rule)
     }
 }

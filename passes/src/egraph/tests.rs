@@ -830,3 +830,41 @@ fn zero_budgets_are_rejected() {
         assert!(e.contains("egraph") && e.contains("budget"), "{e}");
     }
 }
+
+#[test]
+fn conv_over_average_pool() {
+    // Padding counted in the divisor: the bias must go after the pool.
+    insta::assert_snapshot!(rule_effect(
+        "conv-over-average-pool",
+        "graph t {
+           input %x: f32[1,16,5,5]
+           param %w: f32[4,16,1,1] = he(seed=1)
+           param %b: f32[4] = uniform(low=-1, high=1, seed=2)
+           %p = AveragePool(%x) {kernel=[3,3], strides=[1,1], pads=[1,1,1,1], count_include_pad=1}
+           %c = Conv2d(%p, %w, %b) {}
+           %r = Relu(%c)
+           output %r
+         }"
+    ));
+}
+
+/// Without padding counted, and without a bias, the rewrite keeps the
+/// outputs too; a conv with more outputs than inputs keeps its place
+/// (the pool would average more channels).
+#[test]
+fn conv_over_average_pool_variants() {
+    let g = "graph t {
+           input %x: f32[1,16,6,6]
+           param %w: f32[4,16,1,1] = he(seed=1)
+           %p = AveragePool(%x) {kernel=[3,3], strides=[1,1], pads=[1,1,1,1]}
+           %c = Conv2d(%p, %w) {}
+           output %c
+         }";
+    rule_effect("conv-over-average-pool", g);
+    let wide =
+        dnnc_ir::text::parse(&g.replace("f32[4,16,1,1]", "f32[64,16,1,1]"), "wide.dnn").unwrap();
+    let (out, _) = optimize(&wide, &EGraphConfig::default()).unwrap();
+    let text = print(&out);
+    let pool = text.find("AveragePool(%x)");
+    assert!(pool.is_some(), "{text}");
+}
