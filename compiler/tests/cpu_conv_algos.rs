@@ -316,3 +316,72 @@ fn cli_options_take_precedence_over_the_node_attribute() {
         [ConvAlgo::Winograd2, ConvAlgo::Im2col, ConvAlgo::Direct]
     );
 }
+
+/// Batches whose images share their Winograd frequency GEMMs (the
+/// transformed filter outweighs the per-image transforms: 48-96
+/// channels on small maps) against the interpreter, F(2x2) and F(4x4),
+/// with bias, residual and Relu fused, on maps that leave partial and
+/// overhanging tiles; 1, 2 and 3 threads give bitwise the same result.
+#[test]
+fn winograd_batches_sharing_their_gemms() {
+    use dnnc_compiler::codegen::cpu::compile_cpu;
+    for (n, h, w, pads, c, m) in [
+        (3, 5, 6, [1, 1, 1, 1], 64, 48),
+        (4, 7, 7, [1, 1, 1, 1], 96, 96),
+        (4, 4, 9, [0, 2, 1, 0], 64, 48),
+    ] {
+        let oh = h + pads[0] + pads[2] - 2;
+        let ow = w + pads[1] + pads[3] - 2;
+        let src = format!(
+            "graph shared {{
+  input %x: f32[{n},{c},{h},{w}]
+  param %w: f32[{m},{c},3,3] = he(seed=5)
+  param %b: f32[{m}] = uniform(low=-1, high=1, seed=6)
+  input %r: f32[{n},{m},{oh},{ow}]
+  %c = Conv2d(%x, %w, %b) {{pads=[{},{},{},{}]}}
+  %a = Add(%c, %r)
+  %y = Relu(%a)
+  output %y
+}}",
+            pads[0], pads[1], pads[2], pads[3]
+        );
+        let g = dnnc_ir::text::parse(&src, "shared.dnn").unwrap();
+        let ins = vec![
+            ("x".to_string(), rand_f32(&[n, c, h, w], 11, -1.0, 1.0)),
+            ("r".to_string(), rand_f32(&[n, m, oh, ow], 12, -1.0, 1.0)),
+        ];
+        for a in [ConvAlgo::Winograd2, ConvAlgo::Winograd4] {
+            let tile = if a == ConvAlgo::Winograd2 { 2 } else { 4 };
+            let shape = dnnc_passes::wd::ConvShape {
+                n: n as u64,
+                c_in: c as u64,
+                c_out: m as u64,
+                h: h as u64,
+                w: w as u64,
+                h_out: oh as u64,
+                w_out: ow as u64,
+                kh: 3,
+                kw: 3,
+                strides: [1, 1],
+                dilations: [1, 1],
+                pads: pads.map(|p| p as u64),
+                group: 1,
+            };
+            assert!(
+                dnnc_passes::cost::winograd_shares_gemms(&shape, tile),
+                "{n}x{h}x{w} {a:?} should share its GEMMs"
+            );
+            check_algo(&g, &ins, a, 2e-4);
+            let mut exe = compile_cpu(&g, &forced(a)).unwrap();
+            let one = exe.run(&ins).unwrap();
+            for t in [2, 3] {
+                exe.set_threads(t).unwrap();
+                let more = exe.run(&ins).unwrap();
+                let bits = |v: &[Tensor]| -> Vec<u32> {
+                    v[0].as_f32().unwrap().iter().map(|x| x.to_bits()).collect()
+                };
+                assert_eq!(bits(&one), bits(&more), "{n}x{h}x{w} {a:?} at {t} threads");
+            }
+        }
+    }
+}

@@ -383,10 +383,11 @@ pub fn conv_work(algo: &str, shape: &ConvShape) -> Option<u64> {
             let a = m + s.kh - 1;
             let filter = co * ci * crate::wd::conv::transform_work(s.kh, a) * s.group;
             // The per-frequency GEMMs have one column per tile, and the
-            // packed GEMM computes whole column tiles: a 7x7 map's 4
-            // F(4x4) tiles cost a full tile of 16.
+            // packed GEMM computes whole column tiles (a 7x7 map's 4
+            // F(4x4) tiles cost a full tile of 16) plus, where a batch's
+            // images share their GEMMs, the gaps between images.
             let tiles = s.n * s.h_out.div_ceil(m) * s.w_out.div_ceil(m);
-            let idle = tiles.next_multiple_of(GEMM_COLUMN_TILE) - tiles;
+            let idle = winograd_gemm_columns(s, m as usize) - tiles;
             let waste = a * a * co * ci * idle * s.group;
             all.saturating_sub(filter).saturating_add(waste)
         }
@@ -400,6 +401,47 @@ pub fn conv_work(algo: &str, shape: &ConvShape) -> Option<u64> {
         }
         _ => return None,
     })
+}
+
+/// Whether the CPU backend runs Winograd F(m x m)'s frequency GEMMs once
+/// over every image of the batch rather than image by image: where
+/// streaming the transformed filter `U` once per image costs more than
+/// taking every image's transformed input and products (V, M) through
+/// memory, `(N - 1) |U| > 2 N (|V| + |M|)` per image, for an ungrouped
+/// conv. At batch 8 ResNet-50's 7x7 F(4x4) convs streamed their 37.7 MB
+/// `U` once per image (15 ms a conv, 9.5 shared). The code generator
+/// asks this, so the cost model prices what runs.
+pub fn winograd_shares_gemms(s: &ConvShape, m: usize) -> bool {
+    if s.group != 1 || s.n < 2 {
+        return false;
+    }
+    let a2 = ((m as u64) + s.kh - 1).pow(2);
+    let tiles = s.h_out.div_ceil(m as u64) * s.w_out.div_ceil(m as u64);
+    let u = a2 * s.c_out * s.c_in;
+    let vm = a2 * (s.c_in + s.c_out) * tiles;
+    (s.n - 1) * u > 2 * s.n * vm
+}
+
+/// Columns of V and M per image in the CPU backend's Winograd layout:
+/// the tiles plus the overhang of the last tile row's group of four
+/// (a row's tiles go four to a vector).
+pub fn winograd_image_columns(s: &ConvShape, m: usize) -> u64 {
+    let (th, tw) = (s.h_out.div_ceil(m as u64), s.w_out.div_ceil(m as u64));
+    (th * tw + tw.next_multiple_of(4) - tw).next_multiple_of(4)
+}
+
+/// Columns the frequency GEMMs of Winograd F(m x m) compute per
+/// frequency and group over the whole batch, whole column tiles of
+/// [`GEMM_COLUMN_TILE`]: one GEMM over every image (with the gaps between
+/// their column blocks) where [`winograd_shares_gemms`], else one per
+/// image.
+pub fn winograd_gemm_columns(s: &ConvShape, m: usize) -> u64 {
+    let tiles = s.h_out.div_ceil(m as u64) * s.w_out.div_ceil(m as u64);
+    if winograd_shares_gemms(s, m) {
+        ((s.n - 1) * winograd_image_columns(s, m) + tiles).next_multiple_of(GEMM_COLUMN_TILE)
+    } else {
+        s.n * tiles.next_multiple_of(GEMM_COLUMN_TILE)
+    }
 }
 
 /// Output elements of a convolution (all images and channels).

@@ -48,7 +48,15 @@
 //! Larger batches (or groups) run the same three steps in turn inside
 //! one loop over (image, group) pairs, which the kernel splits across
 //! tasks: each task has its own workspaces (`Emit::task_slice`) and runs
-//! its GEMM batches on its own thread.
+//! its GEMM batches on its own thread. That streams the transformed
+//! filter once per image; where that costs more than taking every
+//! image's V and M through memory ([`batches_images`], the cost model's
+//! `winograd_shares_gemms`), the batch's images share one GEMM per
+//! frequency instead: V and M hold image `i`'s tiles in columns
+//! `[i·ps, (i+1)·ps)` of rows `imgs·ps` long, and the kernel is three
+//! phases over (image, input channel) units, the shared GEMMs, and
+//! (image, output channel) units (ResNet-50's 7x7 convs at batch 8:
+//! F(4x4) 15.0 → 9.5 ms, F(2x2) 7.05 → 6.7 ms at one thread).
 //!
 //! The transforms are straight-line code: F(2x2)'s derived from the
 //! matrices in [`WINOGRAD`] (zero coefficients skipped, ±1 as add/sub),
@@ -162,14 +170,25 @@ struct Tiling {
     xw: usize,
     /// Width of the staging output plane.
     zw: usize,
-    /// Row stride of V and M: the tiles plus the last row's overhang.
+    /// Columns of V and M per image: the tiles plus the last row's
+    /// overhang.
     ps: usize,
+    /// Images whose tiles share one set of frequency GEMMs (1, or the
+    /// batch when [`batches_images`] says so); image `i`'s columns start
+    /// at `i * ps`.
+    imgs: usize,
+    /// Row stride of V and M: `imgs * ps`.
+    rs: usize,
 }
 
 fn tiling(geo: &ConvGeom, m: usize) -> Tiling {
     let (th, tw) = (geo.oh.div_ceil(m), geo.ow.div_ceil(m));
     let tw4 = tw.div_ceil(4) * 4;
     let p = th * tw;
+    // The cost model counts the same columns.
+    let ps = dnnc_passes::cost::winograd_image_columns(&shape(geo), m) as usize;
+    debug_assert_eq!(ps, (p + tw4 - tw).div_ceil(4) * 4);
+    let imgs = if batches_images(geo, m) { geo.n } else { 1 };
     Tiling {
         th,
         tw,
@@ -178,7 +197,38 @@ fn tiling(geo: &ConvGeom, m: usize) -> Tiling {
         hp: th * m + 2,
         xw: tw4 * m + 4,
         zw: tw4 * m,
-        ps: (p + tw4 - tw).div_ceil(4) * 4,
+        ps,
+        imgs,
+        rs: imgs * ps,
+    }
+}
+
+/// Whether a batch's images share their frequency GEMMs (one GEMM per
+/// frequency over every image's tiles) instead of running them image by
+/// image: the cost model's rule, [`dnnc_passes::cost::winograd_shares_gemms`],
+/// so it prices what runs.
+fn batches_images(geo: &ConvGeom, m: usize) -> bool {
+    dnnc_passes::cost::winograd_shares_gemms(&shape(geo), m)
+}
+
+/// `geo` as the cost model's shape.
+fn shape(geo: &ConvGeom) -> dnnc_passes::wd::ConvShape {
+    let u = |v: usize| v as u64;
+    let p = &geo.p;
+    dnnc_passes::wd::ConvShape {
+        n: u(geo.n),
+        c_in: u(geo.c),
+        c_out: u(geo.m),
+        h: u(geo.h),
+        w: u(geo.w),
+        h_out: u(geo.oh),
+        w_out: u(geo.ow),
+        kh: u(geo.kh),
+        kw: u(geo.kw),
+        strides: p.strides.map(u),
+        dilations: p.dilations.map(u),
+        pads: p.pads.map(u),
+        group: u(geo.g),
     }
 }
 
@@ -191,10 +241,11 @@ fn block_stride(rows: usize, ps: usize) -> usize {
     (lines | 1) * 16
 }
 
-/// Whether the kernel is lowered as three phases (one image and group:
-/// batch-1 models); larger batches loop over (image, group) in one call.
-fn is_phased(geo: &ConvGeom) -> bool {
-    geo.n * geo.g == 1
+/// Whether the kernel is lowered as three phases (one image and group,
+/// as batch-1 models have, or a batch whose images share their GEMMs);
+/// other batches loop over (image, group) in one call.
+fn is_phased(geo: &ConvGeom, t: &Tiling) -> bool {
+    geo.n * geo.g == 1 || t.imgs > 1
 }
 
 /// Workspace bytes: one padded input plane, transformed input V, products
@@ -209,8 +260,8 @@ pub(crate) fn workspaces(geo: &ConvGeom, m: usize) -> Vec<usize> {
     let a2 = w.alpha * w.alpha;
     vec![
         t.hp * t.xw * 4,
-        a2 * block_stride(cg, t.ps) * 4,
-        a2 * block_stride(mg, t.ps) * 4,
+        a2 * block_stride(cg, t.rs) * 4,
+        a2 * block_stride(mg, t.rs) * 4,
         t.th * m * t.zw * 4,
     ]
 }
@@ -259,7 +310,8 @@ pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
 /// x 128, hot: 152 → 186 GFLOP/s).
 fn u_layout(geo: &ConvGeom, m: usize) -> pgemm::Layout {
     let (cg, mg) = geo.per_group();
-    pgemm::Layout::choose(mg, tiling(geo, m).p, cg)
+    let t = tiling(geo, m);
+    pgemm::Layout::choose(mg, (t.imgs - 1) * t.ps + t.p, cg)
 }
 
 /// `sum_k coef[k] * xs[k]` on f32x4 values: zero coefficients skipped,
@@ -472,13 +524,65 @@ pub(crate) fn lower(
         u: c.prep[0],
         spec: &spec,
     };
-    if is_phased(geo) {
+    if is_phased(geo, &t) && t.imgs > 1 {
+        // The batch's images share the GEMMs: (image, channel) units
+        // for the transforms.
+        let (cg, mg) = geo.per_group();
+        let imgs = t.imgs;
+        let zero = e.ci(0);
+        e.phase(
+            imgs * cg,
+            "images x input channels (transform)",
+            |e, lo, hi| {
+                let xb = e.bufs[w.args[0]];
+                let xp = e.task_slice(w.args[0], xb, w.ws[0]);
+                e.for_range(lo, hi, 1, |e, u| {
+                    let n = e.b.ins().udiv_imm_u(u, cg as i64);
+                    let ci = e.b.ins().urem_imm_u(u, cg as i64);
+                    let cbase = e.b.ins().imul_imm_s(n, geo.c as i64);
+                    let c1 = e.b.ins().iadd_imm_s(ci, 1);
+                    w.input(e, xp, (cbase, n), ci, c1);
+                });
+                Ok(())
+            },
+        )?;
+        e.phase(
+            1,
+            "the frequency GEMMs over every image, split inside the GEMM call",
+            |e, _, _| {
+                w.gemm(e, zero);
+                Ok(())
+            },
+        )?;
+        let mut err = None;
+        e.phase(
+            imgs * mg,
+            "images x output channels (inverse transform)",
+            |e, lo, hi| {
+                let zb = e.bufs[w.args[3]];
+                let zp = e.task_slice(w.args[3], zb, w.ws[3]);
+                e.bufs[w.args[3]] = zp;
+                e.for_range(lo, hi, 1, |e, u| {
+                    let n = e.b.ins().udiv_imm_u(u, mg as i64);
+                    let mo = e.b.ins().urem_imm_u(u, mg as i64);
+                    let m1 = e.b.ins().iadd_imm_s(mo, 1);
+                    if let Err(m) = w.output(e, n, zero, mo, m1) {
+                        err.get_or_insert(m);
+                    }
+                });
+                e.bufs[w.args[3]] = zb;
+                Ok(())
+            },
+        )?;
+        return err.map_or(Ok(()), Err);
+    }
+    if is_phased(geo, &t) {
         let (cg, mg) = geo.per_group();
         let zero = e.ci(0);
         e.phase(cg, "input channels (transform)", |e, lo, hi| {
             let xb = e.bufs[w.args[0]];
             let xp = e.task_slice(w.args[0], xb, w.ws[0]);
-            w.input(e, xp, zero, lo, hi);
+            w.input(e, xp, (zero, zero), lo, hi);
             Ok(())
         })?;
         e.phase(
@@ -522,7 +626,8 @@ pub(crate) fn lower(
         let t0 = e.b.ins().imul_imm_s(n, geo.c as i64);
         let t1 = e.b.ins().imul_imm_s(gi, cg as i64);
         let cbase = e.b.ins().iadd(t0, t1);
-        w.input(e, xp, cbase, lo, ci);
+        let z = e.ci(0);
+        w.input(e, xp, (cbase, z), lo, ci);
         w.gemm(e, gi);
         let co0 = e.b.ins().imul_imm_s(gi, mg as i64);
         if let Err(m) = w.output(e, n, co0, lo, co) {
@@ -557,14 +662,24 @@ struct Wino<'a> {
 
 impl Wino<'_> {
     /// Input channels `[lo, hi)` of one group (channel `cbase + ci` of
-    /// `x` for `ci` in the range): the padded copy into plane `xp`, then
-    /// `V[s][ci][tile]` for every tile, four tiles of a row a step.
-    fn input(&self, e: &mut Emit<'_>, xp: Value, cbase: Value, lo: Value, hi: Value) {
+    /// `x` for `ci` in the range) of V's image `img` (0 unless the
+    /// images share their GEMMs): the padded copy into plane `xp`, then
+    /// `V[s][ci][img * ps + tile]` for every tile, four tiles of a row a
+    /// step.
+    fn input(
+        &self,
+        e: &mut Emit<'_>,
+        xp: Value,
+        (cbase, img): (Value, Value),
+        lo: Value,
+        hi: Value,
+    ) {
         let (wn, geo, t) = (self.wn, self.geo, self.t);
         let (m, al) = (wn.m, wn.alpha);
         let (cg, _) = geo.per_group();
-        let (xw, ps) = (t.xw, t.ps);
+        let (xw, ps) = (t.xw, t.rs);
         let vs = block_stride(cg, ps);
+        let vimg = e.b.ins().imul_imm_s(img, t.ps as i64);
         let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
         let vb = e.bufs[self.args[1]];
         let x = self.x;
@@ -587,6 +702,7 @@ impl Wino<'_> {
             let tail = e.ci(((pt + geo.h) * xw) as i64);
             zero_run(e, xp, tail, (t.hp - pt - geo.h) * xw);
             let vc = e.b.ins().imul_imm_s(ci, ps as i64);
+            let vc = e.b.ins().iadd(vc, vimg);
             e.for_n(t.th, |e, r| {
                 // Byte addresses of the row's first tile in the plane and V.
                 let xr = e.b.ins().imul_imm_s(r, (m * xw * 4) as i64);
@@ -621,19 +737,22 @@ impl Wino<'_> {
         let ug = e.b.ins().imul_imm_s(gi, al as i64 * al as i64 * ustride);
         let ub = e.bufs[self.u];
         let ua = at(e, ub, ug);
+        // Every image's tiles, and the column gaps between them (their
+        // products are never read).
+        let cols = (t.imgs - 1) * t.ps + t.p;
         let args = [
             ua,
             e.ci(ustride),
             e.ci(mg as i64),
-            e.ci(t.p as i64),
+            e.ci(cols as i64),
             e.ci(cg as i64),
             e.bufs[self.args[1]],
-            e.ci(block_stride(cg, t.ps) as i64),
-            e.ci(t.ps as i64),
+            e.ci(block_stride(cg, t.rs) as i64),
+            e.ci(t.rs as i64),
             e.ci(1),
             e.bufs[self.args[2]],
-            e.ci(block_stride(mg, t.ps) as i64),
-            e.ci(t.ps as i64),
+            e.ci(block_stride(mg, t.rs) as i64),
+            e.ci(t.rs as i64),
             e.ci(1),
             e.ci((al * al) as i64),
         ];
@@ -666,8 +785,14 @@ impl Wino<'_> {
         let (wn, geo, t) = (self.wn, self.geo, self.t);
         let (m, al) = (wn.m, wn.alpha);
         let (_, mg) = geo.per_group();
-        let (zw, ps) = (t.zw, t.ps);
+        let (zw, ps) = (t.zw, t.rs);
         let ms = block_stride(mg, ps);
+        // Image `n`'s columns of M when the images share their GEMMs.
+        let mimg = if t.imgs > 1 {
+            e.b.ins().imul_imm_s(n, t.ps as i64)
+        } else {
+            e.ci(0)
+        };
         let (mb, zp) = (e.bufs[self.args[2]], e.bufs[self.args[3]]);
         let epi = super::direct::Epilogue::new(self.spec, true);
         // Tile rows and groups wholly inside the output (fused), with
@@ -681,6 +806,7 @@ impl Wino<'_> {
         e.for_range(lo, hi, 1, |e, mo| {
             let co = e.b.ins().iadd(co0, mo);
             let mc = e.b.ins().imul_imm_s(mo, ps as i64);
+            let mc = e.b.ins().iadd(mc, mimg);
             let eplane = epi.as_ref().map(|f| f.plane(e, n, co));
             // The transformed rows of group `q` of tile row `r`, as
             // pixel-contiguous vectors per output row.
