@@ -168,6 +168,26 @@ impl ConvGeom {
         cg >= WINO_MIN_CHANNELS && mg >= WINO_MIN_CHANNELS
     }
 
+    /// The geometry as the Work-Depth model's and cost model's shape.
+    pub fn shape(&self) -> crate::wd::ConvShape {
+        let u = |v: usize| v as u64;
+        crate::wd::ConvShape {
+            n: u(self.n),
+            c_in: u(self.c),
+            c_out: u(self.m),
+            h: u(self.h),
+            w: u(self.w),
+            h_out: u(self.oh),
+            w_out: u(self.ow),
+            kh: u(self.kh),
+            kw: u(self.kw),
+            strides: self.p.strides.map(u),
+            dilations: self.p.dilations.map(u),
+            pads: self.p.pads.map(u),
+            group: u(self.g),
+        }
+    }
+
     /// Input and output channels per group.
     pub fn per_group(&self) -> (usize, usize) {
         (self.c / self.g, self.m / self.g)
@@ -251,13 +271,22 @@ impl ConvGeom {
         } else if fits(ConvAlgo::Pointwise) {
             ConvAlgo::Pointwise
         } else if fits(ConvAlgo::Winograd4) && self.winograd_channels() {
-            // Tiles of one image: the lowering transforms and multiplies
-            // image by image, so its frequency GEMMs are one image's tiles
-            // wide whatever the batch (a batch-8 DenseNet block's 32 -> 8
-            // conv on 8x8 maps, 4 tiles an image: F(4x4) 0.072, F(2x2)
-            // 0.033, im2col 0.042 ms; a ResNet-50 bottleneck's 64 -> 64 on
-            // 8x8: 0.207, 0.172, 0.304 ms, `dnnc tune`).
-            let tiles = |m: usize| self.oh.div_ceil(m) * self.ow.div_ceil(m);
+            // The frequency GEMMs' width: one image's tiles where the
+            // lowering multiplies image by image (a batch-8 DenseNet
+            // block's 32 -> 8 conv on 8x8 maps, 4 tiles an image: F(4x4)
+            // 0.072, F(2x2) 0.033, im2col 0.042 ms, `dnnc tune`), every
+            // image's where the batch shares its GEMMs
+            // (`cost::winograd_shares_gemms`: ResNet-50's 512 -> 512 on
+            // 7x7 at batch 8, F(4x4) 3.8, F(2x2) 5.7, im2col 12.5 ms;
+            // Inception-v3's 448 -> 384 on 8x8, 2.5, 3.8, 7.9 ms).
+            let tiles = |m: usize| {
+                let one = self.oh.div_ceil(m) * self.ow.div_ceil(m);
+                if crate::cost::winograd_shares_gemms(&self.shape(), m) {
+                    one * self.n
+                } else {
+                    one
+                }
+            };
             if tiles(4) >= WINO_MIN_TILES {
                 ConvAlgo::Winograd4
             } else if tiles(2) >= WINO2_MIN_TILES {

@@ -409,7 +409,7 @@ pub fn conv_work(algo: &str, shape: &ConvShape) -> Option<u64> {
 /// taking every image's transformed input and products (V, M) through
 /// memory, `(N - 1) |U| > 2 N (|V| + |M|)` per image, for an ungrouped
 /// conv. At batch 8 ResNet-50's 7x7 F(4x4) convs streamed their 37.7 MB
-/// `U` once per image (15 ms a conv, 9.5 shared). The code generator
+/// `U` once per image (15 ms a conv, 3.8 shared). The code generator
 /// asks this, so the cost model prices what runs.
 pub fn winograd_shares_gemms(s: &ConvShape, m: usize) -> bool {
     if s.group != 1 || s.n < 2 {
@@ -432,13 +432,12 @@ pub fn winograd_image_columns(s: &ConvShape, m: usize) -> u64 {
 
 /// Columns the frequency GEMMs of Winograd F(m x m) compute per
 /// frequency and group over the whole batch, whole column tiles of
-/// [`GEMM_COLUMN_TILE`]: one GEMM over every image (with the gaps between
-/// their column blocks) where [`winograd_shares_gemms`], else one per
-/// image.
+/// [`GEMM_COLUMN_TILE`]: one GEMM over every image's tiles (packed without
+/// gaps) where [`winograd_shares_gemms`], else one per image.
 pub fn winograd_gemm_columns(s: &ConvShape, m: usize) -> u64 {
     let tiles = s.h_out.div_ceil(m as u64) * s.w_out.div_ceil(m as u64);
     if winograd_shares_gemms(s, m) {
-        ((s.n - 1) * winograd_image_columns(s, m) + tiles).next_multiple_of(GEMM_COLUMN_TILE)
+        (s.n * tiles).next_multiple_of(GEMM_COLUMN_TILE)
     } else {
         s.n * tiles.next_multiple_of(GEMM_COLUMN_TILE)
     }

@@ -52,11 +52,11 @@
 //! filter once per image; where that costs more than taking every
 //! image's V and M through memory ([`batches_images`], the cost model's
 //! `winograd_shares_gemms`), the batch's images share one GEMM per
-//! frequency instead: V and M hold image `i`'s tiles in columns
-//! `[i·ps, (i+1)·ps)` of rows `imgs·ps` long, and the kernel is three
-//! phases over (image, input channel) units, the shared GEMMs, and
-//! (image, output channel) units (ResNet-50's 7x7 convs at batch 8:
-//! F(4x4) 15.0 → 9.5 ms, F(2x2) 7.05 → 6.7 ms at one thread).
+//! frequency instead: V and M hold image `i`'s tiles from column `i·p`
+//! on (`p` tiles an image, no gaps), and the kernel is three phases over
+//! input channels (each walking the images in order), the shared GEMMs,
+//! and (image, output channel) units (ResNet-50's 7x7 convs at batch 8:
+//! F(4x4) 15.0 → 3.8 ms, F(2x2) 7.05 → 5.7 ms at one thread).
 //!
 //! The transforms are straight-line code: F(2x2)'s derived from the
 //! matrices in [`WINOGRAD`] (zero coefficients skipped, ±1 as add/sub),
@@ -170,14 +170,17 @@ struct Tiling {
     xw: usize,
     /// Width of the staging output plane.
     zw: usize,
-    /// Columns of V and M per image: the tiles plus the last row's
-    /// overhang.
-    ps: usize,
     /// Images whose tiles share one set of frequency GEMMs (1, or the
-    /// batch when [`batches_images`] says so); image `i`'s columns start
-    /// at `i * ps`.
+    /// batch when [`batches_images`] says so); image `i`'s tiles start at
+    /// column `i * p`, packed without gaps: the last tile row's overhang
+    /// of one image lands on the next image's first tiles, which the same
+    /// transform unit writes afterwards (one unit per input channel walks
+    /// the images in order), and the last image's in the spare columns
+    /// past them.
     imgs: usize,
-    /// Row stride of V and M: `imgs * ps`.
+    /// Row stride of V and M: `(imgs - 1) * p` plus one image's tiles
+    /// and the last tile row's overhang
+    /// ([`dnnc_passes::cost::winograd_image_columns`]).
     rs: usize,
 }
 
@@ -186,7 +189,7 @@ fn tiling(geo: &ConvGeom, m: usize) -> Tiling {
     let tw4 = tw.div_ceil(4) * 4;
     let p = th * tw;
     // The cost model counts the same columns.
-    let ps = dnnc_passes::cost::winograd_image_columns(&shape(geo), m) as usize;
+    let ps = dnnc_passes::cost::winograd_image_columns(&geo.shape(), m) as usize;
     debug_assert_eq!(ps, (p + tw4 - tw).div_ceil(4) * 4);
     let imgs = if batches_images(geo, m) { geo.n } else { 1 };
     Tiling {
@@ -197,9 +200,8 @@ fn tiling(geo: &ConvGeom, m: usize) -> Tiling {
         hp: th * m + 2,
         xw: tw4 * m + 4,
         zw: tw4 * m,
-        ps,
         imgs,
-        rs: imgs * ps,
+        rs: (imgs - 1) * p + ps,
     }
 }
 
@@ -208,28 +210,7 @@ fn tiling(geo: &ConvGeom, m: usize) -> Tiling {
 /// image: the cost model's rule, [`dnnc_passes::cost::winograd_shares_gemms`],
 /// so it prices what runs.
 fn batches_images(geo: &ConvGeom, m: usize) -> bool {
-    dnnc_passes::cost::winograd_shares_gemms(&shape(geo), m)
-}
-
-/// `geo` as the cost model's shape.
-fn shape(geo: &ConvGeom) -> dnnc_passes::wd::ConvShape {
-    let u = |v: usize| v as u64;
-    let p = &geo.p;
-    dnnc_passes::wd::ConvShape {
-        n: u(geo.n),
-        c_in: u(geo.c),
-        c_out: u(geo.m),
-        h: u(geo.h),
-        w: u(geo.w),
-        h_out: u(geo.oh),
-        w_out: u(geo.ow),
-        kh: u(geo.kh),
-        kw: u(geo.kw),
-        strides: p.strides.map(u),
-        dilations: p.dilations.map(u),
-        pads: p.pads.map(u),
-        group: u(geo.g),
-    }
+    dnnc_passes::cost::winograd_shares_gemms(&geo.shape(), m)
 }
 
 /// Stride of the α² frequency blocks of V or M (`rows` rows of `ps`):
@@ -311,7 +292,7 @@ pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
 fn u_layout(geo: &ConvGeom, m: usize) -> pgemm::Layout {
     let (cg, mg) = geo.per_group();
     let t = tiling(geo, m);
-    pgemm::Layout::choose(mg, (t.imgs - 1) * t.ps + t.p, cg)
+    pgemm::Layout::choose(mg, t.imgs * t.p, cg)
 }
 
 /// `sum_k coef[k] * xs[k]` on f32x4 values: zero coefficients skipped,
@@ -530,18 +511,21 @@ pub(crate) fn lower(
         let (cg, mg) = geo.per_group();
         let imgs = t.imgs;
         let zero = e.ci(0);
+        // One unit per input channel, walking the images in order: an
+        // image's overhanging tiles land on the next image's first ones,
+        // which the unit writes afterwards.
         e.phase(
-            imgs * cg,
-            "images x input channels (transform)",
+            cg,
+            "input channels of every image (transform)",
             |e, lo, hi| {
                 let xb = e.bufs[w.args[0]];
                 let xp = e.task_slice(w.args[0], xb, w.ws[0]);
-                e.for_range(lo, hi, 1, |e, u| {
-                    let n = e.b.ins().udiv_imm_u(u, cg as i64);
-                    let ci = e.b.ins().urem_imm_u(u, cg as i64);
-                    let cbase = e.b.ins().imul_imm_s(n, geo.c as i64);
+                e.for_range(lo, hi, 1, |e, ci| {
                     let c1 = e.b.ins().iadd_imm_s(ci, 1);
-                    w.input(e, xp, (cbase, n), ci, c1);
+                    e.for_n(imgs, |e, n| {
+                        let cbase = e.b.ins().imul_imm_s(n, geo.c as i64);
+                        w.input(e, xp, (cbase, n), ci, c1);
+                    });
                 });
                 Ok(())
             },
@@ -679,7 +663,7 @@ impl Wino<'_> {
         let (cg, _) = geo.per_group();
         let (xw, ps) = (t.xw, t.rs);
         let vs = block_stride(cg, ps);
-        let vimg = e.b.ins().imul_imm_s(img, t.ps as i64);
+        let vimg = e.b.ins().imul_imm_s(img, t.p as i64);
         let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
         let vb = e.bufs[self.args[1]];
         let x = self.x;
@@ -737,9 +721,8 @@ impl Wino<'_> {
         let ug = e.b.ins().imul_imm_s(gi, al as i64 * al as i64 * ustride);
         let ub = e.bufs[self.u];
         let ua = at(e, ub, ug);
-        // Every image's tiles, and the column gaps between them (their
-        // products are never read).
-        let cols = (t.imgs - 1) * t.ps + t.p;
+        // Every image's tiles.
+        let cols = t.imgs * t.p;
         let args = [
             ua,
             e.ci(ustride),
@@ -789,7 +772,7 @@ impl Wino<'_> {
         let ms = block_stride(mg, ps);
         // Image `n`'s columns of M when the images share their GEMMs.
         let mimg = if t.imgs > 1 {
-            e.b.ins().imul_imm_s(n, t.ps as i64)
+            e.b.ins().imul_imm_s(n, t.p as i64)
         } else {
             e.ci(0)
         };
