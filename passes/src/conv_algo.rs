@@ -415,6 +415,32 @@ mod tests {
         assert_eq!(decide(7), "%c winograd2");
         assert_eq!(decide(6), "%c im2col");
     }
+
+    /// At batch 8 a 512-channel 7x7 conv's images share their frequency
+    /// GEMMs, whose F(4x4) width is then 32 tiles: F(4x4); an 8-channel
+    /// one's do not (its filter is no bigger than an image's transforms),
+    /// so it keeps one image's count: F(2x2).
+    #[test]
+    fn shared_winograd_gemms_count_every_image() {
+        let decide = |c: usize| {
+            let mut g = parse(
+                &format!(
+                    "graph g {{
+                      input %x: f32[8,{c},7,7]
+                      param %w: f32[{c},{c},3,3] = he(seed=1)
+                      %c = Conv2d(%x, %w) {{pads=[1,1,1,1]}}
+                      output %c
+                    }}"
+                ),
+                "g.dnn",
+            )
+            .unwrap();
+            SelectConvAlgo.run(&mut g).unwrap();
+            algos(&g)
+        };
+        assert_eq!(decide(512), "%c winograd4");
+        assert_eq!(decide(8), "%c winograd2");
+    }
 }
 
 #[cfg(test)]

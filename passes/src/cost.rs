@@ -634,6 +634,46 @@ mod tests {
         }
     }
 
+    /// A 3x3 same-padded conv of `c -> m` channels on `hw x hw` maps at
+    /// batch `n`.
+    fn three_by_three(n: u64, c: u64, m: u64, hw: u64) -> ConvShape {
+        ConvShape {
+            n,
+            kh: 3,
+            kw: 3,
+            pads: [1; 4],
+            ..pointwise_shape(c, m, hw)
+        }
+    }
+
+    /// Which Winograd batches share their frequency GEMMs, and the columns
+    /// each layout computes: ResNet-50's 512-channel 7x7 convs at batch
+    /// 8 share (one GEMM over 8 x 4 F(4x4) tiles: 32 columns, against 8
+    /// per-image GEMMs of 16 before), its 64-channel 56x56 ones do not,
+    /// nor does any batch of one or grouped conv.
+    #[test]
+    fn winograd_batches_share_their_gemms_where_the_filter_outweighs_them() {
+        let l4 = three_by_three(8, 512, 512, 7);
+        assert!(winograd_shares_gemms(&l4, 4) && winograd_shares_gemms(&l4, 2));
+        assert_eq!(winograd_gemm_columns(&l4, 4), 32);
+        assert_eq!(winograd_gemm_columns(&l4, 2), 128);
+        let l1 = three_by_three(8, 64, 64, 56);
+        assert!(!winograd_shares_gemms(&l1, 4));
+        assert_eq!(
+            winograd_gemm_columns(&l1, 4),
+            8 * 196u64.next_multiple_of(16)
+        );
+        assert!(!winograd_shares_gemms(&three_by_three(1, 512, 512, 7), 4));
+        let grouped = ConvShape {
+            group: 2,
+            ..l4.clone()
+        };
+        assert!(!winograd_shares_gemms(&grouped, 4));
+        // One image's columns: 7x7 in F(4x4) is 2 x 2 tiles, a row of 2
+        // overhanging to 4.
+        assert_eq!(winograd_image_columns(&l4, 4), 8);
+    }
+
     #[test]
     fn the_built_in_profile_rates_every_algorithm() {
         let p = MachineProfile::default();
