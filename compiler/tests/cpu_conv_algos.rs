@@ -352,21 +352,12 @@ fn winograd_batches_sharing_their_gemms() {
         ];
         for a in [ConvAlgo::Winograd2, ConvAlgo::Winograd4] {
             let tile = if a == ConvAlgo::Winograd2 { 2 } else { 4 };
-            let shape = dnnc_passes::wd::ConvShape {
-                n: n as u64,
-                c_in: c as u64,
-                c_out: m as u64,
-                h: h as u64,
-                w: w as u64,
-                h_out: oh as u64,
-                w_out: ow as u64,
-                kh: 3,
-                kw: 3,
-                strides: [1, 1],
-                dilations: [1, 1],
-                pads: pads.map(|p| p as u64),
-                group: 1,
-            };
+            let conv = g
+                .topo_order()
+                .into_iter()
+                .find(|&id| g.node(id).op.name() == "Conv2d")
+                .unwrap();
+            let shape = dnnc_passes::ConvGeom::of_node(&g, conv).unwrap().shape();
             assert!(
                 dnnc_passes::cost::winograd_shares_gemms(&shape, tile),
                 "{n}x{h}x{w} {a:?} should share its GEMMs"

@@ -389,27 +389,31 @@ mod tests {
         assert_eq!(algos(&g), "%a direct\n%b winograd4");
     }
 
+    /// The heuristic's choice for a same-padded 3x3 `c -> c` conv on
+    /// `n x c x hw x hw`.
+    fn decide_3x3(n: usize, c: usize, hw: usize) -> String {
+        let mut g = parse(
+            &format!(
+                "graph g {{
+                  input %x: f32[{n},{c},{hw},{hw}]
+                  param %w: f32[{c},{c},3,3] = he(seed=1)
+                  %c = Conv2d(%x, %w) {{pads=[1,1,1,1]}}
+                  output %c
+                }}"
+            ),
+            "g.dnn",
+        )
+        .unwrap();
+        SelectConvAlgo.run(&mut g).unwrap();
+        algos(&g)
+    }
+
     /// The tile bounds: a 3x3 conv takes F(4x4) from 16 tiles of 4x4 per
     /// image (13x13), F(2x2) below that from 16 tiles of 2x2 (7x7), im2col
     /// below that (5x5).
     #[test]
     fn winograd_tile_bounds() {
-        let decide = |hw: usize| {
-            let mut g = parse(
-                &format!(
-                    "graph g {{
-                      input %x: f32[1,64,{hw},{hw}]
-                      param %w: f32[64,64,3,3] = he(seed=1)
-                      %c = Conv2d(%x, %w) {{pads=[1,1,1,1]}}
-                      output %c
-                    }}"
-                ),
-                "g.dnn",
-            )
-            .unwrap();
-            SelectConvAlgo.run(&mut g).unwrap();
-            algos(&g)
-        };
+        let decide = |hw: usize| decide_3x3(1, 64, hw);
         assert_eq!(decide(13), "%c winograd4");
         assert_eq!(decide(12), "%c winograd2");
         assert_eq!(decide(7), "%c winograd2");
@@ -422,24 +426,8 @@ mod tests {
     /// so it keeps one image's count: F(2x2).
     #[test]
     fn shared_winograd_gemms_count_every_image() {
-        let decide = |c: usize| {
-            let mut g = parse(
-                &format!(
-                    "graph g {{
-                      input %x: f32[8,{c},7,7]
-                      param %w: f32[{c},{c},3,3] = he(seed=1)
-                      %c = Conv2d(%x, %w) {{pads=[1,1,1,1]}}
-                      output %c
-                    }}"
-                ),
-                "g.dnn",
-            )
-            .unwrap();
-            SelectConvAlgo.run(&mut g).unwrap();
-            algos(&g)
-        };
-        assert_eq!(decide(512), "%c winograd4");
-        assert_eq!(decide(8), "%c winograd2");
+        assert_eq!(decide_3x3(8, 512, 7), "%c winograd4");
+        assert_eq!(decide_3x3(8, 8, 7), "%c winograd2");
     }
 }
 
