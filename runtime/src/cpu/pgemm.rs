@@ -1549,6 +1549,8 @@ impl Gemm {
         match self.kern {
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => x86::gather_rows_avx512(g.base, offs, kc, runs, d, ld),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => x86::gather_rows_avx2(g.base, offs, kc, runs, d, ld),
             _ => {
                 for kk in 0..kc {
                     let row = g.base.offset(*offs.add(kk) as isize);
@@ -2573,19 +2575,49 @@ mod x86 {
         rows: usize,
         w: usize,
     ) {
-        let whole = w / 8;
         for r in 0..rows {
-            let s = src.offset(r as isize * src_rs);
             let d = dst.add(r * ld);
-            for h in 0..whole {
-                _mm256_storeu_ps(d.add(8 * h), _mm256_loadu_ps(s.add(8 * h)));
+            copy_floats_avx2(src.offset(r as isize * src_rs), d, w);
+            for j in w..ld {
+                *d.add(j) = 0.0;
             }
-            for j in 8 * whole..w {
-                *d.add(j) = *s.add(j);
+        }
+    }
+
+    /// [`gather_rows_avx512`] for the AVX2 kernel: each run of each row
+    /// copied as [`pack_rows_avx2`] copies a row.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn gather_rows_avx2(
+        base: *const f32,
+        offs: *const i64,
+        rows: usize,
+        runs: &[(isize, usize, usize)],
+        dst: *mut f32,
+        ld: usize,
+    ) {
+        let w = runs.last().map_or(0, |&(_, at, len)| at + len);
+        for r in 0..rows {
+            let row = base.wrapping_offset(*offs.add(r) as isize);
+            let d = dst.add(r * ld);
+            for &(so, at, len) in runs {
+                copy_floats_avx2(row.wrapping_offset(so), d.add(at), len);
             }
             for j in w..ld {
                 *d.add(j) = 0.0;
             }
+        }
+    }
+
+    /// Copies `len` floats: whole 8-lane moves, then element by element.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn copy_floats_avx2(s: *const f32, d: *mut f32, len: usize) {
+        let whole = len / 8;
+        for h in 0..whole {
+            _mm256_storeu_ps(d.add(8 * h), _mm256_loadu_ps(s.add(8 * h)));
+        }
+        for j in 8 * whole..len {
+            *d.add(j) = *s.add(j);
         }
     }
 
