@@ -8,7 +8,6 @@
 //! reports the per-run overhead beyond the kernels: the median run minus
 //! the median sum of kernel times over as many profiled runs.
 
-use crate::cli::PEAK_GFLOPS_PER_CORE;
 use crate::error::DnncError;
 use dnnc_ir::{Graph, OpClass, Tensor};
 use dnnc_passes::wd::{self, format_bytes};
@@ -192,7 +191,8 @@ pub fn bench(
     }
     let lat = Latency::of(&times);
     let gflops = 2.0 * macs as f64 / lat.median.max(1e-12) / 1e9;
-    let peak = PEAK_GFLOPS_PER_CORE * cfg.threads as f64;
+    let per_core = dnnc_runtime::cpu::peak::gflops_per_core();
+    let peak = per_core * cfg.threads as f64;
     let _ = writeln!(
         text,
         "bench `{}` on {}, {} thread{}: {} warm-up + {} timed run{}",
@@ -214,7 +214,7 @@ pub fn bench(
     );
     let _ = writeln!(
         text,
-        "  throughput   {gflops:.1} GFLOP/s (2 x {} conv+FC MACs / median), {:.1}% of peak {peak:.1} GFLOP/s ({} x {PEAK_GFLOPS_PER_CORE} per core)",
+        "  throughput   {gflops:.1} GFLOP/s (2 x {} conv+FC MACs / median), {:.1}% of peak {peak:.1} GFLOP/s ({} x {per_core:.1} per core, measured: register-only FMA loop)",
         wd::format_thousands(macs),
         100.0 * gflops / peak,
         cfg.threads

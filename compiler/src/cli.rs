@@ -339,13 +339,6 @@ pub enum Command {
     },
 }
 
-/// Peak f32 throughput of one core of this project's machine class, in
-/// GFLOP/s: a 2.6 GHz Intel Xeon with AVX-512 (`lscpu`), two 16-lane FMA
-/// ports, `2.6 * 2 * 16 * 2 = 166.4`. The tuned GEMM reaches ~165 GFLOP/s on
-/// 512^3 there (ARCHITECTURE.md), so this is an attainable ceiling. `%
-/// of peak` in `dnnc bench` is against `threads` times this.
-pub const PEAK_GFLOPS_PER_CORE: f64 = 166.4;
-
 /// Warm runs `dnnc run --profile` times; each kernel reports its median,
 /// so one noisy run on a shared machine does not decide the table.
 const PROFILE_RUNS: usize = 10;

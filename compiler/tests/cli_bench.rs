@@ -47,6 +47,7 @@ fn bench_prints_every_figure() {
         "max",
         "GFLOP/s",
         "% of peak",
+        "measured: register-only FMA loop",
         "activations",
         "compile",
         "decided by the calibrated cost model",

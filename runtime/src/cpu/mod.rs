@@ -81,6 +81,7 @@
 mod alloc;
 pub mod fftconv;
 pub mod native;
+pub mod peak;
 pub mod pgemm;
 mod plan;
 pub mod schedule;
