@@ -87,6 +87,14 @@ pub fn gathered_strips(kern: Kernel, m: usize, k: usize) -> bool {
         || (kern == Kernel::Avx512 && m.div_ceil(kern.mr()) <= GATHER_STRIP_MAX_PANELS)
 }
 
+/// Most columns of a last, partial column tile that the AVX2 kernel
+/// computes a column at a time over several A panels
+/// (`x86::tail_cols_avx2`) instead of through the `6 x 8` half tile, whose
+/// cost does not shrink below 8 columns: a 7x7 map's 49 columns (and
+/// 17x17's 289) leave one. 1280 x 49 x 320 (MobileNet-V2's last
+/// pointwise conv, hot): the one-column tile took an eighth of the GEMM.
+const TAIL_COLS: usize = 2;
+
 /// Header length in f32 slots (64 bytes, so panels stay 64-byte aligned).
 const HEADER: usize = 16;
 
@@ -1269,11 +1277,15 @@ impl Gemm {
                     let first = k0 == 0 && !self.acc;
                     let last = k0 + kc == self.k;
                     let ablk = self.a.add(k0 * mp);
+                    // A narrow last tile goes through the column kernel,
+                    // all panels at once, after the others.
+                    let jt = jc + (npn - 1) * nr;
+                    let tail = self.column_tail(nr.min(cols.end - jt));
                     // Each A panel (L1) meets every B panel of the block
                     // (L2), so A streams from memory once per block.
                     for p in panels.clone() {
                         let rows = mr.min(self.m - p * mr);
-                        for jp in 0..npn {
+                        for jp in 0..npn - usize::from(tail) {
                             let j = jc + jp * nr;
                             let ncols = nr.min(cols.end - j);
                             let (bpan, ld) = if direct && ncols == nr {
@@ -1302,6 +1314,12 @@ impl Gemm {
                                 te.as_ref(),
                             );
                         }
+                    }
+                    if tail {
+                        let w = cols.end - jt;
+                        let bpan = bp.add((npn - 1) * kc * nr) as *const f32;
+                        let b = (bpan, panel_ld(self.kern, narrow, w));
+                        self.tail_tiles((k0, kc), panels.clone(), b, jt, w);
                     }
                 }
             }
@@ -1371,6 +1389,10 @@ impl Gemm {
                         self.pack_b(bp, k0, kc, j, ncols, nr, narrow);
                         (bp as *const f32, panel_ld(self.kern, narrow, ncols))
                     };
+                    if self.column_tail(ncols) {
+                        self.tail_tiles((k0, kc), panels.clone(), (bpan, ld), j, ncols);
+                        continue;
+                    }
                     let first = k0 == 0 && !self.acc;
                     let last = k0 + kc == self.k;
                     let ablk = self.a.add(k0 * mp);
@@ -1625,6 +1647,98 @@ impl Gemm {
                 };
             }
         }
+    }
+}
+
+impl Gemm {
+    /// Whether the last column tile, `ncols` wide, goes through
+    /// [`Gemm::tail_tiles`] rather than a tile per panel.
+    fn column_tail(&self, ncols: usize) -> bool {
+        self.kern == Kernel::Avx2 && ncols <= TAIL_COLS
+    }
+
+    /// The tiles of A panels `panels` by the `ncols`-wide (at most
+    /// [`TAIL_COLS`]) column tile at `j`, B's block `b` (rows `ld`
+    /// apart), for k block `(k0, kc)`: several panels a call of the
+    /// AVX2 column kernel, each element then stored as [`store_tile`]
+    /// stores it.
+    unsafe fn tail_tiles(
+        &self,
+        (k0, kc): (usize, usize),
+        panels: std::ops::Range<usize>,
+        b: (*const f32, usize),
+        j: usize,
+        ncols: usize,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            const MR: usize = 6;
+            let mp = self.m.div_ceil(MR) * MR;
+            let first = k0 == 0 && !self.acc;
+            let last = k0 + kc == self.k;
+            let ablk = self.a.add(k0 * mp);
+            let mut out = [[0f32; 8]; 8];
+            let mut p = panels.start;
+            while p < panels.end {
+                let left = panels.end - p;
+                let a = ablk.add(p * kc * MR);
+                let g = match (ncols, left) {
+                    (1, 8..) => {
+                        x86::tail_cols_avx2::<8, 1>(kc, a, b, &mut out);
+                        8
+                    }
+                    (1, 4..) => {
+                        x86::tail_cols_avx2::<4, 1>(kc, a, b, &mut out);
+                        4
+                    }
+                    (1, _) => {
+                        x86::tail_cols_avx2::<1, 1>(kc, a, b, &mut out);
+                        1
+                    }
+                    (_, 4..) => {
+                        x86::tail_cols_avx2::<4, 2>(kc, a, b, &mut out);
+                        4
+                    }
+                    (_, 2..) => {
+                        x86::tail_cols_avx2::<2, 2>(kc, a, b, &mut out);
+                        2
+                    }
+                    _ => {
+                        x86::tail_cols_avx2::<1, 2>(kc, a, b, &mut out);
+                        1
+                    }
+                };
+                for q in 0..g {
+                    let pq = p + q;
+                    let rows = MR.min(self.m - pq * MR);
+                    let mut t = [0f32; MR * 2];
+                    for r in 0..rows {
+                        for w in 0..ncols {
+                            t[r * 2 + w] = out[q * ncols + w][r];
+                        }
+                    }
+                    let te = match &self.ep {
+                        Some(ep) if last => Some(tile_ep(ep, pq * MR, j)),
+                        _ => None,
+                    };
+                    let cp = self
+                        .c
+                        .offset((pq * MR) as isize * self.c_rs + j as isize * self.c_cs);
+                    store_tile(
+                        &t,
+                        2,
+                        cp,
+                        (rows, ncols),
+                        (self.c_rs, self.c_cs),
+                        first,
+                        te.as_ref(),
+                    );
+                }
+                p += g;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (k0, kc, panels, b, j, ncols);
     }
 }
 
@@ -2762,6 +2876,58 @@ mod x86 {
         }
     }
 
+    /// The `W` columns (at most [`TAIL_COLS`](super::TAIL_COLS)) of one C column tile
+    /// over `P` consecutive 6-row A panels at once, panel rows in the
+    /// lanes: per k one 8-lane load of each panel (its six rows and two
+    /// floats beyond, whose products nobody reads; the block's last k
+    /// loads masked, as [`gemv_avx2`] does) against `W` broadcast B
+    /// elements. A 7x7 map's 49th column through the `6 x 8` half tile
+    /// costs 6 FMAs a k for 6 values; here one FMA does, and the `P * W`
+    /// independent chains hide the FMA latency. Each element is the same
+    /// chain of FMAs from zero over the block's k in order as the tile's,
+    /// so C is bitwise the same. `out[q * W + w]` gets panel `q`'s column
+    /// `w` (lanes 0-5).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tail_cols_avx2<const P: usize, const W: usize>(
+        kc: usize,
+        a: *const f32,
+        (b, ldb): (*const f32, usize),
+        out: &mut [[f32; 8]; 8],
+    ) {
+        const MR: usize = 6;
+        let mask = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+        let mut acc = [[_mm256_setzero_ps(); W]; P];
+        let step = |acc: &mut [[__m256; W]; P], kk: usize, whole: bool| {
+            let mut bv = [_mm256_setzero_ps(); W];
+            for (w, v) in bv.iter_mut().enumerate() {
+                *v = _mm256_set1_ps(*b.add(kk * ldb + w));
+            }
+            for (q, row) in acc.iter_mut().enumerate() {
+                let pa = a.add(q * kc * MR + kk * MR);
+                let av = if whole {
+                    _mm256_loadu_ps(pa)
+                } else {
+                    _mm256_maskload_ps(pa, mask)
+                };
+                for (x, &v) in row.iter_mut().zip(&bv) {
+                    *x = _mm256_fmadd_ps(av, v, *x);
+                }
+            }
+        };
+        for kk in 0..kc.saturating_sub(1) {
+            step(&mut acc, kk, true);
+        }
+        if kc > 0 {
+            step(&mut acc, kc - 1, false);
+        }
+        for (q, row) in acc.iter().enumerate() {
+            for (w, &sum) in row.iter().enumerate() {
+                _mm256_storeu_ps(out[q * W + w].as_mut_ptr(), sum);
+            }
+        }
+    }
+
     /// AVX-512 GEMV over one 14-row panel: four accumulators (k mod 4),
     /// masked 14-lane loads of the packed panel against broadcast `x[k]`.
     #[target_feature(enable = "avx512f")]
@@ -2949,6 +3115,60 @@ mod tests {
                         "{kern:?} m={m} [{i}]: {x} vs {w}"
                     );
                     assert_eq!(x.to_bits(), full[i].to_bits(), "{kern:?} m={m} [{i}]");
+                }
+            }
+        }
+    }
+
+    /// A last column tile of one or two columns (the AVX2 column kernel,
+    /// several panels a call) gives bitwise the columns a full tile gives
+    /// when B has enough columns to fill it, and matches the f64
+    /// reference: every panel count up to 21 (the kernel's groups of 8,
+    /// 4, 2 and 1 panels), B read in place and packed (up to and past
+    /// `DIRECT_B_PANELS`), k below and above the strip-order threshold
+    /// and past one k block, at 1 and 2 threads.
+    #[test]
+    fn one_and_two_column_tails_match_full_tiles_bitwise() {
+        let pool = two_thread_pool();
+        for kern in kernels() {
+            for n in [1usize + 16, 2 + 16, 1 + 48, 2 + 48] {
+                let wide = n.next_multiple_of(16);
+                for k in [5, 140, 300] {
+                    for panels in [1usize, 2, 3, 4, 5, 7, 8, 9, 12, 13, 21] {
+                        let m = panels * kern.mr() - usize::from(panels % 2 == 1);
+                        for threads in [1, 2] {
+                            let (c, want) =
+                                run_case(kern, (m, n, k), false, false, false, threads, &pool);
+                            let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
+                            // The same B columns, then `wide - n` more.
+                            let b: Vec<f32> = (0..k * wide)
+                                .map(|q| {
+                                    let (p, j) = (q / wide, q % wide);
+                                    if j < n {
+                                        val(p * n + j, 5)
+                                    } else {
+                                        val(q, 3)
+                                    }
+                                })
+                                .collect();
+                            let pa = pack_a_with(kern, m, k, &a, k, 1, 1.0);
+                            let mut full = vec![f32::NAN; m * wide];
+                            let rc = on_pool(&pool, threads, || unsafe {
+                                packed_rm(&pa, (m, wide, k), b.as_ptr(), full.as_mut_ptr(), 0)
+                            });
+                            assert_eq!(rc, 0);
+                            for (q, (x, w)) in c.iter().zip(&want).enumerate() {
+                                let (i, j) = (q / n, q % n);
+                                let at = format!("{kern:?} {m}x{n}x{k} t={threads} [{i},{j}]");
+                                assert!(
+                                    (*x as f64 - w).abs()
+                                        <= 1e-4 * (k as f64).sqrt() * (1.0 + w.abs()),
+                                    "{at}: {x} vs {w}"
+                                );
+                                assert_eq!(x.to_bits(), full[i * wide + j].to_bits(), "{at}");
+                            }
+                        }
+                    }
                 }
             }
         }
