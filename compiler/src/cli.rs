@@ -60,7 +60,8 @@ pub struct ConvArgs {
     #[arg(long, value_enum, value_name = "MODEL", default_value_t)]
     pub partition: PartitionArg,
     /// Machine profile for the calibrated partition (default: the
-    /// built-in one; `dnnc calibrate --out` writes one).
+    /// built-in profile of this CPU's class, xeon-avx512 or epyc-avx2;
+    /// `dnnc calibrate --out` writes one).
     #[arg(long, value_name = "PROFILE.json")]
     pub partition_profile: Option<PathBuf>,
 }
@@ -205,7 +206,7 @@ pub enum Command {
         #[arg(long, conflicts_with = "json")]
         measure: bool,
         /// Machine profile for --measure's predictions (default: the
-        /// built-in one).
+        /// built-in profile of this CPU's class).
         #[arg(long, value_name = "PROFILE.json", requires = "measure")]
         cost_profile: Option<PathBuf>,
     },
@@ -239,7 +240,7 @@ pub enum Command {
         )]
         partition: PartitionArg,
         /// With --after partition and --partition cost: the machine
-        /// profile (default: the built-in one).
+        /// profile (default: the built-in profile of this CPU's class).
         #[arg(long, value_name = "PROFILE.json", requires = "after")]
         partition_profile: Option<PathBuf>,
         /// With --after: append each pass's statistics as `#` comment
@@ -291,7 +292,7 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = 10, value_parser = iters_arg)]
         runs: usize,
         /// Machine profile for the predictions (default: the built-in
-        /// one, measured on this project's machine class).
+        /// profile of this CPU's class, xeon-avx512 or epyc-avx2).
         #[arg(long, value_name = "PROFILE.json")]
         cost_profile: Option<PathBuf>,
         /// Write the tuning record (each conv's fastest algorithm) here;
@@ -660,6 +661,10 @@ fn execute_command(
                 ));
             }
             let profile = read_cost_profile(cost_profile.as_deref())?;
+            notes(&format!(
+                "note: predictions by the profile of {}",
+                profile.machine
+            ));
             let mut text = String::new();
             let mut all = Vec::new();
             for model in &models {
@@ -761,8 +766,6 @@ fn optimize_if(g: &mut Graph, conv: &ConvArgs, backend: Backend) -> Result<(), D
     Ok(())
 }
 
-/// The cost model's machine profile: the file given, else the built-in
-/// one.
 /// The partition model `--partition` and `--partition-profile` ask for.
 fn partition_model(
     arg: PartitionArg,
@@ -783,6 +786,8 @@ fn partition_model(
     })
 }
 
+/// The cost model's machine profile: the file given, else the built-in
+/// profile of this CPU's class.
 fn read_cost_profile(path: Option<&Path>) -> Result<dnnc_passes::cost::MachineProfile, DnncError> {
     let Some(path) = path else {
         return Ok(dnnc_passes::cost::MachineProfile::default());

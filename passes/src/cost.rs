@@ -9,8 +9,8 @@
 //! and `out_algo` what each costs to store through the fused epilogue
 //! (GEMM-based algorithms only), `bytes` the input, filter and output
 //! traffic. The rates come from measurement (`dnnc
-//! calibrate`); [`MachineProfile::default`] is the profile measured on
-//! the machine class this project is developed on.
+//! calibrate`); [`MachineProfile::default`] is the built-in profile of
+//! this CPU's [`MachineClass`].
 
 use crate::wd::conv::ConvShape;
 use serde::{Deserialize, Serialize};
@@ -118,14 +118,66 @@ pub enum ProfileError {
     },
 }
 
-/// The profile `dnnc calibrate` measured on this project's 2-core AVX-512
-/// Xeon at one thread (checked in as JSON, so it reads like the profiles
-/// users write).
-const DEFAULT_PROFILE: &str = include_str!("../profiles/default.json");
+/// A machine class with a built-in profile: the rates differ between
+/// classes in ratio, not only in scale (pointwise against depthwise convs
+/// 4.5x on the Xeon, 1.3x on the EPYC, whose FMA units are 128 bits
+/// wide, so wide-vector GEMMs gain less over the generated loops), so one
+/// class's profile misjudges the other's algorithm choices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MachineClass {
+    /// A 2-core AVX-512 Xeon VM, where dnnc was first tuned.
+    XeonAvx512,
+    /// A 2-core AMD EPYC (Zen) VM with AVX2+FMA and no AVX-512: the
+    /// machine class of `../shared/bench`'s onnxruntime baseline.
+    EpycAvx2,
+}
 
+impl MachineClass {
+    /// Every class, for listings and tests.
+    pub const ALL: [MachineClass; 2] = [MachineClass::XeonAvx512, MachineClass::EpycAvx2];
+
+    /// The class whose profile fits this CPU best: AVX-512 cores run the
+    /// Xeon's kernels, every other core (AVX2, or no x86 at all) the
+    /// narrower ones the EPYC profile measured.
+    pub fn detect() -> MachineClass {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return MachineClass::XeonAvx512;
+        }
+        MachineClass::EpycAvx2
+    }
+
+    /// The name a profile's origin and the CLI's notes give the class.
+    pub fn name(self) -> &'static str {
+        match self {
+            MachineClass::XeonAvx512 => "xeon-avx512",
+            MachineClass::EpycAvx2 => "epyc-avx2",
+        }
+    }
+
+    /// The class's profile as `dnnc calibrate` wrote it (checked in as
+    /// JSON, so it reads like the profiles users write).
+    fn json(self) -> &'static str {
+        match self {
+            MachineClass::XeonAvx512 => include_str!("../profiles/xeon-avx512.json"),
+            MachineClass::EpycAvx2 => include_str!("../profiles/epyc-avx2.json"),
+        }
+    }
+}
+
+impl MachineProfile {
+    /// The built-in profile of `class`.
+    pub fn builtin(class: MachineClass) -> Self {
+        let origin = format!("built-in {}", class.name());
+        MachineProfile::from_json(class.json(), &origin).expect("the built-in profiles parse")
+    }
+}
+
+/// The built-in profile of this CPU's class ([`MachineClass::detect`]):
+/// what every cost-model decision uses when no profile is given.
 impl Default for MachineProfile {
     fn default() -> Self {
-        MachineProfile::from_json(DEFAULT_PROFILE, "built-in").expect("the built-in profile parses")
+        MachineProfile::builtin(MachineClass::detect())
     }
 }
 
@@ -675,13 +727,40 @@ mod tests {
     }
 
     #[test]
-    fn the_built_in_profile_rates_every_algorithm() {
-        let p = MachineProfile::default();
-        for a in ALGOS {
-            assert!(p.rates.get(a).is_some_and(|&r| r > 0.0), "{a}");
+    fn every_built_in_profile_rates_every_algorithm() {
+        for class in MachineClass::ALL {
+            let p = MachineProfile::builtin(class);
+            for a in ALGOS {
+                assert!(p.rates.get(a).is_some_and(|&r| r > 0.0), "{class:?} {a}");
+            }
+            let back = MachineProfile::from_json(&p.to_json(), "round trip").unwrap();
+            assert_eq!(back, p);
         }
-        let back = MachineProfile::from_json(&p.to_json(), "round trip").unwrap();
-        assert_eq!(back, p);
+    }
+
+    /// The default is the profile of the class this CPU belongs to, and
+    /// the classes' profiles order the algorithms differently (which is
+    /// why there is one per class): the Xeon's 1x1 GEMM is over 3x its
+    /// depthwise loop, the EPYC's under 2x.
+    #[test]
+    fn the_default_profile_is_this_cpus_class() {
+        let class = MachineClass::detect();
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(
+            class == MachineClass::XeonAvx512,
+            std::arch::is_x86_feature_detected!("avx512f")
+        );
+        assert_eq!(MachineProfile::default(), MachineProfile::builtin(class));
+        let lead = |c| {
+            let p = MachineProfile::builtin(c);
+            p.rates["pointwise"] / p.rates["depthwise"]
+        };
+        assert!(lead(MachineClass::XeonAvx512) > 3.0);
+        assert!(lead(MachineClass::EpycAvx2) < 2.0);
+        assert_ne!(
+            MachineClass::XeonAvx512.name(),
+            MachineClass::EpycAvx2.name()
+        );
     }
 
     #[test]
