@@ -2794,18 +2794,33 @@ mod x86 {
         first: bool,
         ep: Option<&TileEp>,
     ) {
+        macro_rules! rows {
+            ($w:literal) => {
+                match rows {
+                    1 => micro_avx2_w::<1, $w>(kc, a, b, c, (rows, cols), cs, first, ep),
+                    2 => micro_avx2_w::<2, $w>(kc, a, b, c, (rows, cols), cs, first, ep),
+                    3 => micro_avx2_w::<3, $w>(kc, a, b, c, (rows, cols), cs, first, ep),
+                    4 => micro_avx2_w::<4, $w>(kc, a, b, c, (rows, cols), cs, first, ep),
+                    5 => micro_avx2_w::<5, $w>(kc, a, b, c, (rows, cols), cs, first, ep),
+                    _ => micro_avx2_w::<6, $w>(kc, a, b, c, (rows, cols), cs, first, ep),
+                }
+            };
+        }
         if cols <= 8 {
-            micro_avx2_w::<1>(kc, a, b, c, (rows, cols), cs, first, ep)
+            rows!(1)
         } else {
-            micro_avx2_w::<2>(kc, a, b, c, (rows, cols), cs, first, ep)
+            rows!(2)
         }
     }
 
-    /// [`micro_avx2`] on `W` ymm (8 columns each) per row.
+    /// [`micro_avx2`] on `W` ymm (8 columns each) per row, for the first
+    /// `R` rows of the 6-row panel: a last panel of fewer rows (16 rows
+    /// are panels of 6, 6 and 4; 32 end in one of 2) issues no FMAs for
+    /// its padding rows, the live rows' arithmetic unchanged.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn micro_avx2_w<const W: usize>(
+    unsafe fn micro_avx2_w<const R: usize, const W: usize>(
         kc: usize,
         a: *const f32,
         (b, ldb): (*const f32, usize),
@@ -2816,7 +2831,7 @@ mod x86 {
         ep: Option<&TileEp>,
     ) {
         const MR: usize = 6;
-        let mut acc = [[_mm256_setzero_ps(); W]; MR];
+        let mut acc = [[_mm256_setzero_ps(); W]; R];
         let (mut a, mut b) = (a, b);
         for _ in 0..kc {
             _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
@@ -3093,8 +3108,8 @@ mod tests {
         (c, want)
     }
 
-    /// Every tail height of the last A panel (the AVX-512 kernel computes
-    /// only a tail's rows), B read in place (few panels): each C row
+    /// Every tail height of the last A panel (the AVX-512 and AVX2
+    /// kernels compute only a tail's rows), B read in place (few panels): each C row
     /// matches the f64 reference and is bitwise the row the same A row
     /// gives inside a GEMM with enough panels to pack B.
     #[test]
