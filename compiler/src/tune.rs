@@ -386,7 +386,11 @@ pub fn read_record(
 /// Shapes from the families the zoo models use: 7x7 and 3x3 stride-2
 /// stems, 1x1 of several widths and reductions (16 to 960 input
 /// channels, so the per-output cost separates from the rate), 3x3 stride
-/// 1 and 2 from 56x56 to 7x7 and on few input channels, 5x5, depthwise;
+/// 1 and 2 from 56x56 to 7x7 and on few input channels (down to
+/// GoogLeNet's small 16-channel branches, which pin the Winograd kernels'
+/// fixed costs: without them the fit on the EPYC charged F(4x4) 184 us a
+/// kernel and the optimiser chose F(2x2) on five such layers, all slower),
+/// 5x5, depthwise;
 /// small enough that every algorithm runs on all of them in well under a
 /// minute.
 pub const CALIBRATION_MODEL: &str = "graph calibration {
@@ -496,7 +500,15 @@ pub const CALIBRATION_MODEL: &str = "graph calibration {
   param %w_m1: f32[128,512,1,1] = he(seed=31)
   %m1_in = Relu(%m)
   %m1 = Conv2d(%m1_in, %w_m1) {}
-  output %s7, %s3, %b3, %b1, %b3s, %bd, %g3, %g1, %gd, %c3, %c1, %c3s, %c5, %cd, %cds, %h3, %h1, %d3, %d1, %dd, %d5, %i3, %e3, %e1, %f3, %f1, %fd, %j3, %k1, %l1, %m1
+  input %n: f32[1,16,28,28]
+  param %w_n3: f32[32,16,3,3] = he(seed=32)
+  %n3_in = Relu(%n)
+  %n3 = Conv2d(%n3_in, %w_n3) {pads=[1,1,1,1]}
+  input %o: f32[1,16,14,14]
+  param %w_o3: f32[48,16,3,3] = he(seed=33)
+  %o3_in = Relu(%o)
+  %o3 = Conv2d(%o3_in, %w_o3) {pads=[1,1,1,1]}
+  output %s7, %s3, %b3, %b1, %b3s, %bd, %g3, %g1, %gd, %c3, %c1, %c3s, %c5, %cd, %cds, %h3, %h1, %d3, %d1, %dd, %d5, %i3, %e3, %e1, %f3, %f1, %fd, %j3, %k1, %l1, %m1, %n3, %o3
 }
 ";
 
