@@ -87,6 +87,9 @@ fn bench_gpu(
         lat.min * 1e3,
         lat.max * 1e3
     );
+    if let Some(line) = lat.spread_note() {
+        let _ = writeln!(text, "{line}");
+    }
     let _ = writeln!(
         text,
         "  throughput   {gflops:.1} GFLOP/s (2 x {} conv+FC MACs / median)",
@@ -144,7 +147,24 @@ impl Latency {
             max: t[n - 1],
         }
     }
+
+    /// A line for the report when the median is over [`NOISY_SPREAD`]
+    /// times the fastest run: the runs did not see the same machine (on
+    /// a shared VM the same build read a median of 24.3 ms at two threads
+    /// against a minimum of 12.0), so one median alone says little.
+    pub fn spread_note(&self) -> Option<String> {
+        (self.min > 0.0 && self.median > NOISY_SPREAD * self.min).then(|| {
+            format!(
+                "  spread       the median is {:.2}x the fastest run: other work on this machine slowed some runs; compare medians of alternating runs, or rerun",
+                self.median / self.min
+            )
+        })
+    }
 }
+
+/// How far above the fastest run a median may lie before the report says
+/// the runs were disturbed: a quiet machine keeps it within ~10-20%.
+pub const NOISY_SPREAD: f64 = 1.5;
 
 /// Times `g` on `feeds` and renders the report `dnnc bench` prints.
 pub fn bench(
@@ -212,6 +232,9 @@ pub fn bench(
         ms(lat.min),
         ms(lat.max)
     );
+    if let Some(line) = lat.spread_note() {
+        let _ = writeln!(text, "{line}");
+    }
     let _ = writeln!(
         text,
         "  throughput   {gflops:.1} GFLOP/s (2 x {} conv+FC MACs / median), {:.1}% of peak {peak:.1} GFLOP/s ({} x {per_core:.1} per core, measured: register-only FMA loop)",
@@ -538,5 +561,17 @@ mod tests {
         let l = Latency::of(&[4.0, 1.0, 2.0, 3.0]);
         assert_eq!(l.median, 2.5);
         assert_eq!(Latency::of(&[]).median, 0.0);
+    }
+
+    #[test]
+    fn a_median_far_above_the_fastest_run_is_reported() {
+        assert_eq!(Latency::of(&[1.0, 1.1, 1.2]).spread_note(), None);
+        let l = Latency::of(&[1.0, 2.0, 2.1]);
+        let note = l.spread_note().unwrap();
+        assert!(
+            note.contains("the median is 2.00x the fastest run"),
+            "{note}"
+        );
+        assert_eq!(Latency::of(&[]).spread_note(), None);
     }
 }
