@@ -102,7 +102,7 @@ def side_by_side(a, ort_us):
             if len(parts) < 3 or not parts[0].startswith(("/", "output")):
                 continue
             try:
-                kernels.append((parts[0], float(parts[1]), parts[5] if len(parts) > 5 else "-"))
+                kernels.append((parts[0], float(parts[1]), parts[6] if len(parts) > 6 else "-"))
             except ValueError:
                 continue
     outputs = {k[0] for k in kernels}

@@ -319,7 +319,8 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
     let total_s = total.as_secs_f64().max(1e-12);
     let mut rows: Vec<(usize, Duration)> = times.iter().map(|t| t.2).enumerate().collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let mut cells: Vec<[String; 7]> = Vec::new();
+    let per_core = dnnc_runtime::cpu::peak::gflops_per_core();
+    let mut cells: Vec<[String; 8]> = Vec::new();
     let mut all_macs = 0u64;
     for (i, d) in rows {
         let Some(step) = exe.steps().get(i) else {
@@ -328,13 +329,20 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         let w: u64 = step.nodes.iter().filter_map(|n| macs.get(n)).sum();
         all_macs += w;
         let [ms, share, rate] = time_cells(d.as_secs_f64(), total_s, w);
+        let tasks = exe.step_tasks().get(i).copied().unwrap_or(1);
+        let gemm_threads = exe.step_gemm_threads().get(i).copied().unwrap_or(1);
         cells.push([
             step.name.clone(),
             ms,
             share,
             rate,
+            peak_share(
+                d.as_secs_f64(),
+                w,
+                per_core * tasks.max(gemm_threads).max(1) as f64,
+            ),
             // Tasks the kernel ran as, of its split extent (units).
-            match (exe.step_tasks().get(i).copied().unwrap_or(1), step.split) {
+            match (tasks, step.split) {
                 (t, e) if e > 1 => format!("{t}/{e}"),
                 (t, _) => t.to_string(),
             },
@@ -347,6 +355,7 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         "ms",
         "share",
         "GFLOP/s",
+        "%peak",
         "tasks",
         "algo",
         "ops fused",
@@ -362,6 +371,10 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         total_s * 1e3,
         2.0 * all_macs as f64 / total_s / 1e9
     );
+    let _ = writeln!(
+        out,
+        "  %peak: the kernel's GFLOP/s against the measured FMA peak of the cores it ran on ({per_core:.1} GFLOP/s a core, register-only loop; a GEMM splitting across q threads or a kernel running as T tasks counts max(q, T) cores)"
+    );
     if exe.has_concurrency() {
         out.push_str(
             "  (kernels of concurrent waves ran at the same time: their times overlap, and the sum exceeds the run's wall time)\n",
@@ -369,7 +382,7 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
     }
     out.push_str(&table(
         &header,
-        &[false, true, true, true, true, false, false],
+        &[false, true, true, true, true, true, false, false],
         &cells,
     ));
     if exe.threads() > 1 {
@@ -428,6 +441,17 @@ fn time_cells(s: f64, total_s: f64, macs: u64) -> [String; 3] {
             "-".into()
         },
     ]
+}
+
+/// A kernel's arithmetic rate as a share of `peak_gflops` (the cores it
+/// ran on): "-" for kernels without multiply-adds. The bar for
+/// 1x1 and FC layers is read off this column.
+fn peak_share(s: f64, macs: u64, peak_gflops: f64) -> String {
+    if macs > 0 && s > 0.0 && peak_gflops > 0.0 {
+        format!("{:.0}%", 100.0 * 2.0 * macs as f64 / s / 1e9 / peak_gflops)
+    } else {
+        "-".into()
+    }
 }
 
 /// Contraction multiply-adds per node name (Conv2d, MatMul, Gemm, ...),
@@ -561,6 +585,14 @@ mod tests {
         let l = Latency::of(&[4.0, 1.0, 2.0, 3.0]);
         assert_eq!(l.median, 2.5);
         assert_eq!(Latency::of(&[]).median, 0.0);
+    }
+
+    #[test]
+    fn peak_share_is_the_rate_over_the_cores_peak() {
+        // 2 x 1e9 MACs in 0.1 s is 20 GFLOP/s: half of a 40 GFLOP/s peak.
+        assert_eq!(peak_share(0.1, 1_000_000_000, 40.0), "50%");
+        assert_eq!(peak_share(0.1, 0, 40.0), "-");
+        assert_eq!(peak_share(0.0, 5, 40.0), "-");
     }
 
     #[test]

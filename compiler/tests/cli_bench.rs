@@ -71,7 +71,14 @@ fn run_with_threads_and_profile() {
     ]));
     assert_eq!(one, two);
     let prof = succeeds(&dnnc(&[&"run", &m, &"--backend", &"cpu", &"--profile"]));
-    for needle in ["profile of", "share", "GFLOP/s", "im2col", "Conv2d+Relu"] {
+    for needle in [
+        "profile of",
+        "share",
+        "GFLOP/s",
+        "%peak",
+        "im2col",
+        "Conv2d+Relu",
+    ] {
         assert!(prof.contains(needle), "{needle}:\n{prof}");
     }
 }
