@@ -1691,6 +1691,10 @@ impl Gemm {
                         x86::tail_cols_avx2::<4, 1>(kc, a, b, &mut out);
                         4
                     }
+                    (1, 2..) => {
+                        x86::tail_cols_avx2::<2, 1>(kc, a, b, &mut out);
+                        2
+                    }
                     (1, _) => {
                         x86::tail_cols_avx2::<1, 1>(kc, a, b, &mut out);
                         1
