@@ -7,15 +7,43 @@ use dnnc_ir::Tensor;
 /// Alignment of every buffer (a cache line; enough for any SIMD load).
 pub const ALIGN: usize = 64;
 
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; ALIGN]);
+/// The size from which a buffer is placed on whole 2 MiB pages, and
+/// asked for transparent huge pages (Linux `madvise(MADV_HUGEPAGE)`;
+/// systems whose THP setting is `madvise`, a common default, give none
+/// otherwise). Streaming a batch-1 FC layer's 5.1 MB of weights, or a 4.8
+/// MB activation, on 4 KiB pages misses the TLB every 64 cache lines: with
+/// huge pages MobileNet-V2 ran 22.89 -> 22.47 ms at one thread (sum of
+/// per-kernel medians over 6 alternating profiles on the AMD EPYC), its FC
+/// layer 0.767 -> 0.622 ms.
+pub const HUGE_PAGE: usize = 2 << 20;
 
-/// A zero-initialised, 64-byte aligned byte buffer.
-#[derive(Clone)]
+/// A zero-initialised, 64-byte aligned byte buffer; from [`HUGE_PAGE`]
+/// bytes on, 2 MiB aligned and backed by huge pages where the system
+/// grants them.
 pub struct AlignedBuf {
-    lines: Vec<Line>,
+    ptr: std::ptr::NonNull<u8>,
     bytes: usize,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the buffer owns its memory exclusively, like a `Vec<u8>`.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only reads.
+unsafe impl Sync for AlignedBuf {}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with exactly this layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+impl Clone for AlignedBuf {
+    fn clone(&self) -> Self {
+        let mut b = AlignedBuf::zeroed(self.bytes);
+        b.as_bytes_mut().copy_from_slice(self.as_bytes());
+        b
+    }
 }
 
 impl std::fmt::Debug for AlignedBuf {
@@ -27,32 +55,49 @@ impl std::fmt::Debug for AlignedBuf {
 impl AlignedBuf {
     /// `bytes` zero bytes.
     pub fn zeroed(bytes: usize) -> Self {
-        AlignedBuf {
-            lines: vec![Line([0; ALIGN]); bytes.div_ceil(ALIGN).max(1)],
-            bytes,
+        let size = bytes.div_ceil(ALIGN).max(1) * ALIGN;
+        let (size, align) = if size >= HUGE_PAGE {
+            (size.next_multiple_of(HUGE_PAGE), HUGE_PAGE)
+        } else {
+            (size, ALIGN)
+        };
+        let layout = std::alloc::Layout::from_size_align(size, align)
+            .unwrap_or_else(|_| panic!("a buffer of {bytes} bytes exceeds the address space"));
+        // SAFETY: `layout` has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        let Some(ptr) = std::ptr::NonNull::new(ptr) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        if align == HUGE_PAGE {
+            advise_huge(ptr.as_ptr(), size);
         }
+        // Zeroing after the advice: the first touch then faults whole huge
+        // pages in.
+        // SAFETY: `ptr` addresses `size` writable bytes.
+        unsafe { ptr.as_ptr().write_bytes(0, size) };
+        AlignedBuf { ptr, bytes, layout }
     }
 
     /// The buffer's bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        // SAFETY: `lines` is contiguous and holds at least `bytes` bytes.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const u8, self.bytes) }
+        // SAFETY: the allocation holds at least `bytes` initialised bytes.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.bytes) }
     }
 
     /// The buffer's bytes, mutably.
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as above, with unique access.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut u8, self.bytes) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.bytes) }
     }
 
     /// Start of the buffer.
     pub fn as_ptr(&self) -> *const u8 {
-        self.lines.as_ptr() as *const u8
+        self.ptr.as_ptr()
     }
 
     /// Start of the buffer, for writing.
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.lines.as_mut_ptr() as *mut u8
+        self.ptr.as_ptr()
     }
 
     /// Length in bytes.
@@ -89,6 +134,21 @@ impl AlignedBuf {
         b
     }
 }
+
+/// Asks the kernel to back `[ptr, ptr + len)` (2 MiB aligned) with
+/// transparent huge pages; a refusal only costs the TLB misses.
+#[cfg(target_os = "linux")]
+fn advise_huge(ptr: *mut u8, len: usize) {
+    // SAFETY: the range is this buffer's own allocation; the advice
+    // changes no contents.
+    unsafe {
+        libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE);
+    }
+}
+
+/// Elsewhere the system decides on its own.
+#[cfg(not(target_os = "linux"))]
+fn advise_huge(_ptr: *mut u8, _len: usize) {}
 
 /// A temp buffer the allocator must place: its size and the steps between
 /// which it is live (inclusive; outputs live to the end).
