@@ -64,10 +64,6 @@ pub struct ConvArgs {
     /// `dnnc calibrate --out` writes one).
     #[arg(long, value_name = "PROFILE.json")]
     pub partition_profile: Option<PathBuf>,
-    /// Run every depthwise conv as its own kernel instead of band by band
-    /// in front of the 1x1 conv reading it (for comparison).
-    #[arg(long)]
-    pub separate_depthwise: bool,
 }
 
 /// `--partition` of `dnnc run`, `dnnc bench` and `dnnc ir --after
@@ -1003,7 +999,6 @@ pub fn cpu_options(
     let mut opts = CpuOptions {
         conv_algo: conv.conv_algo,
         partition: partition_model(conv.partition, conv.partition_profile.as_deref())?,
-        separate_depthwise: conv.separate_depthwise,
         ..Default::default()
     };
     let plan = conv_plan(g, &opts);

@@ -819,10 +819,6 @@ impl StepCosts {
                 .get(n.as_str())
                 .is_some_and(|nc| nc.class == dnnc_ir::OpClass::Contraction)
         });
-        // A step running several convs (a depthwise conv banded into
-        // the pointwise conv after it) names each one's algorithm, in
-        // order, `+`-joined.
-        let mut algos = step.algo.as_deref().map(|a| a.split('+'));
         for n in &step.nodes {
             let Some(nc) = self.nodes.get(n.as_str()) else {
                 continue;
@@ -833,7 +829,7 @@ impl StepCosts {
                 continue;
             }
             let conv = nc.conv.as_ref().and_then(|c| {
-                let algo = algos.as_mut()?.next()?;
+                let algo = step.algo.as_deref()?;
                 let t = profile.predict_conv(algo, &c.shape)?;
                 Some((profile.conv_fixed(algo, &c.shape), t))
             });

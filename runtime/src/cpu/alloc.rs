@@ -7,8 +7,8 @@ use dnnc_ir::Tensor;
 /// Alignment of every buffer (a cache line; enough for any SIMD load).
 pub const ALIGN: usize = 64;
 
-/// The size from which a buffer is placed on whole 2 MiB pages, and
-/// asked for transparent huge pages (Linux `madvise(MADV_HUGEPAGE)`;
+/// The size from which a buffer is 2 MiB aligned and its whole 2 MiB
+/// pages are asked for transparent huge pages (Linux `madvise(MADV_HUGEPAGE)`;
 /// systems whose THP setting is `madvise`, a common default, give none
 /// otherwise). Streaming a batch-1 FC layer's 5.1 MB of weights, or a 4.8
 /// MB activation, on 4 KiB pages misses the TLB every 64 cache lines: with
@@ -19,7 +19,7 @@ pub const HUGE_PAGE: usize = 2 << 20;
 
 /// A zero-initialised, 64-byte aligned byte buffer; from [`HUGE_PAGE`]
 /// bytes on, 2 MiB aligned and backed by huge pages where the system
-/// grants them.
+/// grants them (all but a last partial 2 MiB).
 pub struct AlignedBuf {
     ptr: std::ptr::NonNull<u8>,
     bytes: usize,
@@ -56,11 +56,7 @@ impl AlignedBuf {
     /// `bytes` zero bytes.
     pub fn zeroed(bytes: usize) -> Self {
         let size = bytes.div_ceil(ALIGN).max(1) * ALIGN;
-        let (size, align) = if size >= HUGE_PAGE {
-            (size.next_multiple_of(HUGE_PAGE), HUGE_PAGE)
-        } else {
-            (size, ALIGN)
-        };
+        let align = if size >= HUGE_PAGE { HUGE_PAGE } else { ALIGN };
         let layout = std::alloc::Layout::from_size_align(size, align)
             .unwrap_or_else(|_| panic!("a buffer of {bytes} bytes exceeds the address space"));
         // SAFETY: `layout` has a non-zero size.
@@ -69,7 +65,10 @@ impl AlignedBuf {
             std::alloc::handle_alloc_error(layout)
         };
         if align == HUGE_PAGE {
-            advise_huge(ptr.as_ptr(), size);
+            // Whole huge pages only: a partial last one would be resident
+            // whole (ResNet-18's peak RSS rose 191 -> 212-218 MB with
+            // every large weight rounded up to 2 MiB pages).
+            advise_huge(ptr.as_ptr(), size / HUGE_PAGE * HUGE_PAGE);
         }
         // Zeroing after the advice: the first touch then faults whole huge
         // pages in.
@@ -201,6 +200,29 @@ impl Allocator for PerValueAllocator {
         ArenaPlan {
             offsets,
             total_bytes: total,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_zeroed_aligned_and_large_ones_start_on_a_huge_page() {
+        for bytes in [0, 1, 100, HUGE_PAGE - 1, HUGE_PAGE, 3 * HUGE_PAGE + 5] {
+            let mut b = AlignedBuf::zeroed(bytes);
+            assert_eq!(b.len(), bytes);
+            assert!(b.as_bytes().iter().all(|&x| x == 0), "{bytes} bytes");
+            let align = if bytes >= HUGE_PAGE { HUGE_PAGE } else { ALIGN };
+            assert_eq!(b.as_ptr() as usize % align, 0, "{bytes} bytes");
+            // Every byte is writable, and a clone copies them.
+            for (i, x) in b.as_bytes_mut().iter_mut().enumerate() {
+                *x = (i % 251) as u8;
+            }
+            let c = b.clone();
+            assert_eq!(c.as_bytes(), b.as_bytes());
+            assert_ne!(c.as_ptr(), b.as_ptr());
         }
     }
 }

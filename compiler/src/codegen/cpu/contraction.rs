@@ -22,10 +22,9 @@ use cranelift_codegen::ir::types::{self, F32, I64};
 use cranelift_codegen::ir::{InstBuilder, StackSlotData, StackSlotKind, Value};
 use dnnc_ir::op::ConvAlgo as IrConvAlgo;
 use dnnc_ir::op::{Binary, Unary, WeightLayout};
-use dnnc_ir::{DType, Graph, NodeId, Op, ValueId};
+use dnnc_ir::{DType, Graph, Op, ValueId};
 pub(crate) use dnnc_passes::ConvGeom;
 use dnnc_runtime::cpu::{fftconv, pgemm, AlignedBuf};
-use std::collections::HashMap;
 
 /// A convolution algorithm of the CPU backend. Each has its own lowering;
 /// [`conv_plan`] tells which one every Conv2d gets and why.
@@ -204,12 +203,6 @@ pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec
         return Ok(Vec::new());
     }
     let mut ws = Vec::new();
-    if let Some(&dw) = k.banded.first() {
-        // The band scratch, per task.
-        let dg = ConvGeom::of_node(g, dw)?;
-        let rows = band_rows(&dg).ok_or("no band height for the depthwise conv")?;
-        ws.push(dg.m * rows * dg.ow * 4);
-    }
     if matches!(anchor.op, Op::Conv2d(_)) {
         let geom = ConvGeom::of_node(g, k.nodes[0])?;
         let algo = choose_algo(&geom, g, k, opts);
@@ -606,12 +599,8 @@ pub(crate) fn takes_prologue(g: &Graph, k: &Kernel, opts: &CpuOptions) -> bool {
 /// Sigmoid and Mul); the last result must be the kernel's only output.
 /// `None`: the generated elementwise epilogue handles the kernel.
 pub(crate) fn match_fused(c: &KCtx<'_>, bias: Option<ValueId>) -> Option<FusedEp> {
-    match_fused_in(c.g, c.k, bias)
-}
-
-/// [`match_fused`] on kernel `k` of `g`.
-fn match_fused_in(g: &Graph, k: &Kernel, bias: Option<ValueId>) -> Option<FusedEp> {
-    let a = *g.node(k.nodes[0]).outputs.first()?;
+    let g = c.g;
+    let a = *g.node(c.k.nodes[0]).outputs.first()?;
     let ty = &g.value(a).ty;
     if ty.dtype != DType::F32 {
         return None;
@@ -619,9 +608,9 @@ fn match_fused_in(g: &Graph, k: &Kernel, bias: Option<ValueId>) -> Option<FusedE
     let (mut cur, mut res, mut clamp, mut act) = (a, None, None, pgemm::ACT_NONE);
     // The value a Sigmoid read: a Mul of it by the Sigmoid's result is SiLU.
     let mut gated: Option<ValueId> = None;
-    for &n in &k.nodes[1..] {
+    for &n in &c.k.nodes[1..] {
         let node = g.node(n);
-        if k.outputs.contains(&cur) || node.outputs.len() != 1 || act == pgemm::ACT_SILU {
+        if c.k.outputs.contains(&cur) || node.outputs.len() != 1 || act == pgemm::ACT_SILU {
             return None;
         }
         match (&node.op, node.inputs.as_slice()) {
@@ -643,7 +632,7 @@ fn match_fused_in(g: &Graph, k: &Kernel, bias: Option<ValueId>) -> Option<FusedE
                     (false, true) => x,
                     _ => return None,
                 };
-                if g.value(r).ty != *ty || !k.inputs.contains(&r) {
+                if g.value(r).ty != *ty || !c.k.inputs.contains(&r) {
                     return None;
                 }
                 res = Some(r);
@@ -666,7 +655,7 @@ fn match_fused_in(g: &Graph, k: &Kernel, bias: Option<ValueId>) -> Option<FusedE
         }
     }
     let nothing = bias.is_none() && res.is_none() && clamp.is_none() && act == pgemm::ACT_NONE;
-    if k.outputs != [cur] || nothing {
+    if c.k.outputs != [cur] || nothing {
         return None;
     }
     let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
@@ -1098,9 +1087,6 @@ fn lower_matmul(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<(), String> {
 
 fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
     let geom = ConvGeom::of_node(c.g, c.k.nodes[0])?;
-    if !c.k.banded.is_empty() {
-        return lower_banded(e, c, &geom);
-    }
     let algo = choose_algo(&geom, c.g, c.k, c.opts);
     if let Some(m) = algo.wino_m() {
         super::fastconv::lower(e, c, &geom, m)?;
@@ -2074,7 +2060,23 @@ fn conv_direct(
     let p = geo.oh * geo.ow;
     let taps = geo.kh * geo.kw;
     if cg == 1 && mg == 1 {
-        if let Some(plane) = depthwise_layout(geo) {
+        let win = super::direct::Window {
+            h: geo.h,
+            w: geo.w,
+            oh: geo.oh,
+            ow: geo.ow,
+            kh: geo.kh,
+            kw: geo.kw,
+            sh,
+            sw,
+            dh,
+            dw,
+            pt,
+            pl,
+        };
+        let plane =
+            super::direct::PadPlane::new_direct(win).or_else(|| super::direct::PadPlane::new(win));
+        if let Some(plane) = plane {
             return super::direct::depthwise(e, geo, plane, x, w, y, spec);
         }
     }
@@ -2120,254 +2122,6 @@ fn conv_direct(
         });
     });
     err.map_or(Ok(()), Err)
-}
-
-/// The padded-plane layout a depthwise conv's window kernel uses: read
-/// in place where [`super::direct::PadPlane::new_direct`] applies, else
-/// through scratch; `None` where neither does.
-fn depthwise_layout(geo: &ConvGeom) -> Option<super::direct::PadPlane> {
-    let win = super::direct::Window {
-        h: geo.h,
-        w: geo.w,
-        oh: geo.oh,
-        ow: geo.ow,
-        kh: geo.kh,
-        kw: geo.kw,
-        sh: geo.p.strides[0],
-        sw: geo.p.strides[1],
-        dh: geo.p.dilations[0],
-        dw: geo.p.dilations[1],
-        pt: geo.p.pads[0],
-        pl: geo.p.pads[1],
-    };
-    super::direct::PadPlane::new_direct(win).or_else(|| super::direct::PadPlane::new(win))
-}
-
-/// The most bytes one band of a banded depthwise conv's output may take
-/// ([`band_rows`]): a band and the pointwise conv's share of its output
-/// then stay in L2 (512 KiB a core on the machines measured) between
-/// the two kernels.
-const BAND_SCRATCH_BYTES: usize = 160 * 1024;
-
-/// The least depthwise output, in bytes, worth computing band by band:
-/// twice the L2 of the machines measured. Smaller ones stay in cache
-/// between the two kernels anyway, and the bands' per-call costs then
-/// outweigh what they save (MobileNet-V2's 28x28 layers, 0.45-0.6 MB, one
-/// thread, medians of 7 alternating profiles: depthwise + projection
-/// 0.437 -> 0.470, 0.446 -> 0.458, 0.435 -> 0.458 ms banded).
-const BAND_MIN_BYTES: usize = 1 << 20;
-
-/// The output rows per band when a depthwise conv runs band by band in
-/// front of the pointwise conv reading it ([`super::group::absorb_depthwise`]):
-/// the most rows that divide the output height, fit a band of every
-/// channel into [`BAND_SCRATCH_BYTES`] and end each band on a cache line
-/// of every plane (two tasks writing one line of the pointwise output pass
-/// it back and forth); at least two bands. `None` for outputs under
-/// [`BAND_MIN_BYTES`] or where no height fits.
-pub(crate) fn band_rows(geo: &ConvGeom) -> Option<usize> {
-    if geo.n * geo.m * geo.oh * geo.ow * 4 < BAND_MIN_BYTES {
-        return None;
-    }
-    (1..geo.oh).rev().find(|&r| {
-        geo.oh.is_multiple_of(r)
-            && (r * geo.ow).is_multiple_of(16)
-            && geo.m * r * geo.ow * 4 <= BAND_SCRATCH_BYTES
-    })
-}
-
-/// Whether depthwise conv kernel `dw` can run band by band in front of
-/// pointwise conv kernel `pw`, which reads its only result
-/// ([`super::group::absorb_depthwise`]): one image; the depthwise conv
-/// lowered as one ([`ConvAlgo::Depthwise`], a padded-plane layout) with
-/// an epilogue it evaluates in registers; the pointwise conv on its
-/// packed filter with its epilogue fused into the GEMM; a band height
-/// ([`band_rows`]). Never with `CpuOptions::separate_depthwise`.
-pub(crate) fn takes_banded(g: &Graph, dw: &Kernel, pw: &Kernel, opts: &CpuOptions) -> bool {
-    if opts.separate_depthwise || !takes_prologue(g, pw, opts) || !pw.prologue.is_empty() {
-        return false;
-    }
-    let (Ok(pg), Ok(dg)) = (
-        ConvGeom::of_node(g, pw.nodes[0]),
-        ConvGeom::of_node(g, dw.nodes[0]),
-    ) else {
-        return false;
-    };
-    let bias = g.node(pw.nodes[0]).inputs.get(2).copied();
-    let bias_fits = bias.is_none_or(|b| {
-        let t = &g.value(b).ty;
-        t.dtype == DType::F32 && t.shape == [pg.m]
-    });
-    let pw_ep = match_fused_in(g, pw, bias).is_some() || (pw.nodes.len() == 1 && bias.is_none());
-    let depthwise = dg.g == dg.c && dg.c == dg.m && dg.n == 1;
-    if !pw_ep
-        || !bias_fits
-        || pg.n != 1
-        || !depthwise
-        || choose_algo(&dg, g, dw, opts) != ConvAlgo::Depthwise
-        || depthwise_layout(&dg).is_none()
-        || (pg.h, pg.w, pg.c) != (dg.oh, dg.ow, dg.m)
-        || g.value(g.node(dw.nodes[0]).outputs[0]).ty.dtype != DType::F32
-    {
-        return false;
-    }
-    let Some(rows) = band_rows(&dg) else {
-        return false;
-    };
-    // The depthwise epilogue over stand-in argument indices.
-    let arg_of: HashMap<ValueId, usize> =
-        dw.inputs.iter().enumerate().map(|(i, &v)| (v, i)).collect();
-    match band_spec(g, &dw.nodes, &arg_of, dw.inputs.len(), rows * dg.ow) {
-        Ok(None) => true,
-        Ok(Some(spec)) => super::direct::Epilogue::new(&spec, dg.ow.is_multiple_of(4)).is_some(),
-        Err(_) => false,
-    }
-}
-
-/// The epilogue of a banded depthwise conv (`nodes`: the conv, then its
-/// epilogue), evaluated as the band is computed: the conv's result plus
-/// its bias, then the nodes, stored to argument `out` with plane stride
-/// `ps` (the band's layout, [`super::direct::depthwise_bands`]). `None`:
-/// nothing to evaluate (the raw result is the band).
-fn band_spec<'g>(
-    g: &'g Graph,
-    nodes: &[NodeId],
-    arg_of: &HashMap<ValueId, usize>,
-    out: usize,
-    ps: usize,
-) -> Result<Option<elementwise::EwSpec<'g>>, String> {
-    let (&conv, rest) = nodes.split_first().ok_or("no depthwise conv")?;
-    let node = g.node(conv);
-    let a = node.outputs[0];
-    let v = rest.last().map_or(a, |&n| g.node(n).outputs[0]);
-    let bias = node.inputs.get(2).copied();
-    if rest.is_empty() && bias.is_none() {
-        return Ok(None);
-    }
-    let domain = g.value(a).ty.shape.clone();
-    let [_, c, _, ow] = domain[..] else {
-        return Err("a depthwise result of rank 4".into());
-    };
-    let mut arg_of = arg_of.clone();
-    arg_of.insert(v, out);
-    let band = vec![(c * ps) as i64, ps as i64, ow as i64, 1];
-    let acc_op = Operand {
-        arg: out,
-        dtype: DType::F32,
-        strides: band.clone(),
-    };
-    let extra = match bias {
-        Some(b) => Some((
-            Operand {
-                arg: *arg_of.get(&b).ok_or("the bias has no buffer")?,
-                dtype: DType::F32,
-                strides: bcast_strides(&[c, 1, 1], &domain)
-                    .ok_or("bias does not broadcast to the result")?,
-            },
-            1.0,
-        )),
-        None => None,
-    };
-    let mut spec =
-        elementwise::spec_for(g, &domain, rest, &arg_of, vec![(a, acc_op, extra)], &[v])?;
-    for (_, o) in &mut spec.outputs {
-        if o.arg == out {
-            o.strides = band.clone();
-        }
-    }
-    if spec.inputs.values().any(|o| o.arg == out) {
-        return Err("the depthwise epilogue reads its own band".into());
-    }
-    Ok(Some(spec))
-}
-
-/// A pointwise conv with a depthwise conv in front, band by band
-/// ([`super::group::absorb_depthwise`]): each task takes whole bands of
-/// [`band_rows`] output rows; per band the depthwise conv computes every
-/// channel's rows into the task's slice of the band scratch (the kernel's
-/// first workspace) through its epilogue, then one single-threaded packed
-/// GEMM multiplies the band into its columns of the output, applying the
-/// pointwise conv's fused epilogue (bias, residual, clamp). Every output
-/// element is computed by the same code whatever the split, so any task
-/// count is bitwise the one-task result, and each depthwise value is the
-/// one its own kernel would store.
-fn lower_banded(e: &mut Emit<'_>, c: &KCtx<'_>, pg: &ConvGeom) -> Result<Vec<String>, String> {
-    let dnodes = &c.k.banded;
-    let dg = ConvGeom::of_node(c.g, dnodes[0])?;
-    let rows = band_rows(&dg).ok_or("no band height for the depthwise conv")?;
-    let ps = rows * dg.ow;
-    let ws = *c.ws.first().ok_or("missing band scratch")?;
-    let spec = band_spec(c.g, dnodes, &c.arg_of, ws, ps)?;
-    let fused_dw = match &spec {
-        Some(s) => Some(
-            super::direct::Epilogue::new(s, dg.ow.is_multiple_of(4))
-                .ok_or("the depthwise epilogue cannot run in registers")?,
-        ),
-        None => None,
-    };
-    let plane = depthwise_layout(&dg).ok_or("no padded-plane layout for the depthwise conv")?;
-    let pnode = c.g.node(c.k.nodes[0]);
-    let bias_v = pnode.inputs.get(2).copied();
-    let fused = match_fused(c, bias_v);
-    if fused.is_none() && (c.k.nodes.len() > 1 || bias_v.is_some()) {
-        return Err("the pointwise epilogue cannot be fused into its GEMM".into());
-    }
-    let dnode = c.g.node(dnodes[0]);
-    let dx = e.bufs[c.arg(dnode.inputs[0])?];
-    let dw = e.bufs[c.arg(dnode.inputs[1])?];
-    let y = e.bufs[acc_arg(c)?];
-    let a = e.bufs[*c.prep.first().ok_or("missing packed filter")?];
-    let (bias, res, lh) = match &fused {
-        Some(f) => (
-            f.bias.map(|v| c.arg(v)).transpose()?.map(|i| e.bufs[i]),
-            f.res.map(|v| c.arg(v)).transpose()?.map(|i| e.bufs[i]),
-            (f.lo, f.hi, f.act),
-        ),
-        None => (
-            None,
-            None,
-            (f32::NEG_INFINITY, f32::INFINITY, pgemm::ACT_NONE),
-        ),
-    };
-    let p = (pg.oh * pg.ow) as i64;
-    let units = e.task_range(
-        dg.oh / rows,
-        "bands of output rows (depthwise, then pointwise)",
-    )?;
-    let base = e.bufs[ws];
-    let scratch = e.task_slice(ws, base, dg.m * ps * 4);
-    e.bufs[ws] = scratch;
-    let gemm = |e: &mut Emit<'_>, b: Value| {
-        let col0 = e.b.ins().imul_imm_s(b, ps as i64);
-        let yc = at(e, y, col0);
-        let d = fused.as_ref().map(|_| {
-            let res = res.map(|r| (at(e, r, col0), (p, 1)));
-            ep_desc(e, bias, res, lh)
-        });
-        gemm_a(
-            e,
-            (pg.m, ps, pg.c),
-            AOp::Packed(a),
-            scratch,
-            (ps as i64, 1),
-            yc,
-            (p, 1),
-            d,
-        );
-        Ok(())
-    };
-    let r = super::direct::depthwise_bands(
-        e,
-        &dg,
-        plane,
-        (dx, dw),
-        (ws, ps),
-        fused_dw.as_ref(),
-        (units, rows),
-        gemm,
-    );
-    e.bufs[ws] = base;
-    r?;
-    Ok(vec![PACKED_MISMATCH.to_string()])
 }
 
 /// One depthwise plane (`C == M`, one channel per group, so plane `n*M + co`

@@ -49,7 +49,9 @@ fn conv_work(g: &Graph, n: NodeId, algo: Option<ConvAlgo>) -> Option<u64> {
 /// FFT, direct and depthwise convolutions never split.
 pub(crate) fn kernel_work(g: &Graph, k: &Kernel, opts: &CpuOptions) -> (u64, u64) {
     let algo = contraction::algo_of(g, k, opts);
-    let w = (k.banded.iter().chain(&k.nodes))
+    let w = k
+        .nodes
+        .iter()
         .map(|&n| conv_work(g, n, algo).unwrap_or_else(|| node_work(g, n)))
         .fold(0u64, u64::saturating_add);
     let Some(a) = k.anchor else {

@@ -926,6 +926,7 @@ pub(crate) fn depthwise(
     y: Value,
     spec: Option<&super::elementwise::EwSpec<'_>>,
 ) -> Result<(), String> {
+    let taps = geo.kh * geo.kw;
     let (hw, p) = ((geo.h * geo.w) as i64, (geo.oh * geo.ow) as i64);
     if !plane.direct {
         plane.init(e, 0.0);
@@ -970,139 +971,56 @@ pub(crate) fn depthwise(
     let cov = e.var(I64, co0);
     e.hoist_constants();
     e.for_range(lo, hi, 1, |e, pn| {
-        let n = e.b.use_var(nv);
-        let co = e.b.use_var(cov);
-        let next = e.b.ins().iadd_imm_s(co, 1);
-        let wrap = e.b.ins().icmp_imm_s(IntCC::Equal, next, geo.m as i64);
-        let z = e.ci(0);
-        let co_next = e.b.ins().select(wrap, z, next);
-        let n_next = e.b.ins().iadd_imm_s(n, 1);
-        let n_next = e.b.ins().select(wrap, n_next, n);
-        e.b.def_var(cov, co_next);
-        e.b.def_var(nv, n_next);
-        let xo = e.b.ins().imul_imm_s(pn, hw);
-        let yo = e.b.ins().imul_imm_s(pn, p);
-        let (op, src) = plane_setup(e, geo, &plane, (x, xo), w, co, band);
-        let r = match &fused {
-            Some(f) => {
-                let p = f.plane(e, n, co);
-                plane.compute(e, (y, yo), &op, (rb, u), &Store::Fused(f, &p), src, band)
-            }
-            None => plane
-                .compute(e, (y, yo), &op, (rb, u), &Store::Plain, src, band)
-                .and_then(|_| super::contraction::tile_epilogue(e, spec, n, co, 1)),
-        };
-        if let Err(m) = r {
-            err.get_or_insert(m);
-        }
-    });
-    e.end_hoist();
-    err.map_or(Ok(()), Err)
-}
-
-/// A depthwise plane's set-up before its compute: unless the compute
-/// reads the input plane `x[xo..]` in place or streams its rows in
-/// (then returned as the compute's `src`), copies the rows output rows
-/// `band` (or the whole plane) read into the scratch plane; splats channel
-/// `co`'s taps.
-fn plane_setup(
-    e: &mut Emit<'_>,
-    geo: &dnnc_passes::ConvGeom,
-    plane: &PadPlane,
-    (x, xo): (Value, Value),
-    w: Value,
-    co: Value,
-    band: Option<(Value, Value)>,
-) -> (Combine, Option<Src>) {
-    let taps = geo.kh * geo.kw;
-    // An in-place plane is read by the compute itself.
-    let src = if plane.direct || plane.streams() {
-        Some((x, xo, None))
-    } else {
-        match band {
-            Some(b) => plane.copy_band(e, x, xo, b),
-            None => plane.copy(e, x, xo, None),
-        }
-        None
-    };
-    let wo = e.b.ins().imul_imm_s(co, taps as i64);
-    let pw = e.addr(w, wo, 4);
-    let wv: Vec<Value> = (0..taps)
-        .map(|t| {
-            // Movable: the filter is read-only, and Cranelift then
-            // broadcasts from memory at the use instead of spilling.
-            let s = e.b.ins().load(F32, movable(), pw, (t * 4) as i32);
-            e.splat(s)
-        })
-        .collect();
-    let op = if DEPTHWISE_FMA {
-        Combine::Fma(wv)
-    } else {
-        Combine::MulAdd(wv)
-    };
-    (op, src)
-}
-
-/// A depthwise conv of one image computed band by band into scratch, for
-/// the pointwise conv that reads it ([`super::group::absorb_depthwise`]):
-/// for each unit `b` of `units` (run-time range), output rows `[b * rows,
-/// (b + 1) * rows)` of every channel go to `bufs[scratch]`, channel `co`'s
-/// rows `ps` floats apart (`ps = rows * ow`), through the fused epilogue
-/// `fused` (whose outputs address `bufs[scratch]` with plane stride `ps`),
-/// then `after(e, b)` consumes the band. Each output is computed by the
-/// same code as [`depthwise`]'s, so the band holds bitwise the values that
-/// kernel stores.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn depthwise_bands(
-    e: &mut Emit<'_>,
-    geo: &dnnc_passes::ConvGeom,
-    mut plane: PadPlane,
-    (x, w): (Value, Value),
-    (scratch, ps): (usize, usize),
-    fused: Option<&Epilogue<'_, '_>>,
-    (units, rows): ((Value, Value), usize),
-    mut after: impl FnMut(&mut Emit<'_>, Value) -> Result<(), String>,
-) -> Result<(), String> {
-    if geo.n != 1 || geo.c != geo.m {
-        return Err("a banded depthwise conv takes one image, one channel per group".into());
-    }
-    if !plane.direct {
-        plane.init(e, 0.0);
-    }
-    e.in_order = true;
-    let hw = (geo.h * geo.w) as i64;
-    let base = e.bufs[scratch];
-    let mut err = None;
-    e.hoist_constants();
-    e.for_range(units.0, units.1, 1, |e, b| {
-        let r0 = e.b.ins().imul_imm_s(b, rows as i64);
-        let r1 = e.b.ins().iadd_imm_s(r0, rows as i64);
-        // Row r of channel co lands at base + co * ps + (r - r0) * ow.
-        let shift = e.b.ins().imul_imm_s(r0, -((geo.ow * 4) as i64));
-        let y = e.b.ins().iadd(base, shift);
-        e.bufs[scratch] = y;
-        let zero = e.ci(0);
-        let c0 = e.ci(0);
-        let c1 = e.ci(geo.m as i64);
-        e.for_range(c0, c1, 1, |e, co| {
-            let xo = e.b.ins().imul_imm_s(co, hw);
-            let yo = e.b.ins().imul_imm_s(co, ps as i64);
-            let band = Some((r0, r1));
-            let (op, src) = plane_setup(e, geo, &plane, (x, xo), w, co, band);
-            let r = match fused {
-                Some(f) => {
-                    let p = f.plane(e, zero, co);
-                    plane.compute(e, (y, yo), &op, (1, 2), &Store::Fused(f, &p), src, band)
+        {
+            let n = e.b.use_var(nv);
+            let co = e.b.use_var(cov);
+            let next = e.b.ins().iadd_imm_s(co, 1);
+            let wrap = e.b.ins().icmp_imm_s(IntCC::Equal, next, geo.m as i64);
+            let z = e.ci(0);
+            let co_next = e.b.ins().select(wrap, z, next);
+            let n_next = e.b.ins().iadd_imm_s(n, 1);
+            let n_next = e.b.ins().select(wrap, n_next, n);
+            e.b.def_var(cov, co_next);
+            e.b.def_var(nv, n_next);
+            let xo = e.b.ins().imul_imm_s(pn, hw);
+            let yo = e.b.ins().imul_imm_s(pn, p);
+            // An in-place plane is read by the compute itself.
+            let src = if plane.direct || plane.streams() {
+                Some((x, xo, None))
+            } else {
+                match band {
+                    Some(b) => plane.copy_band(e, x, xo, b),
+                    None => plane.copy(e, x, xo, None),
                 }
-                None => plane.compute(e, (y, yo), &op, (1, 2), &Store::Plain, src, band),
+                None
+            };
+            let wo = e.b.ins().imul_imm_s(co, taps as i64);
+            let pw = e.addr(w, wo, 4);
+            let wv: Vec<Value> = (0..taps)
+                .map(|t| {
+                    // Movable: the filter is read-only, and Cranelift then
+                    // broadcasts from memory at the use instead of spilling.
+                    let s = e.b.ins().load(F32, movable(), pw, (t * 4) as i32);
+                    e.splat(s)
+                })
+                .collect();
+            let op = if DEPTHWISE_FMA {
+                Combine::Fma(wv)
+            } else {
+                Combine::MulAdd(wv)
+            };
+            let r = match &fused {
+                Some(f) => {
+                    let p = f.plane(e, n, co);
+                    plane.compute(e, (y, yo), &op, (rb, u), &Store::Fused(f, &p), src, band)
+                }
+                None => plane
+                    .compute(e, (y, yo), &op, (rb, u), &Store::Plain, src, band)
+                    .and_then(|_| super::contraction::tile_epilogue(e, spec, n, co, 1)),
             };
             if let Err(m) = r {
                 err.get_or_insert(m);
             }
-        });
-        e.bufs[scratch] = base;
-        if let Err(m) = after(e, b) {
-            err.get_or_insert(m);
         }
     });
     e.end_hoist();

@@ -45,11 +45,6 @@ pub(crate) struct Kernel {
     /// packs it ([`absorb_prologues`]), in order; their results get no
     /// buffer.
     pub prologue: Vec<NodeId>,
-    /// A depthwise conv kernel's nodes (the conv, then its epilogue) that
-    /// this pointwise conv's kernel computes band by band into per-task
-    /// scratch, each band just before multiplying it
-    /// ([`absorb_depthwise`]); their results get no buffer.
-    pub banded: Vec<NodeId>,
 }
 
 /// Whether `op` is evaluable per point: an elementwise op that both
@@ -117,7 +112,6 @@ pub(crate) fn kernels(g: &Graph) -> Vec<Kernel> {
             inputs: k.inputs,
             outputs: k.outputs,
             prologue: Vec::new(),
-            banded: Vec::new(),
         };
         add_dead_results(g, &graph_outputs, &mut kernel);
         out.push(kernel);
@@ -175,7 +169,6 @@ fn finish(
         inputs,
         outputs: outs,
         prologue: Vec::new(),
-        banded: Vec::new(),
     };
     add_dead_results(g, graph_outputs, &mut k);
     k
@@ -275,71 +268,6 @@ pub(crate) fn absorb_prologues(
         }
         k.inputs = inputs;
         k.prologue = pro_nodes;
-        gone[pi] = true;
-    }
-    kernels
-        .into_iter()
-        .zip(gone)
-        .filter_map(|(k, gone)| (!gone).then_some(k))
-        .collect()
-}
-
-/// Moves each depthwise conv kernel whose only result only feeds a
-/// pointwise conv's data input into that conv's kernel
-/// ([`Kernel::banded`]), where `takes(dw, pw)` says the pair's lowering
-/// runs them band by band (`contraction::banded_rows`). The depthwise
-/// result then never leaves the core's cache: in MobileNet-V2's
-/// inverted-residual blocks it is 0.8-1.8 MB per layer, and the 1x1
-/// projection reading it from L3 or memory ran 20-35% slower than with
-/// it in cache.
-pub(crate) fn absorb_depthwise(
-    g: &Graph,
-    mut kernels: Vec<Kernel>,
-    takes: impl Fn(&Kernel, &Kernel) -> bool,
-) -> Vec<Kernel> {
-    let graph_outputs: HashSet<ValueId> = g.outputs().iter().copied().collect();
-    let mut gone = vec![false; kernels.len()];
-    for ki in 0..kernels.len() {
-        let k = &kernels[ki];
-        let Some(anchor) = k.anchor else { continue };
-        if k.kind != KernelKind::Contraction
-            || !matches!(g.node(anchor).op, Op::Conv2d(_))
-            || !k.prologue.is_empty()
-            || !k.banded.is_empty()
-        {
-            continue;
-        }
-        let v = g.node(anchor).inputs[0];
-        let Some(pi) = kernels.iter().position(|p| p.outputs.contains(&v)) else {
-            continue;
-        };
-        let p = &kernels[pi];
-        let sole_user = matches!(g.users(v).as_slice(), [(u, 0)] if *u == anchor);
-        let dw_conv = p
-            .anchor
-            .is_some_and(|a| matches!(g.node(a).op, Op::Conv2d(_)) && p.nodes.first() == Some(&a));
-        if gone[pi]
-            || p.kind != KernelKind::Contraction
-            || !dw_conv
-            || !p.prologue.is_empty()
-            || !p.banded.is_empty()
-            || p.outputs != [v]
-            || graph_outputs.contains(&v)
-            || !sole_user
-            || !takes(p, k)
-        {
-            continue;
-        }
-        let (dw_nodes, dw_inputs) = (p.nodes.clone(), p.inputs.clone());
-        let k = &mut kernels[ki];
-        let mut inputs = dw_inputs;
-        for &i in &k.inputs {
-            if i != v && !inputs.contains(&i) {
-                inputs.push(i);
-            }
-        }
-        k.inputs = inputs;
-        k.banded = dw_nodes;
         gone[pi] = true;
     }
     kernels

@@ -61,10 +61,6 @@ pub struct CpuOptions {
     /// What decides how the executable splits kernels across threads and
     /// which independent kernels run concurrently.
     pub partition: PartitionModel,
-    /// Run every depthwise conv as its own kernel, never band by band in
-    /// front of the pointwise conv reading it
-    /// (`group::absorb_depthwise`): for comparison and tests.
-    pub separate_depthwise: bool,
 }
 
 /// What decides a CPU executable's partition (tasks per kernel, threads
@@ -267,9 +263,6 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let kernels = group::absorb_prologues(g, group::kernels(g), |k| {
         contraction::takes_prologue(g, k, opts)
     });
-    let kernels = group::absorb_depthwise(g, kernels, |dw, pw| {
-        contraction::takes_banded(g, dw, pw, opts)
-    });
     for k in &kernels {
         check_supported(g, k)?;
     }
@@ -280,7 +273,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let mut superseded: HashMap<ValueId, bool> = HashMap::new();
     for k in &kernels {
         let sup = contraction::superseded_weight(g, k, opts);
-        for &n in k.banded.iter().chain(&k.nodes) {
+        for &n in &k.nodes {
             for &v in &g.node(n).inputs {
                 let e = superseded.entry(v).or_insert(true);
                 *e &= sup == Some(v);
@@ -632,19 +625,11 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let task_ws = std::mem::take(&mut e.task_ws);
             in_order = e.in_order;
             e.b.finalize(cfg);
-            let ops: Vec<&str> = (k.prologue.iter().chain(&k.banded).chain(&k.nodes))
+            let ops: Vec<&str> = (k.prologue.iter().chain(&k.nodes))
                 .map(|&n| g.node(n).op.name())
                 .collect();
             let inplace = inplace_pairs(g, k, &kctx.arg_of);
-            let algo = contraction::algo_of(g, k, opts).map(|a| {
-                // A banded kernel runs two convs: each one's algorithm,
-                // in order.
-                let a = a.name();
-                match k.banded.is_empty() {
-                    true => a.to_string(),
-                    false => format!("{}+{a}", ConvAlgo::Depthwise.name()),
-                }
-            });
+            let algo = contraction::algo_of(g, k, opts).map(|a| format!("{a:?}").to_lowercase());
             let (work, split_work) = cost::kernel_work(g, k, opts);
             // A kernel that shares its units out as tasks runs its GEMMs
             // on one thread per task; they do not split again.
@@ -667,9 +652,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                     func: dummy_kernel,
                     args,
                     errors,
-                    nodes: (k.banded.iter().chain(&k.nodes))
-                        .map(|&n| node_label(g, n))
-                        .collect(),
+                    nodes: k.nodes.iter().map(|&n| node_label(g, n)).collect(),
                     algo,
                     inplace,
                     writes,

@@ -254,9 +254,8 @@ pub fn report(g: &Graph, exe: &Executable, profile: &dnnc_passes::cost::MachineP
                     t * 1e3
                 )
             }
-            None => "no code of its own: a view, built in place by its producers, the \
-                     prologue of the 1x1 conv reading it (applied as its GEMM packs its input), \
-                     or a depthwise conv computed band by band inside the 1x1 conv reading it"
+            None => "no code of its own: a view, built in place by its producers, or the \
+                     prologue of the 1x1 conv reading it (applied as its GEMM packs its input)"
                 .to_string(),
         };
         let _ = writeln!(out, "  #   partition: {text}");
