@@ -87,7 +87,7 @@ mod plan;
 pub mod schedule;
 pub mod spin;
 
-pub use alloc::{AlignedBuf, Allocator, ArenaPlan, PerValueAllocator, TempInfo, ALIGN};
+pub use alloc::{AlignedBuf, Allocator, ArenaPlan, PerValueAllocator, TempInfo, ALIGN, HUGE_PAGE};
 pub use plan::GreedyPlanner;
 pub use schedule::{Concurrency, CostModel, KernelSplit, Wave, WorkDepthRule};
 
