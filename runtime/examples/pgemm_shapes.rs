@@ -16,6 +16,7 @@
 use dnnc_runtime::cpu::pgemm::{
     dnnc_sgemm_packed, dnnc_sgemm_packed_gather, pack_a_for, pack_a_with, Gather, Kernel, Layout,
 };
+use dnnc_runtime::cpu::AlignedBuf;
 use std::time::Instant;
 
 fn main() {
@@ -49,10 +50,20 @@ fn measure() {
     let a: Vec<f32> = (0..m * k)
         .map(|i| ((i * 7) % 13) as f32 * 0.1 - 0.6)
         .collect();
-    let b: Vec<f32> = (0..k * n)
-        .map(|i| ((i * 5) % 11) as f32 * 0.1 - 0.5)
-        .collect();
-    let mut c = vec![0.0f32; m * n];
+    // B and C live where a model's activations do: in an `AlignedBuf`
+    // (2 MiB aligned and on huge pages from 2 MiB on, as the arena).
+    let mut bbuf = AlignedBuf::zeroed(k * n * 4);
+    // SAFETY: the buffer holds `k * n` floats' bytes, 64-byte aligned.
+    let b: &mut [f32] =
+        unsafe { std::slice::from_raw_parts_mut(bbuf.as_mut_ptr() as *mut f32, k * n) };
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = ((i * 5) % 11) as f32 * 0.1 - 0.5;
+    }
+    let b: &[f32] = b;
+    let mut cbuf = AlignedBuf::zeroed(m * n * 4);
+    // SAFETY: as above, `m * n` floats.
+    let c: &mut [f32] =
+        unsafe { std::slice::from_raw_parts_mut(cbuf.as_mut_ptr() as *mut f32, m * n) };
     let mut sweep = vec![0u8; 8 << 20];
     let pa = match std::env::var("LAYOUT").as_deref() {
         Ok("lanes") => pack_a_for(Layout::Lanes, m, k, &a, k, 1, 1.0),
