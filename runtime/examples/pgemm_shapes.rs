@@ -53,17 +53,13 @@ fn measure() {
     // B and C live where a model's activations do: in an `AlignedBuf`
     // (2 MiB aligned and on huge pages from 2 MiB on, as the arena).
     let mut bbuf = AlignedBuf::zeroed(k * n * 4);
-    // SAFETY: the buffer holds `k * n` floats' bytes, 64-byte aligned.
-    let b: &mut [f32] =
-        unsafe { std::slice::from_raw_parts_mut(bbuf.as_mut_ptr() as *mut f32, k * n) };
+    let b = floats(&mut bbuf);
     for (i, x) in b.iter_mut().enumerate() {
         *x = ((i * 5) % 11) as f32 * 0.1 - 0.5;
     }
     let b: &[f32] = b;
     let mut cbuf = AlignedBuf::zeroed(m * n * 4);
-    // SAFETY: as above, `m * n` floats.
-    let c: &mut [f32] =
-        unsafe { std::slice::from_raw_parts_mut(cbuf.as_mut_ptr() as *mut f32, m * n) };
+    let c = floats(&mut cbuf);
     let mut sweep = vec![0u8; 8 << 20];
     let pa = match std::env::var("LAYOUT").as_deref() {
         Ok("lanes") => pack_a_for(Layout::Lanes, m, k, &a, k, 1, 1.0),
@@ -166,4 +162,13 @@ fn measure() {
         med * 1e6,
         flops / med / 1e9
     );
+}
+
+/// The buffer's bytes as floats (whole ones; the buffer is 64-byte
+/// aligned and zeroed, so every element is a valid f32).
+fn floats(buf: &mut AlignedBuf) -> &mut [f32] {
+    let len = buf.len() / 4;
+    // SAFETY: `len` floats fit in the buffer, which is aligned for f32
+    // and borrowed mutably for the slice's lifetime.
+    unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut f32, len) }
 }

@@ -12,9 +12,9 @@ pub const ALIGN: usize = 64;
 /// systems whose THP setting is `madvise`, a common default, give none
 /// otherwise). Streaming a batch-1 FC layer's 5.1 MB of weights, or a 4.8
 /// MB activation, on 4 KiB pages misses the TLB every 64 cache lines: with
-/// huge pages MobileNet-V2 ran 22.89 -> 22.47 ms at one thread (sum of
-/// per-kernel medians over 6 alternating profiles on the AMD EPYC), its FC
-/// layer 0.767 -> 0.622 ms.
+/// huge pages MobileNet-V2 ran 23.48 -> 22.77 ms at one thread (sum of
+/// per-kernel medians over 7 alternating profiles on the AMD EPYC), its FC
+/// layer 0.861 -> 0.669 ms.
 pub const HUGE_PAGE: usize = 2 << 20;
 
 /// A zero-initialised, 64-byte aligned byte buffer; from [`HUGE_PAGE`]
@@ -40,8 +40,13 @@ impl Drop for AlignedBuf {
 
 impl Clone for AlignedBuf {
     fn clone(&self) -> Self {
-        let mut b = AlignedBuf::zeroed(self.bytes);
-        b.as_bytes_mut().copy_from_slice(self.as_bytes());
+        let b = AlignedBuf::uninit(self.bytes);
+        // SAFETY: both allocations hold `layout.size()` bytes (the same
+        // size) and do not overlap: the copy writes every byte once, the
+        // zero padding after `bytes` included.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), b.ptr.as_ptr(), b.layout.size());
+        }
         b
     }
 }
@@ -55,6 +60,18 @@ impl std::fmt::Debug for AlignedBuf {
 impl AlignedBuf {
     /// `bytes` zero bytes.
     pub fn zeroed(bytes: usize) -> Self {
+        let b = AlignedBuf::uninit(bytes);
+        // Zeroing after the advice: the first touch then faults whole huge
+        // pages in.
+        // SAFETY: `ptr` addresses `layout.size()` writable bytes.
+        unsafe { b.ptr.as_ptr().write_bytes(0, b.layout.size()) };
+        b
+    }
+
+    /// An allocation for `bytes` bytes, aligned and advised as the type
+    /// says, not yet touched (so not yet faulted in): the caller writes
+    /// its bytes before any accessor reads them.
+    fn uninit(bytes: usize) -> Self {
         let size = bytes.div_ceil(ALIGN).max(1) * ALIGN;
         let align = if size >= HUGE_PAGE { HUGE_PAGE } else { ALIGN };
         let layout = std::alloc::Layout::from_size_align(size, align)
@@ -70,10 +87,6 @@ impl AlignedBuf {
             // every large weight rounded up to 2 MiB pages).
             advise_huge(ptr.as_ptr(), size / HUGE_PAGE * HUGE_PAGE);
         }
-        // Zeroing after the advice: the first touch then faults whole huge
-        // pages in.
-        // SAFETY: `ptr` addresses `size` writable bytes.
-        unsafe { ptr.as_ptr().write_bytes(0, size) };
         AlignedBuf { ptr, bytes, layout }
     }
 
