@@ -1023,6 +1023,23 @@ impl Executable {
     }
 }
 
+/// The tasks a step planned as `tasks` shares runs as: each share cut
+/// into [`native::task_chunks`] while every chunk keeps the work
+/// a planned task must carry (`schedule::kernel_tasks`). A kernel with a
+/// per-task workspace ([`Step::task_ws`]) keeps its planned tasks: the
+/// planner sized that workspace for them.
+fn chunks(tasks: usize, s: &Step) -> usize {
+    if tasks <= 1 || !s.task_ws.is_empty() {
+        return tasks;
+    }
+    let extent = s.phase_splits.iter().fold(s.split, |a, &b| a.max(b));
+    let by_work = (s.work / (4 * native::TASK_OVERHEAD_MACS_SPIN)) as usize;
+    (tasks * native::task_chunks())
+        .min(extent)
+        .min(by_work)
+        .max(tasks)
+}
+
 /// A step's argument array, shared by the tasks of one split call.
 struct ArgPtr(*const *mut u8);
 
@@ -1052,7 +1069,7 @@ impl RunCtx<'_> {
         let p = &self.exe.prepared;
         let step = &self.exe.steps[j];
         let args = ArgPtr(self.args[p.arg_start[j]..].as_ptr());
-        let tasks = p.tasks[j];
+        let tasks = chunks(p.tasks[j], step);
         let t0 = self.nanos.map(|_| std::time::Instant::now());
         let mut rc = Self::call_tasks(step.func, &args, tasks, 0);
         for (i, &extent) in step.phase_splits.iter().enumerate() {
@@ -1114,7 +1131,7 @@ impl RunCtx<'_> {
                 continue;
             }
             let q = w.threads_per_step;
-            spin::par_for(w.steps.len(), &|i| {
+            spin::par_for_list(w.steps.len(), &|i| {
                 let j = w.steps[i];
                 let rc = native::with_threads(q, || self.call(j));
                 self.rcs[j].store(rc, Ordering::Relaxed);
@@ -1238,6 +1255,38 @@ pub(crate) mod tests {
 
     unsafe extern "C" fn fails(_: *const *mut u8, _: usize, _: usize, _: usize) -> i32 {
         1
+    }
+
+    /// Planned shares are cut into `native::task_chunks()` tasks only
+    /// while each keeps a planned task's work and a unit of the extent,
+    /// and never for a kernel whose per-task workspace was sized for its
+    /// planned tasks (an im2col stem wrote past it when it was).
+    #[test]
+    fn planned_shares_are_cut_into_chunks_within_extent_work_and_workspace() {
+        let c = native::task_chunks();
+        let step = |split: usize, work: u64, task_ws: Vec<usize>| Step {
+            name: "k".into(),
+            op: "Test".into(),
+            func: nop,
+            args: vec![0, 1],
+            errors: Vec::new(),
+            nodes: Vec::new(),
+            algo: None,
+            inplace: Vec::new(),
+            writes: vec![1],
+            work,
+            split_work: 0,
+            split,
+            phase_splits: Vec::new(),
+            split_units: Vec::new(),
+            task_ws,
+        };
+        let h = 4 * native::TASK_OVERHEAD_MACS_SPIN;
+        assert_eq!(chunks(1, &step(1000, 1000 * h, vec![])), 1);
+        assert_eq!(chunks(2, &step(1000, 1000 * h, vec![])), 2 * c);
+        assert_eq!(chunks(2, &step(3, 1000 * h, vec![])), 3.min(2 * c));
+        assert_eq!(chunks(2, &step(1000, 3 * h, vec![])), 3.min(2 * c));
+        assert_eq!(chunks(2, &step(1000, 1000 * h, vec![1])), 2);
     }
 
     /// Two independent chains joined at the end:

@@ -182,6 +182,47 @@ fn gemm_tasks_with(m: usize, n: usize, k: usize, threads: usize, overhead: u64) 
     threads.min(by_work).min(by_shape).max(1)
 }
 
+/// The tasks a GEMM split into `tasks` shares ([`gemm_tasks`]) runs as:
+/// each share cut into [`task_chunks`] while every chunk keeps the work
+/// and width a share must have.
+pub fn gemm_chunks(m: usize, n: usize, k: usize, tasks: usize) -> usize {
+    if tasks <= 1 {
+        return tasks;
+    }
+    let w = (m as u64).saturating_mul(n as u64).saturating_mul(k as u64);
+    let w = if n == 1 || m == 1 {
+        w.saturating_mul(GEMV_MAC_WEIGHT)
+    } else {
+        w
+    };
+    let by_work = (w / (8 * TASK_OVERHEAD_MACS_SPIN)) as usize;
+    let by_shape = m.max(n).div_ceil(SLICE_ALIGN);
+    (tasks * task_chunks())
+        .min(by_work)
+        .min(by_shape)
+        .max(tasks)
+}
+
+/// Into how many tasks each thread's share of a split is cut (4; the
+/// `DNNC_TASK_CHUNKS` environment variable overrides it, 1 to 16, for
+/// measurements). The spin pool gives every thread a contiguous home
+/// range of tasks and lets a thread that is done take the last task of
+/// another's range, so a core the host stalls holds a split up by one
+/// chunk, not by its whole share.
+pub fn task_chunks() -> usize {
+    static F: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *F.get_or_init(|| {
+        std::env::var("DNNC_TASK_CHUNKS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(TASK_CHUNKS)
+            .clamp(1, 16)
+    })
+}
+
+/// Default of [`task_chunks`].
+pub const TASK_CHUNKS: usize = 4;
+
 thread_local! {
     static THREADS: std::cell::Cell<usize> = const { std::cell::Cell::new(1) };
 }
@@ -252,6 +293,19 @@ mod tests {
         assert_eq!(gemm_tasks(100, 10, 1280, 2), 1);
         // A small GEMV stays whole.
         assert_eq!(gemm_tasks(100, 1, 64, 2), 1);
+    }
+
+    /// A GEMM's shares are cut into chunks that keep the work (100k MACs
+    /// x 8) and the width (32 columns) a share must have.
+    #[test]
+    fn gemm_shares_are_cut_into_chunks_that_keep_work_and_width() {
+        let c = task_chunks();
+        assert_eq!(gemm_chunks(64, 3136, 576, 1), 1);
+        assert_eq!(gemm_chunks(64, 3136, 576, 2), 2 * c);
+        // 64 columns hold two 32-wide chunks at most.
+        assert_eq!(gemm_chunks(16, 64, 4096, 2), 2);
+        // 1.6M MACs hold two chunks of 800k.
+        assert_eq!(gemm_chunks(64, 100, 250, 2), 2);
     }
 
     #[test]

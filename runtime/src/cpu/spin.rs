@@ -20,41 +20,58 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 /// One split call: tasks `0..n` of `f`. Up to 64 tasks are claimed by
-/// bit, each participant taking its home task first (the owner task 0,
-/// worker `w` task `w + 1`) and then any task left; more are claimed by an
-/// atomic counter. Home tasks keep task `t` of every split on the same
-/// thread, so when consecutive kernels split the same way (the pixel
-/// halves of a pointwise conv and the row bands of the depthwise conv
+/// bit, more by an atomic counter. Claims keep task `t` of every split on
+/// the same thread, so when consecutive kernels split the same way (the
+/// pixel halves of a pointwise conv and the row bands of the depthwise conv
 /// after it) each task reads what its own core wrote: a cache line from
 /// the other core's L2 streams at ~24 GB/s here, from its own at ~85.
+/// - A kernel's split ([`par_for`], `ranges` = the participants) gives
+///   each participant a contiguous home range of tasks (the owner the
+///   first, worker `w` range `w + 1`), taken from the front; a participant
+///   done with its own takes the last free task, from the back of another
+///   range. With as many tasks as participants that is one home task each;
+///   with more, a core the host has stalled loses its range's tail to the
+///   other instead of holding up the whole split.
+/// - A wave of independent steps ([`par_for_list`], `ranges` = 0) starts
+///   each participant on its home task, then hands out the free ones in
+///   order, as the wave planner's longest-first list schedule assumes.
 struct Job<'a> {
     f: &'a (dyn Fn(usize) + Sync),
     n: usize,
     next: AtomicUsize,
     /// Tasks claimed, one bit each, when `n <= 64`.
     claimed: std::sync::atomic::AtomicU64,
+    /// Participants with contiguous home ranges, or 0 for list order.
+    ranges: usize,
     done: AtomicUsize,
     panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 impl Job<'_> {
-    /// Claims and runs tasks until none is left, starting with task
-    /// `home` if it is still free (a participant that arrives late, or
-    /// finishes early, takes the others' tasks).
-    fn work(&self, home: usize) {
+    /// Claims and runs tasks until none is left, starting with participant
+    /// `who`'s home task or range (see [`Job`]); a participant that
+    /// arrives late, or finishes early, takes the others' tasks.
+    fn work(&self, who: usize) {
         if self.n <= 64 {
-            let mut first = Some(home).filter(|&h| h < self.n);
+            let all = u64::MAX >> (64 - self.n);
+            let home = if let Some(lo) = (who * self.n).checked_div(self.ranges) {
+                bits_below((who + 1) * self.n / self.ranges) & !bits_below(lo)
+            } else if who < self.n {
+                1u64 << who
+            } else {
+                0
+            };
             loop {
-                let i = match first.take() {
-                    Some(h) => h,
-                    None => {
-                        let taken = self.claimed.load(Ordering::Relaxed);
-                        let free = !taken & (u64::MAX >> (64 - self.n));
-                        if free == 0 {
-                            return;
-                        }
-                        free.trailing_zeros() as usize
-                    }
+                let free = !self.claimed.load(Ordering::Relaxed) & all;
+                if free == 0 {
+                    return;
+                }
+                let i = if free & home != 0 {
+                    (free & home).trailing_zeros() as usize
+                } else if self.ranges > 0 {
+                    63 - free.leading_zeros() as usize
+                } else {
+                    free.trailing_zeros() as usize
                 };
                 let bit = 1u64 << i;
                 if self.claimed.fetch_or(bit, Ordering::Relaxed) & bit != 0 {
@@ -83,6 +100,15 @@ impl Job<'_> {
     }
 }
 
+/// The bits of tasks `0..k`.
+fn bits_below(k: usize) -> u64 {
+    if k >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << k) - 1
+    }
+}
+
 /// State shared by the owner and the workers.
 struct Shared {
     /// The job in flight (a `Job` on the owner's stack), or null.
@@ -100,6 +126,8 @@ struct Shared {
     epoch: std::time::Instant,
     /// Taken by the run that owns the pool.
     owned: AtomicBool,
+    /// The owner and the workers: how many home ranges a split has.
+    participants: usize,
     shutdown: AtomicBool,
     /// Workers parked (or about to park) on `wake`; a job wakes them.
     sleeping: AtomicUsize,
@@ -197,6 +225,7 @@ impl SpinPool {
             inside: AtomicUsize::new(0),
             active: AtomicBool::new(false),
             owned: AtomicBool::new(false),
+            participants: workers + 1,
             shutdown: AtomicBool::new(false),
             sleeping: AtomicUsize::new(0),
             released_us: std::sync::atomic::AtomicU64::new(0),
@@ -295,11 +324,24 @@ pub fn owns_pool() -> bool {
     OWNED.with(|o| !o.get().is_null())
 }
 
-/// Runs tasks `0..n` of `f` and returns when all are done: on the hot
-/// workers when this thread owns a [`SpinPool`] run, else on the current
-/// rayon pool, else inline. The calling thread takes part; a panicking task
-/// panics here after all tasks finished.
+/// Runs tasks `0..n` of `f`, the parts of one kernel's work, and returns
+/// when all are done: on the hot workers when this thread owns a
+/// [`SpinPool`] run (each taking a contiguous home range of tasks, see
+/// [`Job`]), else on the current rayon pool, else inline. The calling
+/// thread takes part; a panicking task panics here after all tasks
+/// finished.
 pub fn par_for(n: usize, f: &(dyn Fn(usize) + Sync)) {
+    split(n, f, true)
+}
+
+/// [`par_for`] for independent steps of a wave, listed longest first:
+/// after its home task each participant takes the next free one in order.
+pub fn par_for_list(n: usize, f: &(dyn Fn(usize) + Sync)) {
+    split(n, f, false)
+}
+
+/// [`par_for`] (`ranged`) or [`par_for_list`].
+fn split(n: usize, f: &(dyn Fn(usize) + Sync), ranged: bool) {
     if n <= 1 {
         if n == 1 {
             f(0);
@@ -334,6 +376,7 @@ pub fn par_for(n: usize, f: &(dyn Fn(usize) + Sync)) {
         n,
         next: AtomicUsize::new(0),
         claimed: std::sync::atomic::AtomicU64::new(0),
+        ranges: if ranged { s.participants } else { 0 },
         done: AtomicUsize::new(0),
         panic: Mutex::new(None),
     };
@@ -380,6 +423,7 @@ mod tests {
                 n,
                 next: AtomicUsize::new(0),
                 claimed: std::sync::atomic::AtomicU64::new(0),
+                ranges: 0,
                 done: AtomicUsize::new(0),
                 panic: Mutex::new(None),
             };
@@ -398,6 +442,35 @@ mod tests {
         }
     }
 
+    /// A kernel's split: each participant works its own range from the
+    /// front, then takes the last free task (another range's tail).
+    #[test]
+    fn ranged_participants_take_their_range_then_steal_from_the_back() {
+        for (n, ranges, who, want) in [
+            (8, 2, 0, vec![0, 1, 2, 3, 7, 6, 5, 4]),
+            (8, 2, 1, vec![4, 5, 6, 7, 3, 2, 1, 0]),
+            (3, 2, 0, vec![0, 2, 1]),
+            (3, 2, 1, vec![1, 2, 0]),
+            (2, 2, 1, vec![1, 0]),
+            (64, 2, 1, (32..64).chain((0..32).rev()).collect()),
+        ] {
+            let order = Mutex::new(Vec::new());
+            let f = |i: usize| order.lock().unwrap().push(i);
+            let job = Job {
+                f: &f,
+                n,
+                next: AtomicUsize::new(0),
+                claimed: std::sync::atomic::AtomicU64::new(0),
+                ranges,
+                done: AtomicUsize::new(0),
+                panic: Mutex::new(None),
+            };
+            job.work(who);
+            drop(job);
+            assert_eq!(order.into_inner().unwrap(), want, "{n} tasks, who {who}");
+        }
+    }
+
     #[test]
     fn every_task_runs_exactly_once() {
         let pool = SpinPool::new(1).unwrap();
@@ -406,6 +479,11 @@ mod tests {
                 for _ in 0..50 {
                     let c = counts(n);
                     par_for(n, &|i| {
+                        c[i].fetch_add(1, Ordering::Relaxed);
+                    });
+                    assert!(c.iter().all(|x| x.load(Ordering::Relaxed) == 1));
+                    let c = counts(n);
+                    par_for_list(n, &|i| {
                         c[i].fetch_add(1, Ordering::Relaxed);
                     });
                     assert!(c.iter().all(|x| x.load(Ordering::Relaxed) == 1));
