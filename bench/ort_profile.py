@@ -8,10 +8,11 @@ Prints one line per node (sorted by median time, descending): median us, share, 
 ORT's optimised graph names most nodes after their (fused) output value, suffixed `_nchwc` in its
 blocked layout; the suffix is dropped, so the names match the value names dnnc's `run --profile`
 names its kernels by. With --dnnc (the saved output of `dnnc run MODEL --profile`), prints instead
-one line per dnnc kernel: dnnc ms vs ORT us and the difference, sorted by the difference; a dnnc
-kernel whose output ORT does not name (ORT names a fused Conv + Add + Relu after the conv's output)
-is matched by walking back through the values computed inside the kernel, skipping other kernels'
-outputs such as the residual operand. Settings match ort_reference.py: ORT_ENABLE_ALL,
+one line per dnnc kernel: dnnc ms vs ORT us and the difference, sorted by the difference. A dnnc
+kernel's ORT time is the sum over every ORT node named after a value the kernel computes (walking
+back from its output, stopping at other kernels' outputs such as a residual operand): ORT names a
+fused Conv + Add + Relu after the conv's output, and keeps a Conv + Sigmoid + Mul as three nodes.
+The last line sums the ORT nodes that fall in no kernel (its layout reorders). Settings match ort_reference.py: ORT_ENABLE_ALL,
 intra_op_num_threads=N, inter_op 1, sequential.
 """
 import argparse
@@ -107,37 +108,38 @@ def side_by_side(a, ort_us):
                 continue
     outputs = {k[0] for k in kernels}
     lines = []
-    def fused_source(name):
-        # ORT names a fused node after one value inside the chain dnnc's
-        # kernel ends in (Conv -> BatchNormalization -> Add -> Relu is
-        # named after the Conv's output): walk back from the kernel's
-        # output through values computed inside the kernel (not another
-        # kernel's output, such as a residual operand), nearest first.
-        frontier, seen = [name], {name}
-        for _ in range(4):
-            nxt = []
-            for v in frontier:
-                node = producer.get(v)
-                if node is None:
-                    continue
-                for i in node.input:
-                    if i in seen or i in outputs:
-                        continue
+    claimed = set()
+
+    def region(name):
+        # The values dnnc's kernel computes: walk back from its output
+        # through producers, stopping at other kernels' outputs (such as a
+        # residual operand) and at graph inputs and weights, which have no
+        # producer.
+        seen, frontier = {name}, [name]
+        while frontier:
+            v = frontier.pop()
+            node = producer.get(v)
+            if node is None:
+                continue
+            for i in node.input:
+                if i and i not in seen and i not in outputs and i in producer:
                     seen.add(i)
-                    if i in ort_us:
-                        return i
-                    nxt.append(i)
-            frontier = nxt
-        return None
+                    frontier.append(i)
+        return seen
 
     for name, ms, algo in kernels:
-        key = name if name in ort_us else None
-        if key is None:
-            key = fused_source(name)
-        if key is None and name in producer:
-            key = producer[name].name if producer[name].name in ort_us else None
-        o = ort_us.get(key) if key else None
+        # ORT names a fused node after one value of the chain (Conv ->
+        # BatchNormalization -> Add -> Relu after the Conv's output) and
+        # may keep some of the chain as separate nodes (Conv, then
+        # Sigmoid, then Mul): every ORT node named after a value inside
+        # the kernel counts toward it, each node once.
+        keys = [v for v in region(name) if v in ort_us and v not in claimed]
+        if not keys and name in producer and producer[name].name in ort_us:
+            keys = [producer[name].name]
+        claimed.update(keys)
+        o = sum(ort_us[k] for k in keys) if keys else None
         lines.append((ms * 1e3 - (o or 0.0), name, algo, ms * 1e3, o))
+    rest = sum(v for k, v in ort_us.items() if k not in claimed)
     lines.sort(reverse=True)
     print(f"{'dnnc us':>9} {'ort us':>8} {'diff':>8}  {'algo':<10} kernel")
     for diff, name, algo, d, o in lines[: a.top or len(lines)]:
@@ -145,7 +147,8 @@ def side_by_side(a, ort_us):
         print(f"{d:9.1f} {ostr} {diff:8.1f}  {algo:<10} {name}")
     matched = [l for l in lines if l[4] is not None]
     print(f"sum over {len(matched)} matched kernels: dnnc {sum(l[3] for l in matched):.1f} us, "
-          f"ort {sum(l[4] for l in matched):.1f} us ({len(lines) - len(matched)} unmatched)")
+          f"ort {sum(l[4] for l in matched):.1f} us ({len(lines) - len(matched)} unmatched); "
+          f"ort nodes in no dnnc kernel (layout reorders, ...): {rest:.1f} us")
 
 
 if __name__ == "__main__":
