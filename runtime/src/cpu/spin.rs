@@ -34,7 +34,8 @@ use std::thread::JoinHandle;
 ///   other instead of holding up the whole split.
 /// - A wave of independent steps ([`par_for_list`], `ranges` = 0) starts
 ///   each participant on its home task, then hands out the free ones in
-///   order, as the wave planner's longest-first list schedule assumes.
+///   order: a list schedule, which the wave planner's estimate assumes,
+///   where home ranges would tie a long step's successors to its thread.
 struct Job<'a> {
     f: &'a (dyn Fn(usize) + Sync),
     n: usize,
@@ -334,8 +335,8 @@ pub fn par_for(n: usize, f: &(dyn Fn(usize) + Sync)) {
     split(n, f, true)
 }
 
-/// [`par_for`] for independent steps of a wave, listed longest first:
-/// after its home task each participant takes the next free one in order.
+/// [`par_for`] for independent steps of a concurrent wave: after its home
+/// task each participant takes the next free one in order.
 pub fn par_for_list(n: usize, f: &(dyn Fn(usize) + Sync)) {
     split(n, f, false)
 }
@@ -411,26 +412,31 @@ mod tests {
         (0..n).map(|_| AtomicU32::new(0)).collect()
     }
 
+    /// The order in which participant `who` alone runs a job of `n`
+    /// tasks with `ranges` home ranges (0: list order).
+    fn claim_order(n: usize, ranges: usize, who: usize) -> Vec<usize> {
+        let order = Mutex::new(Vec::new());
+        let f = |i: usize| order.lock().unwrap().push(i);
+        let job = Job {
+            f: &f,
+            n,
+            next: AtomicUsize::new(0),
+            claimed: std::sync::atomic::AtomicU64::new(0),
+            ranges,
+            done: AtomicUsize::new(0),
+            panic: Mutex::new(None),
+        };
+        job.work(who);
+        assert_eq!(job.done.load(Ordering::Relaxed), n);
+        drop(job);
+        order.into_inner().unwrap()
+    }
+
     /// Each participant starts with its home task, then takes the free
     /// ones in order; past 64 tasks the counter hands them out.
     #[test]
     fn participants_start_with_their_home_task() {
         for n in [3usize, 64, 65] {
-            let order = Mutex::new(Vec::new());
-            let f = |i: usize| order.lock().unwrap().push(i);
-            let job = Job {
-                f: &f,
-                n,
-                next: AtomicUsize::new(0),
-                claimed: std::sync::atomic::AtomicU64::new(0),
-                ranges: 0,
-                done: AtomicUsize::new(0),
-                panic: Mutex::new(None),
-            };
-            job.work(2);
-            assert_eq!(job.done.load(Ordering::Relaxed), n);
-            drop(job);
-            let order = order.into_inner().unwrap();
             let want: Vec<usize> = if n <= 64 {
                 std::iter::once(2)
                     .chain((0..n).filter(|&i| i != 2))
@@ -438,7 +444,7 @@ mod tests {
             } else {
                 (0..n).collect()
             };
-            assert_eq!(order, want, "{n} tasks");
+            assert_eq!(claim_order(n, 0, 2), want, "{n} tasks");
         }
     }
 
@@ -454,20 +460,7 @@ mod tests {
             (2, 2, 1, vec![1, 0]),
             (64, 2, 1, (32..64).chain((0..32).rev()).collect()),
         ] {
-            let order = Mutex::new(Vec::new());
-            let f = |i: usize| order.lock().unwrap().push(i);
-            let job = Job {
-                f: &f,
-                n,
-                next: AtomicUsize::new(0),
-                claimed: std::sync::atomic::AtomicU64::new(0),
-                ranges,
-                done: AtomicUsize::new(0),
-                panic: Mutex::new(None),
-            };
-            job.work(who);
-            drop(job);
-            assert_eq!(order.into_inner().unwrap(), want, "{n} tasks, who {who}");
+            assert_eq!(claim_order(n, ranges, who), want, "{n} tasks, who {who}");
         }
     }
 
