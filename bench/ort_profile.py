@@ -11,7 +11,8 @@ names its kernels by. With --dnnc (the saved output of `dnnc run MODEL --profile
 one line per dnnc kernel: dnnc ms vs ORT us and the difference, sorted by the difference. A dnnc
 kernel's ORT time is the sum over every ORT node named after a value the kernel computes (walking
 back from its output, stopping at other kernels' outputs such as a residual operand): ORT names a
-fused Conv + Add + Relu after the conv's output, and keeps a Conv + Sigmoid + Mul as three nodes.
+fused Conv + Add + Relu after the conv's output, and fuses a Conv + Sigmoid + Mul into a Conv and a
+QuickGelu node named after the Mul node.
 The last line sums the ORT nodes that fall in no kernel (its layout reorders). Settings match ort_reference.py: ORT_ENABLE_ALL,
 intra_op_num_threads=N, inter_op 1, sequential.
 """
@@ -131,11 +132,17 @@ def side_by_side(a, ort_us):
         # ORT names a fused node after one value of the chain (Conv ->
         # BatchNormalization -> Add -> Relu after the Conv's output) and
         # may keep some of the chain as separate nodes (Conv, then
-        # Sigmoid, then Mul): every ORT node named after a value inside
-        # the kernel counts toward it, each node once.
-        keys = [v for v in region(name) if v in ort_us and v not in claimed]
-        if not keys and name in producer and producer[name].name in ort_us:
-            keys = [producer[name].name]
+        # Sigmoid, then Mul, or fuses Sigmoid + Mul into a QuickGelu node
+        # named after the Mul node, "<node>/QuickGeluFusion/"): every ORT
+        # node named after a value or a node inside the kernel counts
+        # toward it, each node once.
+        inside = region(name)
+        nodes = {producer[v].name for v in inside if v in producer}
+        keys = [
+            k for k in ort_us
+            if k not in claimed
+            and (k in inside or k in nodes or any(k.startswith(n + "/") for n in nodes))
+        ]
         claimed.update(keys)
         o = sum(ort_us[k] for k in keys) if keys else None
         lines.append((ms * 1e3 - (o or 0.0), name, algo, ms * 1e3, o))
