@@ -327,10 +327,12 @@ pub fn owns_pool() -> bool {
 
 /// Runs tasks `0..n` of `f`, the parts of one kernel's work, and returns
 /// when all are done: on the hot workers when this thread owns a
-/// [`SpinPool`] run (each taking a contiguous home range of tasks, see
-/// [`Job`]), else on the current rayon pool, else inline. The calling
-/// thread takes part; a panicking task panics here after all tasks
-/// finished.
+/// [`SpinPool`] run, else on the current rayon pool, else inline. On the
+/// workers each participant takes a contiguous home range of the tasks
+/// (the caller the first) from the front, then the last free task of
+/// another range, so task `t` of consecutive splits stays on one core and
+/// a stalled core loses its range's tail. The calling thread takes part;
+/// a panicking task panics here after all tasks finished.
 pub fn par_for(n: usize, f: &(dyn Fn(usize) + Sync)) {
     split(n, f, true)
 }
