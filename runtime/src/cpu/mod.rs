@@ -196,6 +196,14 @@ pub struct Step {
     pub task_ws: Vec<usize>,
 }
 
+impl Step {
+    /// The largest extent over its phases (`split` and `phase_splits`):
+    /// the most tasks any phase of it can use.
+    pub fn largest_extent(&self) -> usize {
+        self.phase_splits.iter().fold(self.split, |a, &b| a.max(b))
+    }
+}
+
 /// Bytes from one task's slice of a per-task workspace (`Step::task_ws`)
 /// to the next: the declared size rounded up to whole cache lines. With
 /// the slices packed at the declared size, a ResNet-18 stem task's im2col
@@ -1032,12 +1040,8 @@ fn chunks(tasks: usize, s: &Step) -> usize {
     if tasks <= 1 || !s.task_ws.is_empty() {
         return tasks;
     }
-    let extent = s.phase_splits.iter().fold(s.split, |a, &b| a.max(b));
     let by_work = (s.work / (4 * native::TASK_OVERHEAD_MACS_SPIN)) as usize;
-    (tasks * native::task_chunks())
-        .min(extent)
-        .min(by_work)
-        .max(tasks)
+    native::cut_into_chunks(tasks, s.largest_extent().min(by_work))
 }
 
 /// A step's argument array, shared by the tasks of one split call.

@@ -171,36 +171,38 @@ fn gemm_tasks_with(m: usize, n: usize, k: usize, threads: usize, overhead: u64) 
     if threads <= 1 {
         return 1;
     }
+    let by_work = (gemm_work(m, n, k) / (8 * overhead)).max(1) as usize;
+    let by_shape = m.max(n).div_ceil(SLICE_ALIGN);
+    threads.min(by_work).min(by_shape).max(1)
+}
+
+/// A GEMM's work in MACs for the split rules, a matrix-vector product's
+/// weighted by [`GEMV_MAC_WEIGHT`] (it streams its matrix from memory).
+fn gemm_work(m: usize, n: usize, k: usize) -> u64 {
     let w = (m as u64).saturating_mul(n as u64).saturating_mul(k as u64);
-    let w = if n == 1 || m == 1 {
+    if n == 1 || m == 1 {
         w.saturating_mul(GEMV_MAC_WEIGHT)
     } else {
         w
-    };
-    let by_work = (w / (8 * overhead)).max(1) as usize;
-    let by_shape = m.max(n).div_ceil(SLICE_ALIGN);
-    threads.min(by_work).min(by_shape).max(1)
+    }
 }
 
 /// The tasks a GEMM split into `tasks` shares ([`gemm_tasks`]) runs as:
 /// each share cut into [`task_chunks`] while every chunk keeps the work
 /// and width a share must have.
 pub fn gemm_chunks(m: usize, n: usize, k: usize, tasks: usize) -> usize {
+    let by_work = (gemm_work(m, n, k) / (8 * TASK_OVERHEAD_MACS_SPIN)) as usize;
+    cut_into_chunks(tasks, by_work.min(m.max(n).div_ceil(SLICE_ALIGN)))
+}
+
+/// `tasks` planned shares (more than one) cut into [`task_chunks`] each,
+/// at most `limit` in all (what the split's work and extent allow), never
+/// fewer than planned; 0 or 1 share stays as it is.
+pub fn cut_into_chunks(tasks: usize, limit: usize) -> usize {
     if tasks <= 1 {
         return tasks;
     }
-    let w = (m as u64).saturating_mul(n as u64).saturating_mul(k as u64);
-    let w = if n == 1 || m == 1 {
-        w.saturating_mul(GEMV_MAC_WEIGHT)
-    } else {
-        w
-    };
-    let by_work = (w / (8 * TASK_OVERHEAD_MACS_SPIN)) as usize;
-    let by_shape = m.max(n).div_ceil(SLICE_ALIGN);
-    (tasks * task_chunks())
-        .min(by_work)
-        .min(by_shape)
-        .max(tasks)
+    (tasks * task_chunks()).min(limit).max(tasks)
 }
 
 /// Into how many tasks each thread's share of a split is cut (4; the

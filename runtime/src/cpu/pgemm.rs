@@ -843,7 +843,7 @@ unsafe fn packed_call(
     // ([`gemm_chunks`]); row slices only for a matrix-vector product: a
     // row chunk of a wider B packs the B block its share already packed
     // (MobileNet-V2's 960 x 49 x 160 convs: 8 chunks would pack B 8 times
-    // instead of 2, ~5% of the GEMM).
+    // instead of 2, an estimated ~5% of the GEMM at the packing's rate).
     let ncols = n.div_ceil(nr);
     let split_m = panels >= ncols;
     let tasks = if split_m && n > 1 {
@@ -1094,15 +1094,8 @@ pub unsafe extern "C" fn dnnc_sgemm_packed_batch(
         .saturating_mul(count as u64);
     let by_work = (w / (8 * super::native::handoff())).max(1) as usize;
     let tasks = threads().min(by_work).min(count);
-    let tasks = if tasks > 1 {
-        let by_work = (w / (8 * super::native::TASK_OVERHEAD_MACS_SPIN)) as usize;
-        (tasks * super::native::task_chunks())
-            .min(by_work)
-            .min(count)
-            .max(tasks)
-    } else {
-        tasks
-    };
+    let by_chunk_work = (w / (8 * super::native::TASK_OVERHEAD_MACS_SPIN)) as usize;
+    let tasks = super::native::cut_into_chunks(tasks, by_chunk_work.min(count));
     if tasks <= 1 {
         for s in 0..count {
             let rc = one(s);

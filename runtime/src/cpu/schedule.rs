@@ -235,7 +235,7 @@ pub fn kernel_tasks(s: &Step, threads: usize) -> usize {
 /// [`kernel_tasks`] under `policy` with hand-off cost `overhead`
 /// ([`task_overhead`]): each task carries at least `4 * overhead` work.
 pub fn kernel_tasks_with(s: &Step, threads: usize, policy: KernelSplit, overhead: u64) -> usize {
-    let extent = s.phase_splits.iter().fold(s.split, |a, &b| a.max(b));
+    let extent = s.largest_extent();
     if threads <= 1 || extent <= 1 || s.split_work > 0 || policy == KernelSplit::Never {
         return 1;
     }
@@ -286,7 +286,7 @@ pub trait CostModel: Send + Sync + std::fmt::Debug {
     /// extent of its phases); 1 for a step that cannot split or does its
     /// work in splittable GEMMs.
     fn tasks(&self, j: usize, s: &Step, threads: usize) -> usize {
-        let extent = s.phase_splits.iter().fold(s.split, |a, &b| a.max(b));
+        let extent = s.largest_extent();
         if threads <= 1 || extent <= 1 || s.split_work > 0 {
             return 1;
         }

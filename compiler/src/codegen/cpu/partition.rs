@@ -76,7 +76,7 @@ impl CalibratedCost {
                         extent: 0,
                     }
                 } else {
-                    let extent = s.phase_splits.iter().fold(s.split, |a, &b| a.max(b));
+                    let extent = s.largest_extent();
                     StepEstimate {
                         serial: fixed,
                         parallel: body,
