@@ -8,6 +8,15 @@
 //! the others), the rest at their default, and profiled, so each conv
 //! kernel runs with its fused epilogue and the cache state its default
 //! neighbours leave, as in a real run.
+//!
+//! Each algorithm's builds are measured against the default build in the
+//! same stretch of time: their runs alternate with its runs, a kernel's
+//! figure is its median ratio to the same conv's default kernel in the
+//! neighbouring run, times that default kernel's median over every run.
+//! A machine whose speed swings for seconds at a time (the shared VMs
+//! this project is measured on: 1.5x for the few seconds one algorithm's
+//! builds ran) then moves all of an algorithm's figures together with the
+//! reference, not against the other algorithms.
 
 use crate::codegen::cpu::{compile_cpu, conv_plan, ConvAlgo, CpuOptions};
 use crate::error::DnncError;
@@ -76,7 +85,9 @@ impl LayerTune {
 }
 
 /// Every conv of `g` with every applicable algorithm measured on
-/// `threads` threads, each kernel's median over `runs` profiled runs.
+/// `threads` threads: each kernel's median ratio, over `runs` runs, to
+/// the default build's kernel for the same conv in the run after it,
+/// times that kernel's median (module docs).
 pub fn measure(
     g: &Graph,
     feeds: &[(String, Tensor)],
@@ -113,6 +124,15 @@ pub fn measure(
             offered,
         });
     }
+    // The default build: every algorithm's runs alternate with its runs.
+    let mut reference = Profiling::new(g, &CpuOptions::default(), feeds, threads)?;
+    let ref_step = |exe: &dnnc_runtime::cpu::Executable, node: &str| {
+        exe.steps()
+            .iter()
+            .position(|s| s.nodes.iter().any(|n| n == node))
+    };
+    // (layer, algorithm) -> ratios to the layer's default kernel, per run.
+    let mut ratios: BTreeMap<(usize, ConvAlgo), Vec<f64>> = BTreeMap::new();
     for &algo in ConvAlgo::value_variants() {
         // The convs `algo` applies to, in plan order.
         let forced = CpuOptions {
@@ -143,17 +163,38 @@ pub fn measure(
                 conv_algo_for: honoured.iter().map(|n| (n.to_string(), algo)).collect(),
                 ..Default::default()
             };
-            let (exe, medians) = profiled(g, &opts, feeds, threads, runs)?;
-            for (step, &med) in exe.steps().iter().zip(&medians) {
-                for l in layers.iter_mut() {
-                    if honoured.contains(&l.node.as_str())
-                        && step.nodes.iter().any(|n| n == &l.node)
-                    {
-                        l.measured.insert(algo, med);
+            let mut build = Profiling::new(g, &opts, feeds, threads)?;
+            // Each measured layer's kernel in this build and in the
+            // reference.
+            let pairs: Vec<(usize, usize, usize)> = layers
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| honoured.contains(&l.node.as_str()))
+                .filter_map(|(i, l)| {
+                    let mine = ref_step(&build.exe, &l.node)?;
+                    Some((i, mine, ref_step(&reference.exe, &l.node)?))
+                })
+                .collect();
+            for _ in 0..runs.max(1) {
+                let mine = build.run(feeds)?;
+                let theirs = reference.run(feeds)?;
+                for &(i, m, r) in &pairs {
+                    if theirs[r] > 0.0 {
+                        ratios
+                            .entry((i, algo))
+                            .or_default()
+                            .push(mine[m] / theirs[r]);
                     }
                 }
             }
         }
+    }
+    let ref_medians = reference.medians();
+    for ((i, algo), r) in ratios {
+        let Some(s) = ref_step(&reference.exe, &layers[i].node) else {
+            continue;
+        };
+        layers[i].measured.insert(algo, median(r) * ref_medians[s]);
     }
     Ok(layers)
 }
@@ -213,6 +254,47 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// One build being profiled a run at a time, so that the runs of several
+/// builds can alternate (see the module docs).
+struct Profiling {
+    exe: dnnc_runtime::cpu::Executable,
+    /// Seconds per step, one entry per profiled run.
+    samples: Vec<Vec<f64>>,
+}
+
+impl Profiling {
+    /// `g` compiled under `opts` for `threads` threads and run once to
+    /// warm up.
+    fn new(
+        g: &Graph,
+        opts: &CpuOptions,
+        feeds: &[(String, Tensor)],
+        threads: usize,
+    ) -> Result<Self, DnncError> {
+        let mut exe = compile_cpu(g, opts)?;
+        exe.set_threads(threads).map_err(DnncError::Usage)?;
+        exe.run(feeds)?;
+        let samples = vec![Vec::new(); exe.steps().len()];
+        Ok(Profiling { exe, samples })
+    }
+
+    /// One profiled run: each step's seconds, also kept for
+    /// [`Profiling::medians`].
+    fn run(&mut self, feeds: &[(String, Tensor)]) -> Result<Vec<f64>, DnncError> {
+        let (_, times) = self.exe.run_profiled(feeds)?;
+        let secs: Vec<f64> = times.iter().map(|t| t.2.as_secs_f64()).collect();
+        for (s, &t) in self.samples.iter_mut().zip(&secs) {
+            s.push(t);
+        }
+        Ok(secs)
+    }
+
+    /// Each step's median seconds over the runs so far.
+    fn medians(&self) -> Vec<f64> {
+        self.samples.iter().cloned().map(median).collect()
+    }
+}
+
 /// `g` compiled under `opts` for `threads` threads, run once to warm up,
 /// then profiled `runs` times: the executable and each step's median
 /// seconds.
@@ -223,19 +305,12 @@ fn profiled(
     threads: usize,
     runs: usize,
 ) -> Result<(dnnc_runtime::cpu::Executable, Vec<f64>), DnncError> {
-    let mut exe = compile_cpu(g, opts)?;
-    exe.set_threads(threads).map_err(DnncError::Usage)?;
-    exe.run(feeds)?;
-    let mut samples: Vec<Vec<f64>> = Vec::new();
+    let mut p = Profiling::new(g, opts, feeds, threads)?;
     for _ in 0..runs.max(1) {
-        let (_, times) = exe.run_profiled(feeds)?;
-        samples.resize(times.len(), Vec::new());
-        for (s, t) in samples.iter_mut().zip(&times) {
-            s.push(t.2.as_secs_f64());
-        }
+        p.run(feeds)?;
     }
-    let medians = samples.into_iter().map(median).collect();
-    Ok((exe, medians))
+    let medians = p.medians();
+    Ok((p.exe, medians))
 }
 
 /// The figures the cost model is judged by, over `layers`.
