@@ -126,7 +126,8 @@ pub fn measure(
     }
     // The default build: every algorithm's runs alternate with its runs.
     let mut reference = Profiling::new(g, &CpuOptions::default(), feeds, threads)?;
-    let ref_step = |exe: &dnnc_runtime::cpu::Executable, node: &str| {
+    // The step computing `node` in `exe`.
+    let step_of = |exe: &dnnc_runtime::cpu::Executable, node: &str| {
         exe.steps()
             .iter()
             .position(|s| s.nodes.iter().any(|n| n == node))
@@ -171,8 +172,8 @@ pub fn measure(
                 .enumerate()
                 .filter(|(_, l)| honoured.contains(&l.node.as_str()))
                 .filter_map(|(i, l)| {
-                    let mine = ref_step(&build.exe, &l.node)?;
-                    Some((i, mine, ref_step(&reference.exe, &l.node)?))
+                    let mine = step_of(&build.exe, &l.node)?;
+                    Some((i, mine, step_of(&reference.exe, &l.node)?))
                 })
                 .collect();
             for _ in 0..runs.max(1) {
@@ -191,7 +192,7 @@ pub fn measure(
     }
     let ref_medians = reference.medians();
     for ((i, algo), r) in ratios {
-        let Some(s) = ref_step(&reference.exe, &layers[i].node) else {
+        let Some(s) = step_of(&reference.exe, &layers[i].node) else {
             continue;
         };
         layers[i].measured.insert(algo, median(r) * ref_medians[s]);
