@@ -1040,8 +1040,7 @@ fn chunks(tasks: usize, s: &Step) -> usize {
     if tasks <= 1 || !s.task_ws.is_empty() {
         return tasks;
     }
-    let by_work = (s.work / (4 * native::TASK_OVERHEAD_MACS_SPIN)) as usize;
-    native::cut_into_chunks(tasks, s.largest_extent().min(by_work))
+    native::chunks_for_work(tasks, s.work, 4, s.largest_extent())
 }
 
 /// A step's argument array, shared by the tasks of one split call.

@@ -191,8 +191,15 @@ fn gemm_work(m: usize, n: usize, k: usize) -> u64 {
 /// each share cut into [`task_chunks`] while every chunk keeps the work
 /// and width a share must have.
 pub fn gemm_chunks(m: usize, n: usize, k: usize, tasks: usize) -> usize {
-    let by_work = (gemm_work(m, n, k) / (8 * TASK_OVERHEAD_MACS_SPIN)) as usize;
-    cut_into_chunks(tasks, by_work.min(m.max(n).div_ceil(SLICE_ALIGN)))
+    chunks_for_work(tasks, gemm_work(m, n, k), 8, m.max(n).div_ceil(SLICE_ALIGN))
+}
+
+/// [`cut_into_chunks`] for a split of `work` units over `extent` units
+/// of its parallel axis: every chunk keeps `share` hand-offs' worth of
+/// work ([`TASK_OVERHEAD_MACS_SPIN`] each), as a planned share must.
+pub fn chunks_for_work(tasks: usize, work: u64, share: u64, extent: usize) -> usize {
+    let by_work = (work / (share * TASK_OVERHEAD_MACS_SPIN)) as usize;
+    cut_into_chunks(tasks, by_work.min(extent))
 }
 
 /// `tasks` planned shares (more than one) cut into [`task_chunks`] each,

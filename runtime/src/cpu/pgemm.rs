@@ -1094,8 +1094,7 @@ pub unsafe extern "C" fn dnnc_sgemm_packed_batch(
         .saturating_mul(count as u64);
     let by_work = (w / (8 * super::native::handoff())).max(1) as usize;
     let tasks = threads().min(by_work).min(count);
-    let by_chunk_work = (w / (8 * super::native::TASK_OVERHEAD_MACS_SPIN)) as usize;
-    let tasks = super::native::cut_into_chunks(tasks, by_chunk_work.min(count));
+    let tasks = super::native::chunks_for_work(tasks, w, 8, count);
     if tasks <= 1 {
         for s in 0..count {
             let rc = one(s);
