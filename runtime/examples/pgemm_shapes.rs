@@ -8,13 +8,16 @@
 //! another thread just before each run, as a split producer kernel leaves
 //! it in the other core's cache. `GATHER=1`: B goes through the gathered
 //! path (`dnnc_sgemm_packed_gather`, every panel packed from its rows), as
-//! an implicit-im2col conv's does (`SEG=L`: in segments of L columns). `LAYOUT=lanes` (or `auto`,
-//! [`Layout::choose`]) packs A for the lanes kernel.
+//! an implicit-im2col conv's does (`SEG=L`: in segments of L columns).
+//! `LAYOUT=lanes` (or `auto`, [`Layout::choose`]) packs A for the lanes
+//! kernel. `EP=bias,clamp` runs the fused epilogue of a conv + bias +
+//! Clip(0, 6) layer (`EP=bias` or `EP=clamp`: one part of it).
 //!
 //! `cargo run --release -p dnnc-runtime --example pgemm_shapes -- M N K`
 
 use dnnc_runtime::cpu::pgemm::{
-    dnnc_sgemm_packed, dnnc_sgemm_packed_gather, pack_a_for, pack_a_with, Gather, Kernel, Layout,
+    dnnc_sgemm_packed, dnnc_sgemm_packed_gather, pack_a_for, pack_a_with, Epilogue, Gather, Kernel,
+    Layout, Prologue, ACT_NONE,
 };
 use dnnc_runtime::cpu::AlignedBuf;
 use std::time::Instant;
@@ -80,6 +83,37 @@ fn measure() {
         seg_len: seg,
         seg_step: seg as isize,
     };
+    // `EP=bias,clamp`: the fused epilogue a conv + bias + Clip(0, 6) layer
+    // runs (either part alone with `EP=bias` or `EP=clamp`).
+    let ep_spec = std::env::var("EP").unwrap_or_default();
+    let bias: Vec<f32> = (0..m).map(|i| (i % 7) as f32 * 0.01 - 0.03).collect();
+    let epilogue = Epilogue {
+        bias: if ep_spec.contains("bias") {
+            bias.as_ptr()
+        } else {
+            std::ptr::null()
+        },
+        res: std::ptr::null(),
+        res_rs: 0,
+        res_cs: 0,
+        lo: if ep_spec.contains("clamp") {
+            0.0
+        } else {
+            f32::NEG_INFINITY
+        },
+        hi: if ep_spec.contains("clamp") {
+            6.0
+        } else {
+            f32::INFINITY
+        },
+        act: ACT_NONE,
+        pro: Prologue::NONE,
+    };
+    let ep = if ep_spec.is_empty() {
+        0
+    } else {
+        &epilogue as *const Epilogue as usize
+    };
     let mut gemm = || {
         if gathered {
             // SAFETY: as below, B gathered from its own rows.
@@ -112,7 +146,7 @@ fn measure() {
                 c.as_mut_ptr(),
                 n as isize,
                 1,
-                0,
+                ep,
             )
         };
         assert_eq!(rc, 0);

@@ -2872,6 +2872,23 @@ mod x86 {
         }
         let res_unit = ep.is_none_or(|e| e.res.is_null() || e.res_cs == 1);
         if c_cs == 1 && cols == 8 * W && res_unit {
+            if let Some(e) = ep.filter(|e| e.act == super::ACT_NONE) {
+                match (e.bias.is_null(), e.res.is_null()) {
+                    (false, true) => {
+                        store_ep_avx2::<R, W, true, false>(&acc, c, rows, c_rs, first, e)
+                    }
+                    (false, false) => {
+                        store_ep_avx2::<R, W, true, true>(&acc, c, rows, c_rs, first, e)
+                    }
+                    (true, true) => {
+                        store_ep_avx2::<R, W, false, false>(&acc, c, rows, c_rs, first, e)
+                    }
+                    (true, false) => {
+                        store_ep_avx2::<R, W, false, true>(&acc, c, rows, c_rs, first, e)
+                    }
+                }
+                return;
+            }
             for (r, row) in acc.iter().enumerate().take(rows) {
                 let p = c.offset(r as isize * c_rs);
                 for (h, &sum) in row.iter().enumerate() {
@@ -2910,6 +2927,62 @@ mod x86 {
                 }
             }
             store_tile(&t, 16, c, (rows, cols), (c_rs, c_cs), first, ep);
+        }
+    }
+
+    /// Stores a full-width AVX2 tile whose epilogue has no activation (a
+    /// conv + bias + Relu/Clip layer, or a projection + bias + residual):
+    /// the operations and order of the general path, with the epilogue's
+    /// fields read once and whether it has a bias (`BIAS`) and a residual
+    /// (`RES`) fixed at compile time. Read through `TileEp` per vector,
+    /// with its tests inside the row loop, the epilogue cost MobileNet-V2's
+    /// 96 x 12544 x 16 expand conv a third of its time (AMD EPYC,
+    /// `EP=bias,clamp pgemm_shapes`: 1.68-1.72 -> 1.40-1.48 ms; without
+    /// an epilogue 1.24-1.27). Without a clamp the bounds are the
+    /// infinities, which `max(lo, v)` and `min(hi, v)` pass every value
+    /// through (NaN included, taken as the second operand), so C is
+    /// bitwise that of the general path.
+    #[inline(always)]
+    unsafe fn store_ep_avx2<const R: usize, const W: usize, const BIAS: bool, const RES: bool>(
+        acc: &[[__m256; W]; R],
+        c: *mut f32,
+        rows: usize,
+        c_rs: isize,
+        first: bool,
+        e: &TileEp,
+    ) {
+        let (lo, hi) = if e.clamp {
+            (_mm256_set1_ps(e.lo), _mm256_set1_ps(e.hi))
+        } else {
+            (
+                _mm256_set1_ps(f32::NEG_INFINITY),
+                _mm256_set1_ps(f32::INFINITY),
+            )
+        };
+        let (bias, res, res_rs) = (e.bias, e.res, e.res_rs);
+        for (r, row) in acc.iter().enumerate().take(rows) {
+            let p = c.offset(r as isize * c_rs);
+            let q = res.wrapping_offset(r as isize * res_rs);
+            let bv = if BIAS {
+                _mm256_set1_ps(*bias.add(r))
+            } else {
+                _mm256_setzero_ps()
+            };
+            for (h, &sum) in row.iter().enumerate() {
+                let p = p.add(8 * h);
+                let mut v = sum;
+                if !first {
+                    v = _mm256_add_ps(_mm256_loadu_ps(p), v);
+                }
+                if BIAS {
+                    v = _mm256_add_ps(v, bv);
+                }
+                if RES {
+                    v = _mm256_add_ps(v, _mm256_loadu_ps(q.add(8 * h)));
+                }
+                v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+                _mm256_storeu_ps(p, v);
+            }
         }
     }
 
