@@ -11,13 +11,14 @@
 //! an implicit-im2col conv's does (`SEG=L`: in segments of L columns).
 //! `LAYOUT=lanes` (or `auto`, [`Layout::choose`]) packs A for the lanes
 //! kernel. `EP=bias,clamp` runs the fused epilogue of a conv + bias +
-//! Clip(0, 6) layer (`EP=bias` or `EP=clamp`: one part of it).
+//! Clip(0, 6) layer (`EP=bias` or `EP=clamp`: one part of it; `silu` or
+//! `sigmoid` adds that activation).
 //!
 //! `cargo run --release -p dnnc-runtime --example pgemm_shapes -- M N K`
 
 use dnnc_runtime::cpu::pgemm::{
     dnnc_sgemm_packed, dnnc_sgemm_packed_gather, pack_a_for, pack_a_with, Epilogue, Gather, Kernel,
-    Layout, Prologue, ACT_NONE,
+    Layout, Prologue, ACT_NONE, ACT_SIGMOID, ACT_SILU,
 };
 use dnnc_runtime::cpu::AlignedBuf;
 use std::time::Instant;
@@ -106,7 +107,13 @@ fn measure() {
         } else {
             f32::INFINITY
         },
-        act: ACT_NONE,
+        act: if ep_spec.contains("silu") {
+            ACT_SILU
+        } else if ep_spec.contains("sigmoid") {
+            ACT_SIGMOID
+        } else {
+            ACT_NONE
+        },
         pro: Prologue::NONE,
     };
     let ep = if ep_spec.is_empty() {
