@@ -69,7 +69,12 @@ pub(crate) struct Window {
 pub(crate) enum Combine {
     /// `0 + x0*w0 + x1*w1 + ...` in (row, column) tap order, each product
     /// fused into the sum (one rounding per tap); the taps are splatted.
+    /// (An average pool's sum with taps of 1: exactly the interpreter's.)
     Fma(Vec<Value>),
+    /// Window row 0 as [`Combine::Fma`] sums it; each later row as a chain
+    /// of its own from its first (rounded) product, added to the sum when
+    /// the row is done ([`depthwise`]).
+    FmaRows(Vec<Value>),
     /// The same sum with the product rounded before the add.
     MulAdd(Vec<Value>),
     /// Maximum with x86 `maxps` semantics (a NaN in a later tap is lost:
@@ -728,8 +733,10 @@ impl PadPlane {
             }
         }
         // Padded rows in order; each loaded vector feeds every output row
-        // whose window holds it, so each output still sums its taps in
-        // (row, column) order.
+        // whose window holds it. [`Combine::FmaRows`] runs one chain per
+        // window row: `row_sum` holds the current row's partial sum.
+        let mut row_sum: Vec<Option<Value>> = vec![None; rb * nu];
+        let rows_apart = matches!(op, Combine::FmaRows(_));
         let rows = (rb - 1) * win.sh + (win.kh - 1) * win.dh + 1;
         for pr in 0..rows {
             let users: Vec<(usize, usize)> = (0..rb)
@@ -750,6 +757,7 @@ impl PadPlane {
             }
             let (wv, fused) = match op {
                 Combine::Fma(wv) => (wv, true),
+                Combine::FmaRows(wv) => (wv, true),
                 Combine::MulAdd(wv) => (wv, false),
                 Combine::Max => {
                     // Separable: the row's maximum over the window's columns
@@ -792,15 +800,39 @@ impl PadPlane {
                         Some((valid, at)) => self.direct_tap(e, px, pr, c, o, (valid, at)),
                     };
                     for &(rho, i) in &users {
-                        let a = &mut acc[rho * nu + k];
-                        let sum = a.expect("sums start at zero");
+                        let slot = rho * nu + k;
                         let w = wv[i * win.kw + j];
-                        *a = Some(if fused {
-                            e.b.ins().fma(v, w, sum)
-                        } else {
+                        if !fused {
+                            let sum = acc[slot].expect("sums start at zero");
                             let p = e.b.ins().fmul(w, v);
-                            e.b.ins().fadd(sum, p)
-                        });
+                            acc[slot] = Some(e.b.ins().fadd(sum, p));
+                            continue;
+                        }
+                        if !rows_apart {
+                            let sum = acc[slot].expect("sums start at zero");
+                            acc[slot] = Some(e.b.ins().fma(v, w, sum));
+                            continue;
+                        }
+                        // Window row 0 continues the sum; each later row
+                        // is a chain of its own, from its first product,
+                        // added to the sum when the row is done.
+                        let next = match (i, row_sum[slot]) {
+                            (0, _) => {
+                                let sum = acc[slot].expect("sums start at zero");
+                                e.b.ins().fma(v, w, sum)
+                            }
+                            (_, None) => e.b.ins().fmul(v, w),
+                            (_, Some(part)) => e.b.ins().fma(v, w, part),
+                        };
+                        if i == 0 {
+                            acc[slot] = Some(next);
+                        } else if j + 1 == win.kw {
+                            let sum = acc[slot].expect("sums start at zero");
+                            acc[slot] = Some(e.b.ins().fadd(sum, next));
+                            row_sum[slot] = None;
+                        } else {
+                            row_sum[slot] = Some(next);
+                        }
                     }
                 }
             }
@@ -903,19 +935,23 @@ pub(crate) fn nan_mask(e: &mut Emit<'_>) -> Variable {
 /// Whether depthwise sums fuse each product into the running sum (one
 /// rounding per tap, via FMA) rather than rounding the product first. On:
 /// compiled in order ([`Emit::in_order`]) with the filter taps in
-/// registers, a 3x3 output block is 9 loads and 9 FMAs, where mul + add
-/// would issue 9 more instructions (measured: the 56x56x144 MobileNet-V2
-/// layer went from 331 to 238 us together with the in-register epilogue).
+/// registers, a 3x3 output block is 9 loads and 9 multiplies (7 FMAs and
+/// the 2 plain multiplies that start window rows 1 and 2, see [`depthwise`])
+/// plus 2 adds, where mul + add throughout would issue 7 more instructions
+/// (measured: the 56x56x144 MobileNet-V2 layer went from 331 to 238 us
+/// together with the in-register epilogue).
 const DEPTHWISE_FMA: bool = true;
 
 /// Depthwise convolution (`C == M`, one channel per group) over padded
 /// scratch planes: per (image, channel) copy the input plane, splat the
 /// channel's taps, compute every output, then run the channel's epilogue
-/// while the plane is in cache. Each output is `0 + x0*w0 + x1*w1 + ...`
-/// over all taps in (row, column) order, padding taps contributing `+-0`
-/// (so, with finite filters, bitwise what the bounds-checked kernel that
-/// skips padding taps computes; an infinite or NaN tap now meets padding
-/// as `inf * 0 = NaN`, as zero padding defines it).
+/// while the plane is in cache. Each output is `s_0 + s_1 + ...` in window
+/// row order, where `s_0 = 0 + x0*w0 + x1*w1 + ...` over window row 0's
+/// taps (fused multiply-adds) and each later row's `s_i` starts from its
+/// first product; padding taps contribute `+-0` (an infinite or NaN tap
+/// meets padding as `inf * 0 = NaN`, as zero padding defines it). The
+/// order is fixed per output, so every split and thread count gives the
+/// same bits.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn depthwise(
     e: &mut Emit<'_>,
@@ -933,16 +969,25 @@ pub(crate) fn depthwise(
     }
     e.in_order = true;
     let fused = spec.and_then(|s| Epilogue::new(s, geo.ow.is_multiple_of(4)));
-    // One output row, two blocks per step: the nine taps, two sums, the
-    // loaded vector and the epilogue's constants fill the 16 xmm
-    // registers. Two rows per step (sharing each load) spilled a tap and
-    // measured no faster on MobileNet-V2. Larger windows' taps do not fit
-    // in registers and are broadcast from memory at each use; two blocks
-    // per step then share each broadcast between two FMAs (5x5 windows,
-    // 1 thread: EfficientNet block's stride-2 conv on 8x96x16x16 0.104 ->
-    // 0.083 ms, 96 channels of 56x56 stride 1 0.505 -> 0.43, of 112x112
-    // stride 2 0.60 -> 0.50).
-    let (rb, u) = (1, 2);
+    // One output row, one block per step when the taps fit in registers
+    // (3x3): the nine taps, the sum, a window row's partial sum, the
+    // loaded vector and the epilogue's constants fill 14 of the 16 xmm
+    // registers. Each window row's products are a chain of their own,
+    // added to the sum when the row is done: one chain of nine FMAs per
+    // block kept ~9 cycles of latency-bound work in flight for each four
+    // outputs on Zen 1, whose FP scheduler holds only a few such chains
+    // (AMD EPYC, 1 thread, medians of 6: 16 channels of 56x56 0.046 ->
+    // 0.041 ms, 144 channels 0.42 -> 0.38; MobileNet-V2's kernels 20.87 ->
+    // 20.39 ms, 8 alternating runs; a standalone AVX2 loop of the same
+    // shape measured 9.3 -> 7.1 cycles per block). With the row chains, two
+    // blocks per step spill taps. Two rows per step (sharing each load)
+    // spilled a tap and measured no faster on MobileNet-V2. Larger windows'
+    // taps do not fit in registers and are broadcast from memory at each
+    // use; two blocks per step then share each broadcast between two FMAs
+    // (5x5 windows, 1 thread: EfficientNet block's stride-2 conv on
+    // 8x96x16x16 0.104 -> 0.083 ms, 96 channels of 56x56 stride 1 0.505 ->
+    // 0.43, of 112x112 stride 2 0.60 -> 0.50).
+    let (rb, u) = (1, if geo.kh * geo.kw <= 9 { 1 } else { 2 });
     let mut err = None;
     // Task units (the kernel ABI's split): the N*M output planes, each
     // with its own epilogue, or bands of output rows across all planes
@@ -1005,7 +1050,7 @@ pub(crate) fn depthwise(
                 })
                 .collect();
             let op = if DEPTHWISE_FMA {
-                Combine::Fma(wv)
+                Combine::FmaRows(wv)
             } else {
                 Combine::MulAdd(wv)
             };
