@@ -988,6 +988,12 @@ pub(crate) fn depthwise(
     // 8x96x16x16 0.104 -> 0.083 ms, 96 channels of 56x56 stride 1 0.505 ->
     // 0.43, of 112x112 stride 2 0.60 -> 0.50).
     let (rb, u) = (1, if geo.kh * geo.kw <= 9 { 1 } else { 2 });
+    // Row chains for 3x3 windows and for any window at stride 1; a larger
+    // window at stride 2 keeps the one chain (5x5 on 96 channels, 1T:
+    // stride 1 at 56x56 1.13 -> 0.88 ms with row chains, stride 2 from
+    // 112x112 1.47 -> 1.56; 3x3 stride 2 0.571 -> 0.526 and, 144
+    // channels from 56x56, 0.166 -> 0.159; medians of 8 alternating).
+    let rows_apart = geo.kh * geo.kw <= 9 || (geo.p.strides[0] == 1 && geo.p.strides[1] == 1);
     let mut err = None;
     // Task units (the kernel ABI's split): the N*M output planes, each
     // with its own epilogue, or bands of output rows across all planes
@@ -1049,10 +1055,10 @@ pub(crate) fn depthwise(
                     e.splat(s)
                 })
                 .collect();
-            let op = if DEPTHWISE_FMA {
-                Combine::FmaRows(wv)
-            } else {
-                Combine::MulAdd(wv)
+            let op = match (DEPTHWISE_FMA, rows_apart) {
+                (true, true) => Combine::FmaRows(wv),
+                (true, false) => Combine::Fma(wv),
+                (false, _) => Combine::MulAdd(wv),
             };
             let r = match &fused {
                 Some(f) => {
