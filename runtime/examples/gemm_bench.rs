@@ -148,9 +148,7 @@ fn main() {
             res_rs: n as isize,
             res_cs: 1,
             lo: 0.0,
-            hi: f32::INFINITY,
-            act: dnnc_runtime::cpu::pgemm::ACT_NONE,
-            pro: dnnc_runtime::cpu::pgemm::Prologue::NONE,
+            ..Epilogue::NONE
         };
         let call = |c: &mut [f32], mode: usize| unsafe {
             let rc = dnnc_sgemm_packed(

@@ -18,7 +18,7 @@
 
 use dnnc_runtime::cpu::pgemm::{
     dnnc_sgemm_packed, dnnc_sgemm_packed_gather, pack_a_for, pack_a_with, Epilogue, Gather, Kernel,
-    Layout, Prologue, ACT_NONE, ACT_SIGMOID, ACT_SILU,
+    Layout, ACT_NONE, ACT_SIGMOID, ACT_SILU,
 };
 use dnnc_runtime::cpu::AlignedBuf;
 use std::time::Instant;
@@ -88,25 +88,15 @@ fn measure() {
     // runs (either part alone with `EP=bias` or `EP=clamp`).
     let ep_spec = std::env::var("EP").unwrap_or_default();
     let bias: Vec<f32> = (0..m).map(|i| (i % 7) as f32 * 0.01 - 0.03).collect();
+    let clamp = ep_spec.contains("clamp");
     let epilogue = Epilogue {
         bias: if ep_spec.contains("bias") {
             bias.as_ptr()
         } else {
             std::ptr::null()
         },
-        res: std::ptr::null(),
-        res_rs: 0,
-        res_cs: 0,
-        lo: if ep_spec.contains("clamp") {
-            0.0
-        } else {
-            f32::NEG_INFINITY
-        },
-        hi: if ep_spec.contains("clamp") {
-            6.0
-        } else {
-            f32::INFINITY
-        },
+        lo: if clamp { 0.0 } else { f32::NEG_INFINITY },
+        hi: if clamp { 6.0 } else { f32::INFINITY },
         act: if ep_spec.contains("silu") {
             ACT_SILU
         } else if ep_spec.contains("sigmoid") {
@@ -114,7 +104,7 @@ fn measure() {
         } else {
             ACT_NONE
         },
-        pro: Prologue::NONE,
+        ..Epilogue::NONE
     };
     let ep = if ep_spec.is_empty() {
         0

@@ -511,6 +511,21 @@ pub struct Epilogue {
     pub pro: Prologue,
 }
 
+impl Epilogue {
+    /// No bias, no residual, no clamp, no activation and no prologue:
+    /// callers set the parts they use (`Epilogue { bias, ..Epilogue::NONE }`).
+    pub const NONE: Epilogue = Epilogue {
+        bias: std::ptr::null(),
+        res: std::ptr::null(),
+        res_rs: 0,
+        res_cs: 0,
+        lo: f32::NEG_INFINITY,
+        hi: f32::INFINITY,
+        act: ACT_NONE,
+        pro: Prologue::NONE,
+    };
+}
+
 /// A per-row transform of B applied as the GEMM packs it: row `kk` (a
 /// 1x1 conv's input channel) becomes `min(hi, max(lo, B[kk, j] *
 /// scale[kk] + shift[kk]))`, the product rounded before the add. That is
@@ -3367,13 +3382,8 @@ mod tests {
                     let bias: Vec<f32> = (0..m).map(|i| val(i, 11)).collect();
                     let ep = Epilogue {
                         bias: bias.as_ptr(),
-                        res: std::ptr::null(),
-                        res_rs: 0,
-                        res_cs: 0,
                         lo: 0.0,
-                        hi: f32::INFINITY,
-                        act: ACT_NONE,
-                        pro: Prologue::NONE,
+                        ..Epilogue::NONE
                     };
                     let g = Gather {
                         base: src.as_ptr(),
@@ -3754,13 +3764,7 @@ mod tests {
                             } else {
                                 std::ptr::null()
                             },
-                            res: std::ptr::null(),
-                            res_rs: 0,
-                            res_cs: 0,
-                            lo: -inf,
-                            hi: inf,
-                            act: ACT_NONE,
-                            pro: Prologue::NONE,
+                            ..Epilogue::NONE
                         };
                         let gemm = |bm: &[f32], ep: &Epilogue, threads: usize| {
                             let mut c = vec![f32::NAN; m * n];
@@ -3796,19 +3800,13 @@ mod tests {
         let scale = vec![1.0f32; k];
         let shift = vec![0.0f32; k];
         let ep = Epilogue {
-            bias: std::ptr::null(),
-            res: std::ptr::null(),
-            res_rs: 0,
-            res_cs: 0,
-            lo: -inf,
-            hi: inf,
-            act: ACT_NONE,
             pro: Prologue {
                 scale: scale.as_ptr(),
                 shift: shift.as_ptr(),
                 lo: 0.0,
                 hi: inf,
             },
+            ..Epilogue::NONE
         };
         let mut packs = vec![(pack_a(m, k, &a, k, 1, 1.0), 1usize)];
         if lanes_supported() {
@@ -4139,13 +4137,9 @@ mod tests {
                 let bias: Vec<f32> = (0..m).map(|i| val(i, 11)).collect();
                 let ep = Epilogue {
                     bias: bias.as_ptr(),
-                    res: std::ptr::null(),
-                    res_rs: 0,
-                    res_cs: 0,
                     lo: 0.0,
                     hi: 6.0,
-                    act: ACT_NONE,
-                    pro: Prologue::NONE,
+                    ..Epilogue::NONE
                 };
                 let (xp, epp) = (x.as_ptr() as usize, &ep as *const Epilogue as usize);
                 let run = |pa: &AlignedBuf, threads: usize| {

@@ -808,30 +808,25 @@ impl PadPlane {
                             acc[slot] = Some(e.b.ins().fadd(sum, p));
                             continue;
                         }
-                        if !rows_apart {
+                        // One chain, or (row chains) window row 0, which
+                        // continues the sum.
+                        if !rows_apart || i == 0 {
                             let sum = acc[slot].expect("sums start at zero");
                             acc[slot] = Some(e.b.ins().fma(v, w, sum));
                             continue;
                         }
-                        // Window row 0 continues the sum; each later row
-                        // is a chain of its own, from its first product,
-                        // added to the sum when the row is done.
-                        let next = match (i, row_sum[slot]) {
-                            (0, _) => {
-                                let sum = acc[slot].expect("sums start at zero");
-                                e.b.ins().fma(v, w, sum)
-                            }
-                            (_, None) => e.b.ins().fmul(v, w),
-                            (_, Some(part)) => e.b.ins().fma(v, w, part),
+                        // A later window row: a chain of its own from its
+                        // first product, added to the sum when it is done.
+                        let part = match row_sum[slot] {
+                            None => e.b.ins().fmul(v, w),
+                            Some(part) => e.b.ins().fma(v, w, part),
                         };
-                        if i == 0 {
-                            acc[slot] = Some(next);
-                        } else if j + 1 == win.kw {
+                        if j + 1 == win.kw {
                             let sum = acc[slot].expect("sums start at zero");
-                            acc[slot] = Some(e.b.ins().fadd(sum, next));
+                            acc[slot] = Some(e.b.ins().fadd(sum, part));
                             row_sum[slot] = None;
                         } else {
-                            row_sum[slot] = Some(next);
+                            row_sum[slot] = Some(part);
                         }
                     }
                 }
