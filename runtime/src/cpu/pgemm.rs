@@ -7,8 +7,9 @@
 //! activation operand B per call.
 //!
 //! B is packed per call into 64-byte aligned thread-local scratch, except
-//! that a row-major B feeding at most `DIRECT_B_PANELS` (8) A panels is read
-//! in place (full-width panels; a partial last one is still packed).
+//! that a row-major B feeding at most [`Kernel::direct_b_panels`] A panels
+//! (8 with AVX-512, 32 with AVX2) is read in place (full-width panels; a
+//! partial last one is still packed).
 //!
 //! An optional fused [`Epilogue`] (`C = clamp(A·B + bias + R, lo, hi)`:
 //! per-row bias, a residual operand, a Relu/Clip clamp) is applied in
@@ -44,15 +45,6 @@ pub const KC: usize = 256;
 /// Columns of B packed at once: a `KC x NC` block (1 MiB) stays in L2
 /// while every A panel of the block streams past it.
 const NC: usize = 1024;
-
-/// Most A panels (of `MR` rows) for which [`dnnc_sgemm_packed`] reads a
-/// row-major B in place instead of packing it: each packed B panel would
-/// serve only this many tiles. Measured on MobileNet-V2's pointwise convs
-/// (1 thread): 15-30% faster with `m` = 16 to 32 over 3136 to 12544
-/// columns, ~10% with `m` = 64 and 96 over 196 to 784; with many more
-/// panels packing wins (rows of B thousands of floats apart defeat the
-/// TLB and prefetchers once the packing is amortised).
-const DIRECT_B_PANELS: usize = 8;
 
 /// The row stride of B (floats, 4 KiB) from which [`Gemm::run`] reading
 /// B in place copies each full column strip to L1 scratch before several
@@ -128,6 +120,30 @@ impl Kernel {
             Kernel::Portable => 8,
             Kernel::Avx2 => 16,
             Kernel::Avx512 => 32,
+        }
+    }
+
+    /// Most A panels for which [`dnnc_sgemm_packed`] reads a row-major B
+    /// in place instead of packing it: each packed B panel would serve
+    /// only this many tiles. AVX-512 (14-row panels), measured on the
+    /// Xeon with MobileNet-V2's pointwise convs (1 thread): 15-30% faster
+    /// with `m` = 16 to 32 over 3136 to 12544 columns, ~10% with `m` = 64
+    /// and 96 over 196 to 784; with many more panels packing wins (rows
+    /// of B thousands of floats apart defeat the TLB and prefetchers once
+    /// the packing is amortised). AVX2 (6-row panels), on AMD EPYC with B
+    /// just read (`WARM=1 pgemm_shapes`, medians of 3): in place up to 32
+    /// panels measured 0-9% faster on every shape tried, e.g. 96 x 12544 x
+    /// 16 1452 -> 1376 us, 64 x 196 x 384 311 -> 288, 192 x 784 x 32 315 ->
+    /// 302, 64 x 3136 x 576 7.32 -> 6.77 ms, and with B out of cache 128 x
+    /// 784 x 256 1603 -> 1466 us, 96 x 784 x 192 940 -> 848; at 64 and 96
+    /// panels 3% slower (384 x 196 x 64, 576 x 196 x 96). Models at one
+    /// thread (6 alternating profiles, kernel sums): MobileNet-V2 0.991,
+    /// GoogLeNet 0.981, SqueezeNet 0.985, ShuffleNet-V2 0.991, ResNet-18
+    /// 0.986 (its 64-channel Winograd GEMMs 7% faster).
+    pub fn direct_b_panels(self) -> usize {
+        match self {
+            Kernel::Avx2 => 32,
+            _ => 8,
         }
     }
 
@@ -1254,8 +1270,8 @@ impl Gemm {
         let narrow = NARROW.load(Ordering::Relaxed);
         // With few A panels, packing B costs about as much as the tiles
         // that read it: full-width panels of a row-major B are then read
-        // in place (see `DIRECT_B_PANELS`).
-        let few = panels.len() <= DIRECT_B_PANELS && self.pro.is_none();
+        // in place (see `Kernel::direct_b_panels`).
+        let few = panels.len() <= self.kern.direct_b_panels() && self.pro.is_none();
         let direct = self.gather.is_none() && self.b_cs == 1 && self.b_rs > 0 && few;
         // A gathered B is copied (or read in place) strip by strip in the
         // same order.
@@ -1351,7 +1367,7 @@ impl Gemm {
     }
 
     /// [`Gemm::run`] for a row-major B and few A panels (see
-    /// `DIRECT_B_PANELS`): one `nr`-wide column strip at a time, its k
+    /// [`Kernel::direct_b_panels`]): one `nr`-wide column strip at a time, its k
     /// blocks in order, each meeting all (L2-resident) A panels while the
     /// strip's block is in L1 and its C tiles stay in cache between k
     /// blocks. A full strip is copied to L1 scratch when more than one
@@ -3272,7 +3288,7 @@ mod tests {
             .unwrap();
         let (n, k) = (70, 300);
         for kern in kernels() {
-            let big = (DIRECT_B_PANELS + 1) * kern.mr() + 3;
+            let big = (kern.direct_b_panels() + 1) * kern.mr() + 3;
             let (full, _) = run_case(kern, (big, n, k), false, false, false, 1, &pool);
             for m in 1..28 {
                 let (c, want) = run_case(kern, (m, n, k), false, false, false, 1, &pool);
@@ -3292,7 +3308,7 @@ mod tests {
     /// when B has enough columns to fill it, and matches the f64
     /// reference: every panel count up to 21 (the kernel's groups of 8,
     /// 4, 2 and 1 panels), B read in place and packed (up to and past
-    /// `DIRECT_B_PANELS`), k below and above the strip-order threshold
+    /// [`Kernel::direct_b_panels`]), k below and above the strip-order threshold
     /// and past one k block, at 1 and 2 threads.
     #[test]
     fn one_and_two_column_tails_match_full_tiles_bitwise() {
@@ -3301,7 +3317,8 @@ mod tests {
             for n in [1usize + 16, 2 + 16, 1 + 48, 2 + 48] {
                 let wide = n.next_multiple_of(16);
                 for k in [5, 140, 300] {
-                    for panels in [1usize, 2, 3, 4, 5, 7, 8, 9, 12, 13, 21] {
+                    let most = kern.direct_b_panels();
+                    for panels in [1usize, 2, 3, 4, 5, 7, 8, 9, 12, 13, 21, most, most + 1] {
                         let m = panels * kern.mr() - usize::from(panels % 2 == 1);
                         for threads in [1, 2] {
                             let (c, want) =
@@ -3493,9 +3510,13 @@ mod tests {
         let pool = two_thread_pool();
         let (n, k) = (COPY_STRIP_MIN_RS as usize + 76, 300);
         for kern in kernels() {
-            let big = (DIRECT_B_PANELS + 1) * kern.mr() + 3;
+            let most = kern.direct_b_panels();
+            let big = (most + 1) * kern.mr() + 3;
             let (full, _) = run_case(kern, (big, n, k), false, false, false, 1, &pool);
-            for p in 3..=DIRECT_B_PANELS {
+            for p in [3, 4, 5, 8, most / 2, most]
+                .into_iter()
+                .filter(|&p| p <= most)
+            {
                 let m = p * kern.mr() - 1;
                 let (c, want) = run_case(kern, (m, n, k), false, false, false, 1, &pool);
                 let (two, _) = run_case(kern, (m, n, k), false, false, false, 2, &pool);
