@@ -8,7 +8,7 @@
 
 use dnnc_ir::{Graph, NodeId, Op, OpClass, ValueId};
 use dnnc_passes::fusion::{self, KernelKind as FusedKind};
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// What kind of loop nest a kernel becomes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,6 +216,104 @@ pub(crate) fn prologue_of(g: &Graph, nodes: &[NodeId]) -> Option<(NodeId, f32, f
     Some((bn, lo, hi))
 }
 
+/// `kernels` (in a topological order) reordered so that the kernels
+/// reading the same activation run one after another: of the kernels
+/// whose inputs are all computed, the next is the first (in the given
+/// order) that reads an activation the previous kernel read, else one
+/// that reads the most recently computed activation, else the first.
+/// Single-threaded runs (and the steps of each wave at more
+/// threads) follow this order, so in a GoogLeNet inception module the
+/// four branches' 1x1 convs and pool read the block input back to back
+/// instead of the branch-2 3x3 conv and its workspaces evicting it in
+/// between: inception 3a's branch-3 1x1 conv (16 x 784 x 192) ran at 0.25
+/// ms after branch 2's 3x3 conv against 0.14 right after the other 1x1
+/// convs (AMD EPYC, one thread). Weights are not activations: sharing one
+/// does not make two kernels neighbours.
+pub(crate) fn order_for_locality(g: &Graph, kernels: Vec<Kernel>) -> Vec<Kernel> {
+    let n = kernels.len();
+    let mut producer: HashMap<ValueId, usize> = HashMap::new();
+    for (i, k) in kernels.iter().enumerate() {
+        for &v in &k.outputs {
+            producer.insert(v, i);
+        }
+    }
+    let reads: Vec<Vec<ValueId>> = kernels
+        .iter()
+        .map(|k| {
+            k.inputs
+                .iter()
+                .copied()
+                .filter(|&v| g.weight(v).is_err())
+                .collect()
+        })
+        .collect();
+    let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut waiting = vec![0usize; n];
+    for (i, k) in kernels.iter().enumerate() {
+        let mut deps: Vec<usize> = k
+            .inputs
+            .iter()
+            .filter_map(|v| producer.get(v).copied())
+            .filter(|&p| p != i)
+            .collect();
+        deps.sort_unstable();
+        deps.dedup();
+        waiting[i] = deps.len();
+        for p in deps {
+            users[p].push(i);
+        }
+    }
+    let mut ready: BTreeSet<usize> = (0..n).filter(|&i| waiting[i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    let mut last: Option<usize> = None;
+    // When each activation was computed (its producer's place in `order`).
+    let mut made: HashMap<ValueId, usize> = HashMap::new();
+    while let Some(&first) = ready.iter().next() {
+        let sibling = last.and_then(|l| {
+            ready
+                .iter()
+                .copied()
+                .find(|&r| reads[r].iter().any(|v| reads[l].contains(v)))
+        });
+        // Else the reader of the most recently computed activation (the
+        // first such kernel on a tie), else the first.
+        let recent = || {
+            ready
+                .iter()
+                .copied()
+                .filter_map(|r| {
+                    reads[r]
+                        .iter()
+                        .filter_map(|v| made.get(v))
+                        .max()
+                        .map(|&t| (t, r))
+                })
+                .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
+                .map(|(_, r)| r)
+        };
+        let next = sibling.or_else(recent).unwrap_or(first);
+        ready.remove(&next);
+        for &v in &kernels[next].outputs {
+            made.insert(v, order.len());
+        }
+        order.push(next);
+        last = Some(next);
+        for &u in &users[next] {
+            waiting[u] -= 1;
+            if waiting[u] == 0 {
+                ready.insert(u);
+            }
+        }
+    }
+    if order.len() != n {
+        // Not a DAG of kernels (cannot happen for a verified graph): keep
+        // the given order.
+        return kernels;
+    }
+    let mut slots: Vec<Option<Kernel>> = kernels.into_iter().map(Some).collect();
+    order.into_iter().filter_map(|i| slots[i].take()).collect()
+}
+
 /// Moves each elementwise kernel that only feeds a conv's data input
 /// and is a [`prologue_of`] into that conv's kernel as its prologue,
 /// where `takes(k)` says the conv's lowering applies one (a pointwise
@@ -275,4 +373,60 @@ pub(crate) fn absorb_prologues(
         .zip(gone)
         .filter_map(|(k, gone)| (!gone).then_some(k))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An inception-like module: the branch-2 3x3 conv written right after
+    /// its 1x1 conv, as exporters emit it.
+    const MODULE: &str = "graph m {
+  input %x: f32[1,8,6,6]
+  param %w1: f32[4,8,1,1] = he(seed=1)
+  param %w2: f32[4,8,1,1] = he(seed=2)
+  param %w3: f32[4,4,3,3] = he(seed=3)
+  param %w4: f32[4,8,1,1] = he(seed=4)
+  param %w5: f32[4,8,1,1] = he(seed=5)
+  %a = Conv2d(%x, %w1)
+  %b = Conv2d(%x, %w2)
+  %b2 = Conv2d(%b, %w3) {pads=[1,1,1,1]}
+  %c = Conv2d(%x, %w4)
+  %p = MaxPool(%x) {kernel=[3,3], strides=[1,1], pads=[1,1,1,1]}
+  %d = Conv2d(%p, %w5)
+  %y = Concat(%a, %b2, %c, %d) {axis=1}
+  output %y
+}";
+
+    fn names(g: &Graph, ks: &[Kernel]) -> Vec<String> {
+        ks.iter()
+            .map(|k| g.value(k.outputs[0]).name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn readers_of_one_activation_run_back_to_back() {
+        let g = dnnc_ir::text::parse(MODULE, "m.dnn").unwrap();
+        let before = names(&g, &kernels(&g));
+        assert_eq!(before, ["a", "b", "b2", "c", "p", "d", "y"]);
+        let after = names(&g, &order_for_locality(&g, kernels(&g)));
+        // The four readers of %x first; then the reader of the newest
+        // activation (the pool's), then the 3x3 conv; the concat last.
+        assert_eq!(after, ["a", "b", "c", "p", "d", "b2", "y"]);
+    }
+
+    #[test]
+    fn a_chain_keeps_its_order() {
+        let src = "graph c {
+  input %x: f32[1,4,5,5]
+  %a = Relu(%x)
+  %b = MaxPool(%a) {kernel=[2,2], strides=[2,2]}
+  %c = Sigmoid(%b)
+  %d = GlobalAveragePool(%c)
+  output %d
+}";
+        let g = dnnc_ir::text::parse(src, "c.dnn").unwrap();
+        let before = names(&g, &kernels(&g));
+        assert_eq!(names(&g, &order_for_locality(&g, kernels(&g))), before);
+    }
 }

@@ -263,6 +263,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let kernels = group::absorb_prologues(g, group::kernels(g), |k| {
         contraction::takes_prologue(g, k, opts)
     });
+    let kernels = group::order_for_locality(g, kernels);
     for k in &kernels {
         check_supported(g, k)?;
     }
