@@ -3317,8 +3317,10 @@ mod tests {
             for n in [1usize + 16, 2 + 16, 1 + 48, 2 + 48] {
                 let wide = n.next_multiple_of(16);
                 for k in [5, 140, 300] {
-                    let most = kern.direct_b_panels();
-                    for panels in [1usize, 2, 3, 4, 5, 7, 8, 9, 12, 13, 21, most, most + 1] {
+                    for panels in panel_counts(
+                        &[1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 21],
+                        kern.direct_b_panels(),
+                    ) {
                         let m = panels * kern.mr() - usize::from(panels % 2 == 1);
                         for threads in [1, 2] {
                             let (c, want) =
@@ -3513,10 +3515,8 @@ mod tests {
             let most = kern.direct_b_panels();
             let big = (most + 1) * kern.mr() + 3;
             let (full, _) = run_case(kern, (big, n, k), false, false, false, 1, &pool);
-            for p in [3, 4, 5, 8, most / 2, most]
-                .into_iter()
-                .filter(|&p| p <= most)
-            {
+            let counts = panel_counts(&[3, 4, 5, 8, most / 2], most);
+            for p in counts.into_iter().filter(|&p| p <= most) {
                 let m = p * kern.mr() - 1;
                 let (c, want) = run_case(kern, (m, n, k), false, false, false, 1, &pool);
                 let (two, _) = run_case(kern, (m, n, k), false, false, false, 2, &pool);
@@ -3987,6 +3987,15 @@ mod tests {
     }
 
     /// `f` on `pool`, native splits using `threads` threads.
+    /// Panel counts `base` plus the in-place limit `most` and one past it,
+    /// each once (with AVX-512's limit of 8 they overlap `base`).
+    fn panel_counts(base: &[usize], most: usize) -> Vec<usize> {
+        let mut v: Vec<usize> = base.iter().copied().chain([most, most + 1]).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     fn on_pool<T: Send>(
         pool: &rayon::ThreadPool,
         threads: usize,
