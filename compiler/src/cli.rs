@@ -64,6 +64,12 @@ pub struct ConvArgs {
     /// `dnnc calibrate --out` writes one).
     #[arg(long, value_name = "PROFILE.json")]
     pub partition_profile: Option<PathBuf>,
+    /// Run chains of pointwise and depthwise convs channel-blocked
+    /// (`data=nchw8c`, the `block-channels` pass) on the cpu backend.
+    /// Off by default: on the AMD EPYC it measured 2-8% slower on
+    /// MobileNet-V2 than NCHW (ARCHITECTURE.md, "Channel-blocked chains").
+    #[arg(long)]
+    pub block_channels: bool,
 }
 
 /// `--partition` of `dnnc run`, `dnnc bench` and `dnnc ir --after
@@ -999,6 +1005,7 @@ pub fn cpu_options(
     let mut opts = CpuOptions {
         conv_algo: conv.conv_algo,
         partition: partition_model(conv.partition, conv.partition_profile.as_deref())?,
+        block_channels: conv.block_channels,
         ..Default::default()
     };
     let plan = conv_plan(g, &opts);

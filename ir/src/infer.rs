@@ -2,8 +2,8 @@
 //! each node, so an ill-typed graph cannot be constructed.
 
 use crate::op::{
-    Binary, CellKind, Compare, ConvTranspose2d, EinsumSpec, Op, PadMode, RangeParams, Recurrent,
-    Unary,
+    Binary, CellKind, Compare, ConvTranspose2d, DataLayout, EinsumSpec, Op, PadMode, RangeParams,
+    Recurrent, Unary,
 };
 use crate::types::{DType, TensorType};
 
@@ -239,12 +239,18 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
             let (x, w) = (ins[0], ins[1]);
             need_dtype(x, &f32_only, "input")?;
             need_dtype(w, &f32_only, "weight")?;
-            need_rank(x, 4, "input")?;
+            let Some([n, cin, h, wd]) = c.data.logical_dims(&x.shape) else {
+                return Err(match c.data {
+                    DataLayout::Nchw => format!("input must have rank 4, found {x}"),
+                    DataLayout::Nchw8c => {
+                        format!("input of a data=nchw8c conv must be [N, C/8, H, W, 8], found {x}")
+                    }
+                });
+            };
             need_rank(w, 4, "weight")?;
             if c.group == 0 || c.strides.contains(&0) || c.dilations.contains(&0) {
                 return Err("group, strides and dilations must be at least 1".into());
             }
-            let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
             let (m, cg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
             if cin % c.group != 0 || cin / c.group != cg {
                 return Err(format!(
@@ -286,7 +292,16 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
                 false,
             );
             match (ho, wo) {
-                (Some(ho), Some(wo)) => one(TensorType::f32(vec![n, m, ho, wo])),
+                (Some(_), Some(_))
+                    if !m.is_multiple_of(DataLayout::BLOCK) && c.data != DataLayout::Nchw =>
+                {
+                    Err(format!(
+                        "data={} needs output channels in blocks of {}, found {m}",
+                        c.data.name(),
+                        DataLayout::BLOCK
+                    ))
+                }
+                (Some(ho), Some(wo)) => one(TensorType::f32(c.data.stored_shape(n, m, ho, wo))),
                 _ => Err(format!(
                     "kernel {kh}x{kw} (dilations {:?}) does not fit the padded {h}x{wd} input",
                     c.dilations

@@ -32,6 +32,67 @@ pub struct Conv2d {
     /// (`layout=...`, printed only when chosen); `Auto` leaves it to the
     /// backend. The `egraph` pass may choose it by cost.
     pub layout: WeightLayout,
+    /// How the input and result activations are laid out (`data=...`,
+    /// printed only when blocked): plain NCHW, or channel-blocked so a
+    /// CPU kernel's vector lanes run over channels (see [`DataLayout`]).
+    pub data: DataLayout,
+}
+
+/// The memory layout of a Conv2d's input and result activations. `Nchw`
+/// is ONNX's; `Nchw8c` stores `[N, C/8, H, W, 8]`, eight consecutive
+/// channels of one pixel side by side, the layout onnxruntime's CPU
+/// convolutions use: a pointwise conv's GEMM then reads each pixel's
+/// channels as one contiguous run instead of `C` rows a plane apart, and a
+/// depthwise conv's vectors are channels, one FMA per tap. The filter and
+/// bias keep their logical shapes either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DataLayout {
+    /// `[N, C, H, W]`.
+    #[default]
+    Nchw,
+    /// `[N, C/8, H, W, 8]`.
+    Nchw8c,
+}
+
+impl DataLayout {
+    /// Every variant, in text-format order.
+    pub const ALL: [DataLayout; 2] = [DataLayout::Nchw, DataLayout::Nchw8c];
+
+    /// Channels per block of the blocked layout.
+    pub const BLOCK: usize = 8;
+
+    /// The text-format spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            DataLayout::Nchw => "nchw",
+            DataLayout::Nchw8c => "nchw8c",
+        }
+    }
+
+    /// Parses a text-format spelling.
+    pub fn from_name(s: &str) -> Option<DataLayout> {
+        DataLayout::ALL.into_iter().find(|a| a.name() == s)
+    }
+
+    /// The stored shape of a logical `[n, c, h, w]` activation.
+    pub fn stored_shape(self, n: usize, c: usize, h: usize, w: usize) -> Vec<usize> {
+        match self {
+            DataLayout::Nchw => vec![n, c, h, w],
+            DataLayout::Nchw8c => vec![n, c / Self::BLOCK, h, w, Self::BLOCK],
+        }
+    }
+
+    /// The logical `[n, c, h, w]` of a stored shape, if it has this
+    /// layout's rank (and block).
+    pub fn logical_dims(self, s: &[usize]) -> Option<[usize; 4]> {
+        match (self, s) {
+            (DataLayout::Nchw, &[n, c, h, w]) => Some([n, c, h, w]),
+            (DataLayout::Nchw8c, &[n, cb, h, w, b]) if b == Self::BLOCK => {
+                Some([n, cb * Self::BLOCK, h, w])
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The layout of a conv's packed filter for the CPU backend's GEMM
@@ -145,6 +206,7 @@ impl Default for Conv2d {
             group: 1,
             algo: ConvAlgo::Auto,
             layout: WeightLayout::Auto,
+            data: DataLayout::Nchw,
         }
     }
 }
@@ -1296,6 +1358,9 @@ impl Op {
                 if c.layout != WeightLayout::Auto {
                     a.push(("layout", Word(c.layout.name().to_string())));
                 }
+                if c.data != DataLayout::Nchw {
+                    a.push(("data", Word(c.data.name().to_string())));
+                }
                 a
             }
             Op::Gemm(g) => vec![
@@ -1517,6 +1582,11 @@ impl Op {
                     let names = WeightLayout::ALL.map(WeightLayout::name);
                     let w = a.word("layout", "auto", &names)?;
                     WeightLayout::from_name(&w).unwrap_or_default()
+                },
+                data: {
+                    let names = DataLayout::ALL.map(DataLayout::name);
+                    let w = a.word("data", "nchw", &names)?;
+                    DataLayout::from_name(&w).unwrap_or_default()
                 },
             }),
             "MatMul" => Op::MatMul,

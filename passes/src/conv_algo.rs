@@ -130,8 +130,12 @@ impl ConvGeom {
         y: &[usize],
         const_w: bool,
     ) -> Result<ConvGeom, String> {
-        let (&[n, c, h, w], &[m, _, kh, kw], &[_, _, oh, ow]) = (x, w, y) else {
-            return Err("Conv2d operands must be rank 4".into());
+        let (Some([n, c, h, w]), &[m, _, kh, kw], Some([_, _, oh, ow])) =
+            (p.data.logical_dims(x), w, p.data.logical_dims(y))
+        else {
+            return Err(format!(
+                "Conv2d operands must be rank 4 (data=nchw8c: input and result [N, C/8, H, W, 8]), found {x:?}, {w:?}, {y:?}"
+            ));
         };
         Ok(ConvGeom {
             n,

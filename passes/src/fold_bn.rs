@@ -197,7 +197,8 @@ fn try_fold(g: &mut Graph, id: NodeId) -> Result<Outcome, GraphError> {
     let foldable = candidates.iter().any(|&x| {
         let p = g.node(g.value(x).producer);
         let op_ok = match &p.op {
-            Op::Conv2d(_) => true,
+            // Per-channel affines broadcast over NCHW results only.
+            Op::Conv2d(c) => c.data == dnnc_ir::op::DataLayout::Nchw,
             Op::Gemm(_) => g.value(x).ty.rank() == 2,
             _ => false,
         };

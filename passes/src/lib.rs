@@ -10,6 +10,7 @@
 
 #![warn(missing_docs)]
 
+pub mod block_channels;
 pub mod conv_algo;
 pub mod cost;
 pub mod egraph;

@@ -25,7 +25,7 @@
 use super::analysis::TensorGraph;
 use super::lang::TensorNode;
 use super::rules::merge;
-use dnnc_ir::op::{ConvAlgo, PadMode, Scalar};
+use dnnc_ir::op::{ConvAlgo, DataLayout, PadMode, Scalar};
 use dnnc_ir::Op;
 use egg::{Applier, Id, Language, PatternAst, Subst, Symbol, Var};
 
@@ -91,7 +91,7 @@ fn weights_after_first(eg: &TensorGraph, n: &TensorNode) -> bool {
 
 /// A Conv2d the merge takes: ungrouped, weights-only filter and bias.
 fn mergeable_conv(eg: &TensorGraph, n: &TensorNode) -> bool {
-    matches!(n.ir_op(), Some(Op::Conv2d(p)) if p.group <= 1)
+    matches!(n.ir_op(), Some(Op::Conv2d(p)) if p.group <= 1 && p.data == DataLayout::Nchw)
         && n.children().len() >= 2
         && weights_after_first(eg, n)
 }

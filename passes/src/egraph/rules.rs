@@ -9,7 +9,7 @@ use super::lang::TensorNode;
 use super::merge::{
     contractions_to_merge, convs_to_merge, unary_of_a_piece, MergeKind, MergeShared, UnaryOverSplit,
 };
-use dnnc_ir::op::Binary;
+use dnnc_ir::op::{Binary, DataLayout};
 use dnnc_ir::{Op, OpClass};
 use egg::{
     rewrite as rw, Applier, Id, Pattern, PatternAst, Rewrite, SearchMatches, Searcher, Subst,
@@ -662,7 +662,11 @@ impl Applier<TensorNode, TensorAnalysis> for FoldIntoConv {
                 continue;
             }
             for c in eg[n.children()[0]].iter() {
-                if let Some(cop @ Op::Conv2d(_)) = c.ir_op() {
+                if let Some(cop @ Op::Conv2d(cp)) = c.ir_op() {
+                    // Per-channel operands broadcast over NCHW only.
+                    if cp.data != DataLayout::Nchw {
+                        continue;
+                    }
                     found.push((
                         op.clone(),
                         n.children()[1..].to_vec(),
@@ -772,7 +776,7 @@ impl Follows {
     fn conv(op: &'static str) -> Self {
         Follows {
             op,
-            producer: |_, n| matches!(n.ir_op(), Some(Op::Conv2d(_))),
+            producer: |_, n| matches!(n.ir_op(), Some(Op::Conv2d(p)) if p.data == DataLayout::Nchw),
             operand: per_channel,
         }
     }
@@ -911,7 +915,7 @@ fn conv_of_pool(eg: &TensorGraph, n: &TensorNode) -> Option<ConvOfPool> {
     let Some(Op::Conv2d(p)) = n.ir_op() else {
         return None;
     };
-    if p.group != 1 || p.strides != [1, 1] || p.pads != [0; 4] {
+    if p.group != 1 || p.strides != [1, 1] || p.pads != [0; 4] || p.data != DataLayout::Nchw {
         return None;
     }
     let ch = n.children();

@@ -79,6 +79,7 @@
 //! wave, so concurrent kernels never share memory.
 
 mod alloc;
+pub mod blocked;
 pub mod fftconv;
 pub mod native;
 pub mod peak;

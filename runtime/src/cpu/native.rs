@@ -285,6 +285,10 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
             "dnnc_sgemm_packed_batch",
             super::pgemm::dnnc_sgemm_packed_batch as *const u8,
         ),
+        (
+            "dnnc_conv1x1_nchw8c",
+            super::blocked::dnnc_conv1x1_nchw8c as *const u8,
+        ),
     ]
 }
 

@@ -661,7 +661,7 @@ pub fn sigmoid(v: f32) -> f32 {
 
 /// `v` through activation `act` ([`Epilogue::act`]).
 #[inline]
-fn activate(act: u32, v: f32) -> f32 {
+pub(crate) fn activate(act: u32, v: f32) -> f32 {
     match act {
         ACT_SIGMOID => sigmoid(v),
         ACT_SILU => v * sigmoid(v),

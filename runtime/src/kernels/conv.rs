@@ -5,7 +5,7 @@
 
 use super::{flat, from_vec, standard, KResult};
 use dnnc_ir::infer::window_out;
-use dnnc_ir::op::Conv2d;
+use dnnc_ir::op::{Conv2d, DataLayout};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayD, ArrayView2, ArrayViewMut2};
 
@@ -44,13 +44,23 @@ impl Axis1 {
     }
 }
 
-/// `y = conv(x, w) + b` with ONNX semantics.
+/// `y = conv(x, w) + b` with ONNX semantics; a `data=nchw8c` conv
+/// unblocks its input, convolves in NCHW and blocks the result, so the
+/// reference stays the one NCHW loop nest below.
 pub(crate) fn conv2d(
     x: &ArrayD<f32>,
     w: &ArrayD<f32>,
     b: Option<&ArrayD<f32>>,
     c: &Conv2d,
 ) -> KResult<ArrayD<f32>> {
+    if c.data == DataLayout::Nchw8c {
+        let plain = Conv2d {
+            data: DataLayout::Nchw,
+            ..c.clone()
+        };
+        let y = conv2d(&unblock(x)?, w, b, &plain)?;
+        return block(&y);
+    }
     let (xs, ws) = (x.shape(), w.shape());
     let (&[n, cin, h, wd], &[m, cg, kh, kw]) = (xs, ws) else {
         return Err(format!(
@@ -241,4 +251,41 @@ fn direct_plane(
             }
         }
     }
+}
+
+/// `[N, C/8, H, W, 8]` to `[N, C, H, W]`.
+pub(crate) fn unblock(x: &ArrayD<f32>) -> KResult<ArrayD<f32>> {
+    let &[n, cb, h, w, b] = x.shape() else {
+        return Err(format!(
+            "a data=nchw8c input must be [N, C/8, H, W, 8], found {:?}",
+            x.shape()
+        ));
+    };
+    if b != DataLayout::BLOCK {
+        return Err(format!(
+            "a data=nchw8c input's last axis must be 8, found {b}"
+        ));
+    }
+    let y = x.view().permuted_axes(vec![0, 1, 4, 2, 3]);
+    let y = y.as_standard_layout().into_owned();
+    y.into_shape_with_order(vec![n, cb * b, h, w])
+        .map_err(|e| e.to_string())
+}
+
+/// `[N, C, H, W]` (C a multiple of 8) to `[N, C/8, H, W, 8]`.
+pub(crate) fn block(x: &ArrayD<f32>) -> KResult<ArrayD<f32>> {
+    let &[n, c, h, w] = x.shape() else {
+        return Err(format!("expected [N, C, H, W], found {:?}", x.shape()));
+    };
+    let b = DataLayout::BLOCK;
+    if !c.is_multiple_of(b) {
+        return Err(format!("{c} channels do not divide into blocks of {b}"));
+    }
+    let y = standard(x)
+        .into_owned()
+        .into_shape_with_order(vec![n, c / b, b, h, w])
+        .map_err(|e| e.to_string())?;
+    Ok(y.permuted_axes(vec![0, 1, 3, 4, 2])
+        .as_standard_layout()
+        .into_owned())
 }

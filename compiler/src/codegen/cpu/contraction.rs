@@ -124,6 +124,19 @@ pub struct ConvChoice {
 /// request that does not apply is reported in `fallback`; the node then
 /// gets its attribute's algorithm when that applies, else the heuristic's.
 fn choose(geom: &ConvGeom, node: &str, opts: &CpuOptions) -> ConvChoice {
+    // A channel-blocked conv has one lowering of each kind.
+    if super::blocked::is_blocked(geom) {
+        return ConvChoice {
+            node: node.to_string(),
+            requested: None,
+            algo: if geom.g == 1 {
+                ConvAlgo::Pointwise
+            } else {
+                ConvAlgo::Depthwise
+            },
+            fallback: None,
+        };
+    }
     let attr = ConvAlgo::from_ir(geom.p.algo);
     let requested = opts
         .conv_algo_for
@@ -206,6 +219,12 @@ pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec
     if matches!(anchor.op, Op::Conv2d(_)) {
         let geom = ConvGeom::of_node(g, k.nodes[0])?;
         let algo = choose_algo(&geom, g, k, opts);
+        if super::blocked::is_blocked(&geom) {
+            if needs_acc_ws(g, k) {
+                ws.push(g.value(anchor.outputs[0]).ty.size_bytes());
+            }
+            return Ok(ws);
+        }
         match algo {
             ConvAlgo::Im2col => ws.push(im2col_ws_bytes(&geom, gathered(&geom, g, k, algo))),
             ConvAlgo::Fft => {
@@ -256,6 +275,9 @@ pub(crate) fn prepared(
         return Ok(Vec::new());
     }
     let geom = ConvGeom::of_node(g, k.nodes[0])?;
+    if super::blocked::is_blocked(&geom) {
+        return super::blocked::prepared(g, k.nodes[0], &geom);
+    }
     let algo = choose_algo(&geom, g, k, opts);
     if conv_packed(g, k, algo) {
         let (cg, mg) = geom.per_group();
@@ -320,8 +342,10 @@ pub(crate) fn superseded_weight(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Opt
             let geom = ConvGeom::of_node(g, k.nodes[0]).ok()?;
             let algo = choose_algo(&geom, g, k, opts);
             let w = anchor.inputs[1];
-            let prepared =
-                conv_packed(g, k, algo) || algo.wino_m().is_some() || algo == ConvAlgo::Fft;
+            let prepared = super::blocked::is_blocked(&geom)
+                || conv_packed(g, k, algo)
+                || algo.wino_m().is_some()
+                || algo == ConvAlgo::Fft;
             (prepared && is_weight(g, w)).then_some(w)
         }
         _ => None,
@@ -583,7 +607,8 @@ pub(crate) fn takes_prologue(g: &Graph, k: &Kernel, opts: &CpuOptions) -> bool {
         return false;
     };
     let algo = choose_algo(&geom, g, k, opts);
-    algo == ConvAlgo::Pointwise
+    !super::blocked::is_blocked(&geom)
+        && algo == ConvAlgo::Pointwise
         && geom.g == 1
         && geom.oh * geom.ow > 1
         && conv_packed(g, k, algo)
@@ -1087,6 +1112,12 @@ fn lower_matmul(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<(), String> {
 
 fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
     let geom = ConvGeom::of_node(c.g, c.k.nodes[0])?;
+    if super::blocked::is_blocked(&geom) {
+        if !c.k.prologue.is_empty() {
+            return Err("a channel-blocked conv takes no prologue".into());
+        }
+        return super::blocked::lower(e, c, &geom);
+    }
     let algo = choose_algo(&geom, c.g, c.k, c.opts);
     if let Some(m) = algo.wino_m() {
         super::fastconv::lower(e, c, &geom, m)?;

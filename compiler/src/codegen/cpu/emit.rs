@@ -29,6 +29,8 @@ pub(crate) struct Emit<'a> {
     /// The batched packed-weight GEMM (`dnnc_sgemm_packed_batch`), which
     /// splits a batch of small GEMMs across threads, imported.
     pub bsgemm: FuncRef,
+    /// The channel-blocked pointwise conv (`dnnc_conv1x1_nchw8c`), imported.
+    pub conv8c: FuncRef,
     /// Block every error path jumps to, with the error code as parameter.
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).

@@ -11,6 +11,7 @@
 //! The interpreter is never a fallback: an op without a lowering is a
 //! [`CodegenError::Unsupported`] naming the node.
 
+mod blocked;
 mod contraction;
 mod convt;
 mod cost;
@@ -61,6 +62,11 @@ pub struct CpuOptions {
     /// What decides how the executable splits kernels across threads and
     /// which independent kernels run concurrently.
     pub partition: PartitionModel,
+    /// Run chains of pointwise and depthwise convs channel-blocked (the
+    /// `block-channels` pass) unless an algorithm is forced (`conv_algo`,
+    /// `conv_algo_for`, which name NCHW lowerings). Off by default: it
+    /// measured slower than NCHW on the AMD EPYC (ARCHITECTURE.md).
+    pub block_channels: bool,
 }
 
 /// What decides a CPU executable's partition (tasks per kernel, threads
@@ -260,6 +266,18 @@ fn check_supported(g: &Graph, k: &Kernel) -> Result<(), CodegenError> {
 /// Weights are copied into the executable, so `g` may be dropped after.
 /// Every op must have a lowering; otherwise the error names the node.
 pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenError> {
+    let relaid;
+    let g = if !opts.block_channels || opts.conv_algo.is_some() || !opts.conv_algo_for.is_empty() {
+        g
+    } else {
+        let mut b = g.clone();
+        dnnc_passes::block_channels::block_channels(&mut b).map_err(|e| CodegenError::Backend {
+            kernel: String::new(),
+            message: format!("block-channels: {e}"),
+        })?;
+        relaid = b;
+        &relaid
+    };
     let kernels = group::absorb_prologues(g, group::kernels(g), |k| {
         contraction::takes_prologue(g, k, opts)
     });
@@ -476,6 +494,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let bsgemm_id = module
         .declare_function("dnnc_sgemm_packed_batch", Linkage::Import, &bsg)
         .map_err(|e| backend(e.to_string()))?;
+    let mut csg = module.make_signature();
+    for t in [ptr, I64, I64, ptr, ptr, I64, I64, I64, ptr] {
+        csg.params.push(AbiParam::new(t));
+    }
+    csg.returns.push(AbiParam::new(I32));
+    let conv8c_id = module
+        .declare_function("dnnc_conv1x1_nchw8c", Linkage::Import, &csg)
+        .map_err(|e| backend(e.to_string()))?;
 
     // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
@@ -565,6 +591,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let psgemm = module.declare_func_in_func(psgemm_id, &mut ctx.func);
             let bsgemm = module.declare_func_in_func(bsgemm_id, &mut ctx.func);
             let gsgemm = module.declare_func_in_func(gsgemm_id, &mut ctx.func);
+            let conv8c = module.declare_func_in_func(conv8c_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -585,6 +612,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 psgemm,
                 bsgemm,
                 gsgemm,
+                conv8c,
                 fail,
                 cfg: module.target_config(),
                 task,

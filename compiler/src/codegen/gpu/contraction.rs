@@ -598,6 +598,12 @@ fn geom(cx: &GCtx<'_>, c: &dnnc_ir::op::Conv2d) -> Result<ConvGeom, String> {
 }
 
 fn conv(cx: &mut GCtx<'_>, c: &dnnc_ir::op::Conv2d) -> Result<Vec<GpuStage>, String> {
+    if c.data != dnnc_ir::op::DataLayout::Nchw {
+        return Err(format!(
+            "data={} is a CPU layout; the gpu backend runs NCHW convolutions",
+            c.data.name()
+        ));
+    }
     let gmt = geom(cx, c)?;
     let node = cx.g.node(cx.anchor());
     let (xv, wv, out) = (node.inputs[0], node.inputs[1], node.outputs[0]);

@@ -1,0 +1,412 @@
+//! Lowering of channel-blocked convolutions (`data=nchw8c`, placed by the
+//! `block-channels` pass): the pointwise conv calls the blocked GEMM
+//! kernel (`dnnc_runtime::cpu::blocked`), the depthwise conv is generated
+//! here, eight channels of a pixel as two f32x4 vectors, one FMA per tap
+//! per vector. Both split over output rows (`image x channel block x row`
+//! for the depthwise conv) and apply bias, residual and clamp in their
+//! own epilogue; other fused ops (all elementwise on the blocked result,
+//! which the pass guarantees) run after each row through the generic
+//! elementwise epilogue.
+
+use super::contraction::{acc_arg, ep_desc, epilogue, f32_buf, match_fused, FusedEp};
+use super::elementwise::{self, SubDomain};
+use super::emit::Emit;
+use super::KCtx;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::types::F32X4;
+use cranelift_codegen::ir::{InstBuilder, Value};
+use dnnc_ir::op::DataLayout;
+use dnnc_ir::{DType, Graph};
+use dnnc_passes::ConvGeom;
+use dnnc_runtime::cpu::{blocked, pgemm, AlignedBuf};
+
+/// Channels per block.
+const B: usize = DataLayout::BLOCK;
+
+/// Whether conv `geom` runs on channel-blocked data.
+pub(crate) fn is_blocked(geom: &ConvGeom) -> bool {
+    geom.p.data == DataLayout::Nchw8c
+}
+
+/// Whether blocked conv `geom` is the pointwise kind (else depthwise).
+fn pointwise(geom: &ConvGeom) -> bool {
+    geom.g == 1
+}
+
+/// What a blocked conv can run: a pointwise or an undilated depthwise
+/// conv, channels in whole blocks; the reason otherwise.
+pub(crate) fn unsupported(geom: &ConvGeom) -> Option<String> {
+    let p = &geom.p;
+    let pw = geom.g == 1
+        && geom.kh == 1
+        && geom.kw == 1
+        && p.strides == [1, 1]
+        && p.pads == [0; 4]
+        && p.dilations == [1, 1];
+    let dw = geom.g == geom.c && geom.m == geom.c && p.dilations == [1, 1];
+    if !geom.c.is_multiple_of(B) || !geom.m.is_multiple_of(B) {
+        return Some(format!("data=nchw8c needs channels in blocks of {B}"));
+    }
+    (!pw && !dw).then(|| {
+        "data=nchw8c runs pointwise (1x1, stride 1, unpadded, one group) and undilated depthwise convs only"
+            .to_string()
+    })
+}
+
+/// The weights a blocked conv takes prepared: the packed filter
+/// (pointwise, [`blocked::pack_filter`]) or the taps per block,
+/// `[C/8][kh * kw][8]` (depthwise), then a row of zeros as wide as an
+/// input row, which a depthwise conv reads for padding rows.
+pub(crate) fn prepared(
+    g: &Graph,
+    node: dnnc_ir::NodeId,
+    geom: &ConvGeom,
+) -> Result<Vec<AlignedBuf>, String> {
+    let wt = g
+        .weight(g.node(node).inputs[1])
+        .map_err(|e| format!("filter: {e}"))?;
+    let dnnc_ir::Tensor::F32(wt) = wt.as_ref() else {
+        return Err("filter must be f32".into());
+    };
+    let w: Vec<f32> = wt.iter().copied().collect();
+    if pointwise(geom) {
+        return Ok(vec![f32_buf(&blocked::pack_filter(&w, geom.m, geom.c))]);
+    }
+    let taps = geom.kh * geom.kw;
+    let mut out = vec![0f32; geom.c * taps];
+    for ch in 0..geom.c {
+        for t in 0..taps {
+            out[(ch / B) * taps * B + t * B + ch % B] = w[ch * taps + t];
+        }
+    }
+    Ok(vec![f32_buf(&out), f32_buf(&vec![0f32; geom.w * B])])
+}
+
+/// Emits blocked conv kernel `c`.
+pub(crate) fn lower(
+    e: &mut Emit<'_>,
+    c: &KCtx<'_>,
+    geom: &ConvGeom,
+) -> Result<Vec<String>, String> {
+    if let Some(why) = unsupported(geom) {
+        return Err(why);
+    }
+    let node = c.g.node(c.k.nodes[0]);
+    let acc = acc_arg(c)?;
+    let bias_v = node.inputs.get(2).copied();
+    if let Some(b) = bias_v {
+        let t = &c.g.value(b).ty;
+        if t.dtype != DType::F32 || t.shape != [geom.m] {
+            return Err(format!("bias must be f32[{}]", geom.m));
+        }
+    }
+    // The fused epilogue when the kernel's ops fit it (activations other
+    // than a clamp run through the generic epilogue instead).
+    let fused = match_fused(c, bias_v).filter(|f| f.act == pgemm::ACT_NONE);
+    let spec = if fused.is_some() {
+        None
+    } else {
+        epilogue(c, acc, None)?
+    };
+    let ep = fused.unwrap_or(FusedEp {
+        bias: bias_v,
+        res: None,
+        lo: f32::NEG_INFINITY,
+        hi: f32::INFINITY,
+        act: pgemm::ACT_NONE,
+    });
+    let x = e.bufs[c.arg(node.inputs[0])?];
+    let y = e.bufs[acc];
+    let bias = match ep.bias {
+        Some(v) => Some(e.bufs[c.arg(v)?]),
+        None => None,
+    };
+    let res = match ep.res {
+        Some(v) => Some(e.bufs[c.arg(v)?]),
+        None => None,
+    };
+    let wp = e.bufs[*c.prep.first().ok_or("missing blocked filter")?];
+    let rows = geom.n * geom.oh;
+    if pointwise(geom) {
+        let desc = ep_desc(e, bias, res.map(|r| (r, (0, 0))), (ep.lo, ep.hi, ep.act));
+        let (lo, hi) = e.task_range(rows, "rows")?;
+        let ow = geom.ow as i64;
+        let call = |e: &mut Emit<'_>, r0: Value, r1: Value| {
+            let q0 = e.b.ins().imul_imm_s(r0, ow);
+            let q1 = e.b.ins().imul_imm_s(r1, ow);
+            let args = [
+                wp,
+                e.ci(geom.c as i64),
+                e.ci(geom.m as i64),
+                x,
+                y,
+                e.ci((geom.oh * geom.ow) as i64),
+                q0,
+                q1,
+                desc,
+            ];
+            let f = e.conv8c;
+            let call = e.b.ins().call(f, &args);
+            let rc = e.b.inst_results(call)[0];
+            let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+            e.fail_if(bad, 1);
+        };
+        match &spec {
+            None => call(e, lo, hi),
+            Some(spec) => {
+                let mut err = Ok(());
+                e.for_range(lo, hi, 1, |e, r| {
+                    let r1 = e.b.ins().iadd_imm_s(r, 1);
+                    call(e, r, r1);
+                    if err.is_ok() {
+                        err = row_epilogue(e, spec, geom, r, None);
+                    }
+                });
+                err?;
+            }
+        }
+        return Ok(Vec::new());
+    }
+    let zero_row = e.bufs[*c.prep.get(1).ok_or("missing padding row")?];
+    // The emission order is the schedule: each tap's filter and input
+    // loads next to their FMAs (the e-graph pass would hoist every load
+    // of a pixel group ahead of its FMAs and spill them).
+    e.in_order = true;
+    let cb = geom.c / B;
+    let (lo, hi) = e.task_range(rows * cb, "rows")?;
+    let mut err = Ok(());
+    e.for_range(lo, hi, 1, |e, u| {
+        let r = depthwise_row(
+            e,
+            geom,
+            (x, wp, zero_row, y),
+            (bias, res),
+            (ep.lo, ep.hi),
+            u,
+        );
+        if r.is_ok() {
+            if let Some(spec) = &spec {
+                if err.is_ok() {
+                    err = row_epilogue(e, spec, geom, u, Some(cb));
+                }
+            }
+        } else if err.is_ok() {
+            err = r;
+        }
+    });
+    err?;
+    Ok(Vec::new())
+}
+
+/// The generic epilogue over one unit's output row: row `u` of the
+/// `N x OH` rows (every channel block) or, with `blocks`, row `u` of the
+/// `N x C/8 x OH` rows of single blocks.
+fn row_epilogue(
+    e: &mut Emit<'_>,
+    spec: &elementwise::EwSpec<'_>,
+    geom: &ConvGeom,
+    u: Value,
+    blocks: Option<usize>,
+) -> Result<(), String> {
+    let oh = e.ci(geom.oh as i64);
+    let plane = e.b.ins().udiv(u, oh);
+    let t = e.b.ins().imul(plane, oh);
+    let oy = e.b.ins().isub(u, t);
+    let mb = geom.m / B;
+    let (starts, lens) = match blocks {
+        Some(cb) => {
+            let cbv = e.ci(cb as i64);
+            let img = e.b.ins().udiv(plane, cbv);
+            let t = e.b.ins().imul(img, cbv);
+            let blk = e.b.ins().isub(plane, t);
+            (
+                vec![Some(img), Some(blk), Some(oy), None, None],
+                vec![1, 1, 1, geom.ow, B],
+            )
+        }
+        None => (
+            vec![Some(plane), None, Some(oy), None, None],
+            vec![1, mb, 1, geom.ow, B],
+        ),
+    };
+    elementwise::emit(e, spec, &SubDomain { starts, lens })
+}
+
+/// Output pixels per interior group: 4 pixels x 2 vectors of
+/// accumulators, with the tap's two filter vectors and an input vector.
+const GROUP: usize = 4;
+
+/// One output row of one channel block of a depthwise conv: unit `u` of
+/// the `N x C/8 x OH` rows. Padding rows read `zero` (a row of zeros);
+/// padding columns are skipped at compile time (the border pixels' taps
+/// are known); interior pixels go in groups of [`GROUP`].
+fn depthwise_row(
+    e: &mut Emit<'_>,
+    geom: &ConvGeom,
+    (x, w, zero, y): (Value, Value, Value, Value),
+    (bias, res): (Option<Value>, Option<Value>),
+    (lo, hi): (f32, f32),
+    u: Value,
+) -> Result<(), String> {
+    let (kh, kw) = (geom.kh, geom.kw);
+    let [sy, sx] = geom.p.strides;
+    let (pt, pl) = (geom.p.pads[0], geom.p.pads[1]);
+    let cb = geom.c / B;
+    let oh = e.ci(geom.oh as i64);
+    let plane = e.b.ins().udiv(u, oh);
+    let t = e.b.ins().imul(plane, oh);
+    let oy = e.b.ins().isub(u, t);
+    let cbv = e.ci(cb as i64);
+    let img = e.b.ins().udiv(plane, cbv);
+    let t = e.b.ins().imul(img, cbv);
+    let blk = e.b.ins().isub(plane, t);
+    // Byte addresses: the input plane, the output row, the block's taps.
+    let plane_in =
+        e.b.ins()
+            .imul_imm_s(plane, (geom.h * geom.w * B * 4) as i64);
+    let plane_in = e.b.ins().iadd(x, plane_in);
+    let yrow = e.b.ins().imul_imm_s(u, (geom.ow * B * 4) as i64);
+    let yrow_res = res.map(|r| e.b.ins().iadd(r, yrow));
+    let yrow = e.b.ins().iadd(y, yrow);
+    let wb = e.b.ins().imul_imm_s(blk, (kh * kw * B * 4) as i64);
+    let wb = e.b.ins().iadd(w, wb);
+    let bias_v = bias.map(|b| {
+        let off = e.b.ins().imul_imm_s(blk, (B * 4) as i64);
+        let p = e.b.ins().iadd(b, off);
+        let mem = super::emit::mem();
+        (
+            e.b.ins().load(F32X4, mem, p, 0),
+            e.b.ins().load(F32X4, mem, p, 16),
+        )
+    });
+    // Each tap row's start, or the zero row where it falls in the padding.
+    let mut rows = Vec::with_capacity(kh);
+    for ky in 0..kh {
+        let iy = e.b.ins().imul_imm_s(oy, sy as i64);
+        let iy = e.b.ins().iadd_imm_s(iy, ky as i64 - pt as i64);
+        let below = e.b.ins().icmp_imm_s(IntCC::SignedLessThan, iy, 0);
+        let above =
+            e.b.ins()
+                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, iy, geom.h as i64);
+        let out = e.b.ins().bor(below, above);
+        let off = e.b.ins().imul_imm_s(iy, (geom.w * B * 4) as i64);
+        let p = e.b.ins().iadd(plane_in, off);
+        rows.push(e.b.ins().select(out, zero, p));
+    }
+    // Interior: every column tap inside the row.
+    let xa = pl.div_ceil(sx).min(geom.ow);
+    let last_ok = |ox: usize| ox * sx + kw - 1 < geom.w + pl;
+    let xb = (xa..geom.ow)
+        .take_while(|&ox| last_ok(ox))
+        .last()
+        .map_or(xa, |v| v + 1);
+    let vlo = e.vf(lo);
+    let vhi = e.vf(hi);
+    let ctx = RowCtx {
+        rows: &rows,
+        wb,
+        yrow,
+        yrow_res,
+        bias: bias_v,
+        vlo,
+        vhi,
+        geom,
+        clamp: lo > f32::NEG_INFINITY || hi < f32::INFINITY,
+    };
+    // Border pixels, one at a time, with only their valid column taps.
+    let z = e.ci(0);
+    for ox in (0..xa).chain(xb.max(xa)..geom.ow) {
+        pixels(e, &ctx, z, &[ox]);
+    }
+    let groups = (xb - xa) / GROUP;
+    if groups > 0 {
+        let start = e.ci(0);
+        let end = e.ci((groups * GROUP * sx * B * 4) as i64);
+        let offs: Vec<usize> = (0..GROUP).map(|j| xa + j).collect();
+        e.for_range(start, end, (GROUP * sx * B * 4) as i64, |e, o| {
+            pixels(e, &ctx, o, &offs);
+        });
+    }
+    for ox in xa + groups * GROUP..xb {
+        pixels(e, &ctx, z, &[ox]);
+    }
+    Ok(())
+}
+
+/// What [`pixels`] needs of its row.
+struct RowCtx<'a> {
+    rows: &'a [Value],
+    wb: Value,
+    yrow: Value,
+    yrow_res: Option<Value>,
+    bias: Option<(Value, Value)>,
+    vlo: Value,
+    vhi: Value,
+    geom: &'a ConvGeom,
+    clamp: bool,
+}
+
+/// Output pixels `oxs` of the row (their input columns `o` bytes
+/// further, an interior loop's offset; the output `o / stride` further).
+fn pixels(e: &mut Emit<'_>, r: &RowCtx<'_>, o: Value, oxs: &[usize]) {
+    let g = r.geom;
+    let (kw, sx, pl) = (g.kw, g.p.strides[1], g.p.pads[1]);
+    let mem = super::emit::mem();
+    let zero = e.vf(0.0);
+    let mut acc: Vec<[Value; 2]> = oxs
+        .iter()
+        .map(|_| match r.bias {
+            Some((b0, b1)) => [b0, b1],
+            None => [zero, zero],
+        })
+        .collect();
+    let rows: Vec<Value> = r.rows.iter().map(|&p| e.b.ins().iadd(p, o)).collect();
+    for (ky, &row) in rows.iter().enumerate() {
+        for kx in 0..kw {
+            let tap = ((ky * kw + kx) * B * 4) as i32;
+            let mut w = None;
+            for (j, &ox) in oxs.iter().enumerate() {
+                let ix = (ox * sx + kx) as isize - pl as isize;
+                if ix < 0 || ix >= g.w as isize {
+                    continue;
+                }
+                let (w0, w1) = *w.get_or_insert_with(|| {
+                    (
+                        e.b.ins().load(F32X4, mem, r.wb, tap),
+                        e.b.ins().load(F32X4, mem, r.wb, tap + 16),
+                    )
+                });
+                let off = (ix as usize * B * 4) as i32;
+                let v0 = e.b.ins().load(F32X4, mem, row, off);
+                let v1 = e.b.ins().load(F32X4, mem, row, off + 16);
+                acc[j][0] = e.b.ins().fma(v0, w0, acc[j][0]);
+                acc[j][1] = e.b.ins().fma(v1, w1, acc[j][1]);
+            }
+        }
+    }
+    // The output advances one pixel per `sx` input columns.
+    let oo = if sx == 1 {
+        o
+    } else {
+        e.b.ins().udiv_imm_u(o, sx as i64)
+    };
+    let yp = e.b.ins().iadd(r.yrow, oo);
+    let rp = r.yrow_res.map(|p| e.b.ins().iadd(p, oo));
+    for (j, &ox) in oxs.iter().enumerate() {
+        for (h, v) in acc[j].into_iter().enumerate() {
+            let off = ((ox * B + h * 4) * 4) as i32;
+            let mut v = v;
+            if let Some(rp) = rp {
+                let rv = e.b.ins().load(F32X4, mem, rp, off);
+                v = e.b.ins().fadd(v, rv);
+            }
+            if r.clamp {
+                // The elementwise Clip's selects: a NaN `v` is kept, and
+                // each lowers to one maxps/minps.
+                v = e.fsel(FloatCC::LessThan, v, r.vlo, r.vlo, v);
+                v = e.fsel(FloatCC::LessThan, r.vhi, v, r.vhi, v);
+            }
+            e.b.ins().store(mem, v, yp, off);
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Channel-blocked chains on the CPU backend (`CpuOptions::block_channels`,
+//! the `block-channels` pass): pointwise and depthwise convs on
+//! `data=nchw8c` activations against the interpreter on the plain graph
+//! (the oracle), over batch, stride, padding, kernel size, odd block
+//! counts (24-channel panels), fused bias / Clip / residual epilogues and
+//! activations the kernels leave to the generic epilogue (Sigmoid, SiLU);
+//! two threads bitwise equal to one, and the plan really blocked.
+
+mod cpu_common;
+
+use cpu_common::{bits, check_with, parse, rand_f32};
+use dnnc_compiler::codegen::cpu::{compile_cpu, CpuOptions};
+
+/// A stem pointwise conv, an inverted residual block (expand, depthwise
+/// `k x k` with stride `s`, project), and `act` after the expansion.
+fn chain(
+    n: usize,
+    (c, mid, hw): (usize, usize, usize),
+    (k, s): (usize, usize),
+    act: &str,
+) -> String {
+    let p = k / 2;
+    let res = if s == 1 {
+        "%y = Add(%q, %a)"
+    } else {
+        "%y = Clip(%q) {min=-1, max=1}"
+    };
+    format!(
+        "  input %x: f32[{n},8,{hw},{hw}]
+  param %w0: f32[{c},8,1,1] = he(seed=1)
+  param %b0: f32[{c}] = uniform(low=-0.2, high=0.2, seed=2)
+  param %w1: f32[{mid},{c},1,1] = he(seed=3)
+  param %b1: f32[{mid}] = uniform(low=-0.2, high=0.2, seed=4)
+  param %w2: f32[{mid},1,{k},{k}] = he(seed=5)
+  param %b2: f32[{mid}] = uniform(low=-0.2, high=0.2, seed=6)
+  param %w3: f32[{c},{mid},1,1] = he(seed=7)
+  %a = Conv2d(%x, %w0, %b0)
+  %e = Conv2d(%a, %w1, %b1)
+{act}
+  %d = Conv2d(%e2, %w2, %b2) {{pads=[{p},{p},{p},{p}], strides=[{s},{s}], group={mid}}}
+  %d6 = Clip(%d) {{min=0, max=6}}
+  %q = Conv2d(%d6, %w3)
+  {res}
+  output %y"
+    )
+}
+
+const CLIP: &str = "  %e2 = Clip(%e) {min=0, max=6}";
+const SIGMOID: &str = "  %e2 = Sigmoid(%e)";
+const SILU: &str = "  %sg = Sigmoid(%e)\n  %e2 = Mul(%e, %sg)";
+
+fn run(body: &str) {
+    let g = parse(body);
+    let x = g.inputs()[0];
+    let ins = vec![(
+        g.value(x).name.clone(),
+        rand_f32(&g.value(x).ty.shape, 11, -1.0, 1.0),
+    )];
+    let opts = CpuOptions {
+        block_channels: true,
+        ..CpuOptions::default()
+    };
+    check_with(&g, &ins, 1e-4, 1e-5, &opts);
+    let mut exe = compile_cpu(&g, &opts).expect("compile");
+    let blocked = exe
+        .steps()
+        .iter()
+        .filter(|s| s.name.ends_with(".to_nchw8c"))
+        .count();
+    assert_eq!(blocked, 1, "one reorder into the blocked layout:\n{body}");
+    let one = bits(&exe.run(&ins).expect("run"));
+    exe.set_threads(2).expect("threads");
+    assert_eq!(
+        one,
+        bits(&exe.run(&ins).expect("run")),
+        "2 threads bitwise:\n{body}"
+    );
+}
+
+#[test]
+fn blocked_chains_match_the_interpreter() {
+    for (n, dims, taps, act) in [
+        (1, (16, 48, 14), (3, 1), CLIP),
+        (2, (24, 72, 9), (3, 2), CLIP),
+        (1, (16, 96, 7), (5, 1), SIGMOID),
+        (1, (40, 120, 10), (5, 2), SILU),
+        (3, (8, 24, 5), (3, 1), CLIP),
+        (1, (32, 64, 1), (3, 1), CLIP),
+    ] {
+        run(&chain(n, dims, taps, act));
+    }
+}
+
+/// Blocked convs the types or the backend reject say why, naming the node.
+#[test]
+fn bad_blocked_convs_are_clear_errors() {
+    let parse_err = |body: &str| {
+        let src = format!("graph t {{\n{body}\n}}\n");
+        match dnnc_ir::text::parse(&src, "t.dnn") {
+            Ok(_) => panic!("accepted:\n{src}"),
+            Err(e) => format!("{e}"),
+        }
+    };
+    let plain_input = parse_err(
+        "  input %x: f32[1,16,8,8]
+  param %w: f32[16,16,1,1] = he(seed=1)
+  %c = Conv2d(%x, %w) {data=nchw8c}
+  output %c",
+    );
+    assert!(
+        plain_input.contains("must be [N, C/8, H, W, 8]"),
+        "{plain_input}"
+    );
+    let ragged = parse_err(
+        "  input %x: f32[1,2,8,8,8]
+  param %w: f32[12,16,1,1] = he(seed=1)
+  %c = Conv2d(%x, %w) {data=nchw8c}
+  output %c",
+    );
+    assert!(ragged.contains("blocks of 8, found 12"), "{ragged}");
+    let unknown = parse_err(
+        "  input %x: f32[1,2,8,8,8]
+  param %w: f32[16,16,1,1] = he(seed=1)
+  %c = Conv2d(%x, %w) {data=nchw9c}
+  output %c",
+    );
+    assert!(
+        unknown.contains("`nchw9c` is not one of nchw, nchw8c"),
+        "{unknown}"
+    );
+    // Well typed, but no blocked kernel: a dilated depthwise conv.
+    let g = parse(
+        "  input %x: f32[1,2,8,8,8]
+  param %w: f32[16,1,3,3] = he(seed=1)
+  %c = Conv2d(%x, %w) {data=nchw8c, group=16, dilations=[2,2], pads=[2,2,2,2]}
+  output %c",
+    );
+    let msg = match compile_cpu(&g, &CpuOptions::default()) {
+        Ok(_) => panic!("a dilated blocked depthwise conv compiled"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        msg.contains("%c") && msg.contains("undilated depthwise"),
+        "{msg}"
+    );
+}

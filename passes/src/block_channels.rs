@@ -1,0 +1,434 @@
+//! `block-channels`: chains of pointwise and depthwise convolutions (and
+//! the elementwise ops between them) are stored channel-blocked,
+//! `[N, C/8, H, W, 8]` ([`DataLayout::Nchw8c`]), the CPU layout in which a
+//! pointwise conv's GEMM reads each pixel's channels as one contiguous run
+//! and a depthwise conv's vectors are channels. MobileNet-style inverted
+//! residual blocks are such chains from end to end.
+//!
+//! A region is a set of blocked values connected through the ops that
+//! produce them. It is blocked only if it holds at least [`MIN_CONVS`]
+//! convs and its reorders (a Reshape + Transpose into the layout where the
+//! region reads a plain tensor, and back where a plain op reads a blocked
+//! one) move at most a [`MAX_REORDER_SHARE`] share of the elements its
+//! convs write: a lone conv would pay two reorders for one faster GEMM.
+//! Values keep their names; a value that plain ops still read keeps its
+//! name on the reordered copy, the blocked one is `NAME.nchw8c`.
+
+use crate::pipeline::{Pass, PassError, PassStats};
+use dnnc_ir::op::{Conv2d, ConvAlgo, DataLayout, WeightLayout};
+use dnnc_ir::{DType, Graph, GraphError, NodeId, Op, ValueId};
+use std::collections::{HashMap, HashSet};
+
+/// Fewest convs a blocked region holds.
+pub const MIN_CONVS: usize = 3;
+
+/// Largest share of a region's conv output elements its reorders may move.
+pub const MAX_REORDER_SHARE: f64 = 0.25;
+
+/// The `block-channels` pass.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BlockChannels;
+
+impl Pass for BlockChannels {
+    fn name(&self) -> &'static str {
+        "block-channels"
+    }
+    fn description(&self) -> &'static str {
+        "store chains of pointwise and depthwise convs channel-blocked (data=nchw8c) for the CPU backend"
+    }
+    fn run(&self, g: &mut Graph) -> Result<PassStats, PassError> {
+        block_channels(g).map_err(|e| PassError::graph("block-channels", e))
+    }
+}
+
+/// Whether conv node `n` has a blocked kernel: a pointwise (1x1, stride 1,
+/// unpadded, ungrouped) or depthwise (undilated, one channel per group)
+/// f32 conv whose channels fill whole blocks, left to the backend's
+/// algorithm choice or set to that kernel's.
+pub fn blockable_conv(g: &Graph, n: NodeId) -> bool {
+    let node = g.node(n);
+    let Op::Conv2d(p) = &node.op else {
+        return false;
+    };
+    let (x, w) = (&g.value(node.inputs[0]).ty, &g.value(node.inputs[1]).ty);
+    let (&[_, c, _, _], &[m, _, kh, kw]) = (x.shape.as_slice(), w.shape.as_slice()) else {
+        return false;
+    };
+    let b = DataLayout::BLOCK;
+    if p.data != DataLayout::Nchw
+        || p.layout != WeightLayout::Auto
+        || x.dtype != DType::F32
+        || !c.is_multiple_of(b)
+        || !m.is_multiple_of(b)
+    {
+        return false;
+    }
+    let pointwise = p.group == 1
+        && kh == 1
+        && kw == 1
+        && p.strides == [1, 1]
+        && p.pads == [0; 4]
+        && p.dilations == [1, 1];
+    let depthwise = p.group == c && m == c && p.dilations == [1, 1];
+    (pointwise && matches!(p.algo, ConvAlgo::Auto | ConvAlgo::Pointwise))
+        || (depthwise && matches!(p.algo, ConvAlgo::Auto | ConvAlgo::Depthwise))
+}
+
+/// Whether `v` is a one-element operand, the same in either layout.
+fn scalar(g: &Graph, v: ValueId) -> bool {
+    g.value(v).ty.shape.iter().product::<usize>() == 1
+}
+
+/// Whether elementwise node `n` computes the same in the blocked layout:
+/// a unary op, or a binary one whose operands are scalars or have its
+/// result's shape (no per-channel broadcast), on a rank-4 f32 result.
+fn layout_free(g: &Graph, n: NodeId) -> bool {
+    let node = g.node(n);
+    if !matches!(node.op, Op::Unary(_) | Op::Binary(_)) || node.outputs.len() != 1 {
+        return false;
+    }
+    let out = &g.value(node.outputs[0]).ty;
+    out.dtype == DType::F32
+        && out.rank() == 4
+        && out.shape[1].is_multiple_of(DataLayout::BLOCK)
+        && node
+            .inputs
+            .iter()
+            .all(|&v| scalar(g, v) || g.value(v).ty == *out)
+}
+
+fn find(parent: &mut [usize], mut i: usize) -> usize {
+    while parent[i] != i {
+        parent[i] = parent[parent[i]];
+        i = parent[i];
+    }
+    i
+}
+
+/// Rewrites `g` in place (see the module docs).
+pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
+    let order = g.topo_order();
+    let nv = g.value_count();
+    // Values a blocked op would produce, and their regions.
+    let mut blocked = vec![false; nv];
+    let mut parent: Vec<usize> = (0..nv).collect();
+    let mut convs: Vec<NodeId> = Vec::new();
+    for &n in &order {
+        let node = g.node(n);
+        let Some(&out) = node.outputs.first() else {
+            continue;
+        };
+        if blockable_conv(g, n) {
+            blocked[out.index()] = true;
+            convs.push(n);
+            let x = node.inputs[0];
+            if blocked[x.index()] {
+                let (a, b) = (find(&mut parent, x.index()), find(&mut parent, out.index()));
+                parent[a] = b;
+            }
+        } else if layout_free(g, n) {
+            let ins: Vec<ValueId> = node
+                .inputs
+                .iter()
+                .copied()
+                .filter(|&v| !scalar(g, v))
+                .collect();
+            if !ins.is_empty() && ins.iter().all(|v| blocked[v.index()]) {
+                blocked[out.index()] = true;
+                for v in ins {
+                    let (a, b) = (find(&mut parent, v.index()), find(&mut parent, out.index()));
+                    parent[a] = b;
+                }
+            }
+        }
+    }
+    // Per region: convs, elements the convs write, elements reordered.
+    let numel = |g: &Graph, v: ValueId| g.value(v).ty.shape.iter().product::<usize>();
+    let mut conv_count: HashMap<usize, usize> = HashMap::new();
+    let mut conv_elems: HashMap<usize, usize> = HashMap::new();
+    let mut reorder_elems: HashMap<usize, usize> = HashMap::new();
+    let mut entered: HashSet<ValueId> = HashSet::new();
+    for &n in &convs {
+        let node = g.node(n);
+        let (x, out) = (node.inputs[0], node.outputs[0]);
+        let r = find(&mut parent, out.index());
+        *conv_count.entry(r).or_default() += 1;
+        *conv_elems.entry(r).or_default() += numel(g, out);
+        if !blocked[x.index()] && entered.insert(x) {
+            *reorder_elems.entry(r).or_default() += numel(g, x);
+        }
+    }
+    for v in (0..nv).filter(|&i| blocked[i]) {
+        let vid = ValueId(v as u32);
+        let plain_use = g.outputs().contains(&vid)
+            || g.users(vid).iter().any(|&(u, _)| {
+                let un = g.node(u);
+                !un.outputs.first().is_some_and(|o| blocked[o.index()])
+            });
+        if plain_use {
+            let r = find(&mut parent, v);
+            *reorder_elems.entry(r).or_default() += numel(g, vid);
+        }
+    }
+    let keep: HashSet<usize> = conv_count
+        .iter()
+        .filter(|&(r, &c)| {
+            let moved = reorder_elems.get(r).copied().unwrap_or(0) as f64;
+            let written = conv_elems.get(r).copied().unwrap_or(0) as f64;
+            c >= MIN_CONVS && moved <= MAX_REORDER_SHARE * written
+        })
+        .map(|(&r, _)| r)
+        .collect();
+    for (v, b) in blocked.iter_mut().enumerate() {
+        if *b && !keep.contains(&find(&mut parent, v)) {
+            *b = false;
+        }
+    }
+    let mut stats = PassStats::default();
+    if !blocked.iter().any(|&b| b) {
+        return Ok(stats);
+    }
+
+    // Blocked twins of the region's values, built in topological order.
+    let mut twin: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut twins: Vec<(ValueId, ValueId)> = Vec::new();
+    let mut into_blocks: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut renames: Vec<(ValueId, String)> = Vec::new();
+    let mut old_nodes: Vec<NodeId> = Vec::new();
+    for &n in &order {
+        let node = g.node(n).clone();
+        let Some(&out) = node.outputs.first() else {
+            continue;
+        };
+        if !blocked[out.index()] {
+            continue;
+        }
+        let mut ins = Vec::with_capacity(node.inputs.len());
+        let op = match &node.op {
+            Op::Conv2d(p) => {
+                ins.push(to_blocked(
+                    g,
+                    node.inputs[0],
+                    &twin,
+                    &mut into_blocks,
+                    &mut stats,
+                )?);
+                ins.extend_from_slice(&node.inputs[1..]);
+                Op::Conv2d(Conv2d {
+                    data: DataLayout::Nchw8c,
+                    ..p.clone()
+                })
+            }
+            op => {
+                for &v in &node.inputs {
+                    ins.push(if scalar(g, v) {
+                        v
+                    } else {
+                        to_blocked(g, v, &twin, &mut into_blocks, &mut stats)?
+                    });
+                }
+                op.clone()
+            }
+        };
+        let name = g.value(out).name.clone();
+        let t = g.add(op, &ins, &format!("{name}.nchw8c"))?;
+        twin.insert(out, t);
+        twins.push((out, t));
+        old_nodes.push(n);
+        stats.rewrites += 1;
+    }
+    // Plain readers and graph outputs get a reordered copy, which takes
+    // the original name; a value only blocked ops read takes it itself.
+    for &(v, t) in &twins {
+        let name = g.value(v).name.clone();
+        let plain_use =
+            g.outputs().contains(&v) || g.users(v).iter().any(|&(u, _)| !old_nodes.contains(&u));
+        if plain_use {
+            let plain = from_blocked(g, t, &name)?;
+            g.replace_all_uses(v, plain)?;
+            renames.push((plain, name));
+            stats.rewrites += 1;
+        } else {
+            renames.push((t, name));
+        }
+    }
+    for &n in old_nodes.iter().rev() {
+        g.remove_node(n)?;
+    }
+    for (v, name) in renames {
+        g.rename_value(v, &name)?;
+    }
+    stats.notes.push(format!(
+        "{} ops in channel-blocked regions, {} reorders into the layout",
+        old_nodes.len(),
+        into_blocks.len()
+    ));
+    Ok(stats)
+}
+
+/// The blocked form of `v`: its twin, or a reorder of the plain tensor
+/// (one per value, shared by its readers).
+fn to_blocked(
+    g: &mut Graph,
+    v: ValueId,
+    twin: &HashMap<ValueId, ValueId>,
+    into_blocks: &mut HashMap<ValueId, ValueId>,
+    stats: &mut PassStats,
+) -> Result<ValueId, GraphError> {
+    if let Some(&t) = twin.get(&v).or_else(|| into_blocks.get(&v)) {
+        return Ok(t);
+    }
+    let &[n, c, h, w] = g.value(v).ty.shape.as_slice() else {
+        return Err(GraphError::UnknownValue(format!(
+            "block-channels: {} is not rank 4",
+            g.value(v).name
+        )));
+    };
+    let b = DataLayout::BLOCK;
+    let name = g.value(v).name.clone();
+    let split = g.add(
+        Op::Reshape {
+            shape: [n, c / b, b, h, w].map(|d| d as i64).to_vec(),
+        },
+        &[v],
+        &format!("{name}.blocks"),
+    )?;
+    let t = g.add(
+        Op::Transpose {
+            perm: vec![0, 1, 3, 4, 2],
+        },
+        &[split],
+        &format!("{name}.to_nchw8c"),
+    )?;
+    into_blocks.insert(v, t);
+    stats.rewrites += 1;
+    Ok(t)
+}
+
+/// A plain `[N, C, H, W]` copy of blocked `t`, named `NAME.to_nchw` until
+/// it takes `name`.
+fn from_blocked(g: &mut Graph, t: ValueId, name: &str) -> Result<ValueId, GraphError> {
+    let &[n, cb, h, w, b] = g.value(t).ty.shape.as_slice() else {
+        return Err(GraphError::UnknownValue(format!(
+            "block-channels: {} is not blocked",
+            g.value(t).name
+        )));
+    };
+    let moved = g.add(
+        Op::Transpose {
+            perm: vec![0, 1, 4, 2, 3],
+        },
+        &[t],
+        &format!("{name}.planes"),
+    )?;
+    g.add(
+        Op::Reshape {
+            shape: [n, cb * b, h, w].map(|d| d as i64).to_vec(),
+        },
+        &[moved],
+        &format!("{name}.to_nchw"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dnnc_ir::text::{parse, print};
+
+    /// A stem conv, then an inverted residual block: expand, depthwise,
+    /// project, residual.
+    const BLOCK: &str = "graph block {
+      input %x: f32[1,8,8,8]
+      param %ws: f32[16,8,1,1] = he(seed=5)
+      param %we: f32[48,16,1,1] = he(seed=1)
+      param %be: f32[48] = uniform(low=-0.1, high=0.1, seed=2)
+      param %wd: f32[48,1,3,3] = he(seed=3)
+      param %wp: f32[16,48,1,1] = he(seed=4)
+      %s = Conv2d(%x, %ws)
+      %e = Conv2d(%s, %we, %be)
+      %e6 = Clip(%e) {min=0, max=6}
+      %d = Conv2d(%e6, %wd) {pads=[1,1,1,1], group=48}
+      %d6 = Clip(%d) {min=0, max=6}
+      %p = Conv2d(%d6, %wp)
+      %y = Add(%p, %s)
+      output %y
+    }";
+
+    #[test]
+    fn snapshot_inverted_residual_block() {
+        let mut g = parse(BLOCK, "block.dnn").unwrap();
+        let before = print(&g);
+        let stats = block_channels(&mut g).unwrap();
+        dnnc_ir::verify(&g).unwrap();
+        insta::assert_snapshot!(format!(
+            "{before}--- block-channels ({} rewrites) --->\n{}",
+            stats.rewrites,
+            print(&g)
+        ));
+    }
+
+    #[test]
+    fn short_chains_and_unfit_convs_stay_plain() {
+        // Two convs: fewer than MIN_CONVS.
+        let two = "graph two {
+          input %x: f32[1,16,8,8]
+          param %w1: f32[16,16,1,1] = he(seed=1)
+          param %w2: f32[16,1,3,3] = he(seed=2)
+          %a = Conv2d(%x, %w1)
+          %b = Conv2d(%a, %w2) {pads=[1,1,1,1], group=16}
+          output %b
+        }";
+        // Three convs, but channels not in blocks of 8, a dilated
+        // depthwise conv and a forced algorithm.
+        let unfit = "graph unfit {
+          input %x: f32[1,12,8,8]
+          param %w1: f32[12,12,1,1] = he(seed=1)
+          param %w2: f32[16,12,1,1] = he(seed=2)
+          param %w3: f32[16,1,3,3] = he(seed=3)
+          param %w4: f32[16,16,1,1] = he(seed=4)
+          %a = Conv2d(%x, %w1)
+          %b = Conv2d(%a, %w2)
+          %c = Conv2d(%b, %w3) {pads=[2,2,2,2], dilations=[2,2], group=16}
+          %d = Conv2d(%c, %w4) {algo=im2col}
+          output %d
+        }";
+        for text in [two, unfit] {
+            let mut g = parse(text, "t.dnn").unwrap();
+            let before = print(&g);
+            let stats = block_channels(&mut g).unwrap();
+            assert_eq!(stats.rewrites, 0);
+            assert_eq!(print(&g), before);
+        }
+    }
+
+    #[test]
+    fn per_channel_broadcasts_end_a_region() {
+        // The Mul by a [1,C,1,1] scale reads a plain copy; the chain
+        // before it is blocked, and the output keeps its name.
+        let text = "graph se {
+          input %x: f32[1,8,8,8]
+          param %w1: f32[32,8,1,1] = he(seed=1)
+          param %w2: f32[32,1,3,3] = he(seed=2)
+          param %w3: f32[32,32,1,1] = he(seed=3)
+          param %w4: f32[32,1,3,3] = he(seed=5)
+          param %w5: f32[16,32,1,1] = he(seed=6)
+          param %s: f32[1,16,1,1] = uniform(low=0.5, high=1.5, seed=4)
+          %a = Conv2d(%x, %w1)
+          %b = Conv2d(%a, %w2) {pads=[1,1,1,1], group=32}
+          %b2 = Conv2d(%b, %w3)
+          %b3 = Conv2d(%b2, %w4) {pads=[1,1,1,1], group=32}
+          %c = Conv2d(%b3, %w5)
+          %y = Mul(%c, %s)
+          output %y
+        }";
+        let mut g = parse(text, "se.dnn").unwrap();
+        block_channels(&mut g).unwrap();
+        dnnc_ir::verify(&g).unwrap();
+        let out = g.value(g.outputs()[0]).name.clone();
+        assert_eq!(out, "y");
+        let c = g.value_by_name("c").expect("plain copy keeps the name");
+        assert_eq!(g.value(c).ty.shape, [1, 16, 8, 8]);
+        let blocked = g.value_by_name("c.nchw8c").expect("blocked twin");
+        assert_eq!(g.value(blocked).ty.shape, [1, 2, 8, 8, 8]);
+    }
+}
