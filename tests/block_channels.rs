@@ -80,7 +80,7 @@ fn mobilenet_v2_cpu_blocked_matches_onnxruntime() {
         .run(&mut g)
         .expect("baseline passes");
     let opts = dnnc_compiler::codegen::cpu::CpuOptions {
-        block_channels: true,
+        nchw_only: false,
         ..Default::default()
     };
     let mut exe = dnnc_compiler::codegen::cpu::compile_cpu(&g, &opts).expect("compiles");

@@ -64,12 +64,11 @@ pub struct ConvArgs {
     /// `dnnc calibrate --out` writes one).
     #[arg(long, value_name = "PROFILE.json")]
     pub partition_profile: Option<PathBuf>,
-    /// Run chains of pointwise and depthwise convs channel-blocked
-    /// (`data=nchw8c`, the `block-channels` pass) on the cpu backend.
-    /// Off by default: on the AMD EPYC it measured 2-8% slower on
-    /// MobileNet-V2 than NCHW (ARCHITECTURE.md, "Channel-blocked chains").
+    /// Keep every activation in NCHW on the cpu backend: no
+    /// channel-blocked (`data=nchw8c`) chains of pointwise and depthwise
+    /// convs (the `block-channels` pass), for comparison.
     #[arg(long)]
-    pub block_channels: bool,
+    pub nchw_only: bool,
 }
 
 /// `--partition` of `dnnc run`, `dnnc bench` and `dnnc ir --after
@@ -1005,7 +1004,7 @@ pub fn cpu_options(
     let mut opts = CpuOptions {
         conv_algo: conv.conv_algo,
         partition: partition_model(conv.partition, conv.partition_profile.as_deref())?,
-        block_channels: conv.block_channels,
+        nchw_only: conv.nchw_only,
         ..Default::default()
     };
     let plan = conv_plan(g, &opts);

@@ -1,9 +1,10 @@
-//! Channel-blocked chains on the CPU backend (`CpuOptions::block_channels`,
+//! Channel-blocked chains on the CPU backend (the default `CpuOptions`,
 //! the `block-channels` pass): pointwise and depthwise convs on
 //! `data=nchw8c` activations against the interpreter on the plain graph
 //! (the oracle), over batch, stride, padding, kernel size, odd block
 //! counts (24-channel panels), fused bias / Clip / residual epilogues and
-//! activations the kernels leave to the generic epilogue (Sigmoid, SiLU);
+//! activations the kernels leave to the generic epilogue (Sigmoid, SiLU),
+//! splits by filter panels (small maps) and by pixel groups (large ones);
 //! two threads bitwise equal to one, and the plan really blocked.
 
 mod cpu_common;
@@ -57,7 +58,7 @@ fn run(body: &str) {
         rand_f32(&g.value(x).ty.shape, 11, -1.0, 1.0),
     )];
     let opts = CpuOptions {
-        block_channels: true,
+        nchw_only: false,
         ..CpuOptions::default()
     };
     check_with(&g, &ins, 1e-4, 1e-5, &opts);
@@ -86,6 +87,8 @@ fn blocked_chains_match_the_interpreter() {
         (1, (40, 120, 10), (5, 2), SILU),
         (3, (8, 24, 5), (3, 1), CLIP),
         (1, (32, 64, 1), (3, 1), CLIP),
+        // Inputs beyond L2: pointwise convs split by pixel groups.
+        (1, (16, 48, 70), (3, 1), CLIP),
     ] {
         run(&chain(n, dims, taps, act));
     }
@@ -143,4 +146,39 @@ fn bad_blocked_convs_are_clear_errors() {
         msg.contains("%c") && msg.contains("undilated depthwise"),
         "{msg}"
     );
+}
+
+/// Transposes that swap two axes with contiguous runs go in 4 x 4 tiles:
+/// shapes with and without leftover rows and columns, with outer axes,
+/// and the blocked layout's reorders, against the interpreter (a copy:
+/// bitwise).
+#[test]
+fn tiled_transposes_match_the_interpreter() {
+    for (shape, perm) in [
+        (vec![5, 7], vec![1, 0]),
+        (vec![8, 12], vec![1, 0]),
+        (vec![3, 9, 6], vec![0, 2, 1]),
+        (vec![2, 3, 8, 13], vec![0, 1, 3, 2]),
+        (vec![1, 4, 8, 7, 7], vec![0, 1, 3, 4, 2]),
+        (vec![2, 2, 5, 5, 8], vec![0, 1, 4, 2, 3]),
+    ] {
+        let dims = |s: &[usize]| {
+            s.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let body = format!(
+            "  input %x: f32[{}]\n  %y = Transpose(%x) {{perm=[{}]}}\n  output %y",
+            dims(&shape),
+            dims(&perm)
+        );
+        let g = parse(&body);
+        let ins = vec![("x".to_string(), rand_f32(&shape, 3, -1.0, 1.0))];
+        let want = dnnc_runtime::run(&g, &ins).expect("interpreter");
+        let mut exe = compile_cpu(&g, &CpuOptions::default()).expect("compile");
+        assert_eq!(bits(&exe.run(&ins).expect("run")), bits(&want), "{body}");
+        exe.set_threads(2).expect("threads");
+        assert_eq!(bits(&exe.run(&ins).expect("run")), bits(&want), "{body}");
+    }
 }

@@ -27,6 +27,17 @@ pub fn panel_width(m: usize, o: usize) -> usize {
     }
 }
 
+/// How many filter panels a `m`-channel filter packs into.
+pub fn panel_count(m: usize) -> usize {
+    let mut o = 0;
+    let mut n = 0;
+    while o < m {
+        o += panel_width(m, o);
+        n += 1;
+    }
+    n
+}
+
 /// Pixels per micro-kernel tile of a panel `width` channels wide: 12 ymm
 /// accumulators (6 x 2 or 4 x 3) plus the filter rows and a broadcast.
 fn tile_pixels(width: usize) -> usize {
@@ -42,6 +53,12 @@ const TILE_LCM: usize = 12;
 /// Floats of input a pixel chunk aims to keep in L1 while every filter
 /// panel passes over it.
 const CHUNK_FLOATS: usize = 4096;
+
+/// Floats of input up to which a call's whole pixel range is one chunk
+/// (it stays in L2, and each filter panel is read once): on small maps
+/// with wide filters, L1-sized chunks of 12 pixels re-read all of
+/// MobileNet-V2's 1280 x 320 filter (1.6 MB) five times per image.
+pub const WHOLE_FLOATS: usize = 65536;
 
 /// The packed filter of a `m x k` pointwise conv (`w[o * k + c]`, both
 /// multiples of 8): panels of [`panel_width`] output channels, each
@@ -63,8 +80,11 @@ pub fn pack_filter(w: &[f32], m: usize, k: usize) -> Vec<f32> {
 
 /// `y = epilogue(w * x)` for the pixels `[q0, q1)` of a batch of
 /// `hw`-pixel images flattened in order (pixel `q` is pixel `q % hw` of
-/// image `q / hw`), `x: [N, k/8, hw, 8]`, `y: [N, m/8, hw, 8]`, `w` packed
-/// by [`pack_filter`]. The epilogue's bias is per output channel and its
+/// image `q / hw`) and the filter panels `[n0, n1)` (of
+/// [`panel_count`]), `x: [N, k/8, hw, 8]`, `y: [N, m/8, hw, 8]`, `w`
+/// packed by [`pack_filter`]. Tasks split a small map by panels (each
+/// then reads its share of the filter, and a 7x7 map need not split
+/// 3 + 4 rows), a large one by pixels. The epilogue's bias is per output channel and its
 /// residual has `y`'s layout (its strides are ignored); no prologue.
 /// Returns 0.
 ///
@@ -82,6 +102,8 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c(
     hw: usize,
     q0: usize,
     q1: usize,
+    n0: usize,
+    n1: usize,
     ep: *const Epilogue,
 ) -> i32 {
     let ep = if ep.is_null() { Epilogue::NONE } else { *ep };
@@ -97,7 +119,7 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c(
         } else {
             ep.res.add(img * m * hw)
         };
-        image(w, k, m, xi, yi, ri, hw, (p0, p1), &ep);
+        image(w, k, m, xi, yi, ri, hw, (p0, p1), (n0, n1), &ep);
         q = img * hw + p1;
     }
     0
@@ -114,17 +136,28 @@ unsafe fn image(
     res: *const f32,
     hw: usize,
     (p0, p1): (usize, usize),
+    (n0, n1): (usize, usize),
     ep: &Epilogue,
 ) {
-    let chunk = (CHUNK_FLOATS / k / TILE_LCM * TILE_LCM).max(TILE_LCM);
+    let chunk = if (p1 - p0) * k <= WHOLE_FLOATS {
+        p1 - p0
+    } else {
+        (CHUNK_FLOATS / k / TILE_LCM * TILE_LCM).max(TILE_LCM)
+    };
     #[cfg(target_arch = "x86_64")]
     let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
     let mut c0 = p0;
     while c0 < p1 {
         let c1 = (c0 + chunk).min(p1);
         let mut o = 0;
-        while o < m {
+        let mut panel = 0;
+        while o < m && panel < n1 {
             let width = panel_width(m, o);
+            if panel < n0 {
+                o += width;
+                panel += 1;
+                continue;
+            }
             let tile = tile_pixels(width);
             let t = Tile {
                 w: w.add(o * k),
@@ -161,6 +194,7 @@ unsafe fn image(
                 p += n;
             }
             o += width;
+            panel += 1;
         }
         c0 = c1;
     }
@@ -444,6 +478,8 @@ mod tests {
                     hw,
                     s[0],
                     s[1],
+                    0,
+                    panel_count(m),
                     &ep,
                 )
             };
@@ -463,6 +499,39 @@ mod tests {
                 "element {i}: {a} vs {b}"
             );
         }
+    }
+
+    #[test]
+    fn panel_splits_cover_every_channel_once() {
+        let (n, m, k, hw) = (2, 56, 16, 9);
+        let x: Vec<f32> = (0..n * k * hw).map(|i| (i % 7) as f32 * 0.1).collect();
+        let w: Vec<f32> = (0..m * k).map(|i| (i % 5) as f32 * 0.1 - 0.2).collect();
+        let packed = pack_filter(&w, m, k);
+        let panels = panel_count(m);
+        assert_eq!(panels, 3, "24 + 16 + 16");
+        let mut whole = vec![0f32; n * m * hw];
+        let mut split = vec![f32::NAN; n * m * hw];
+        let (xp, wp, ep) = (x.as_ptr(), packed.as_ptr(), Epilogue::NONE);
+        unsafe {
+            dnnc_conv1x1_nchw8c(
+                wp,
+                k,
+                m,
+                xp,
+                whole.as_mut_ptr(),
+                hw,
+                0,
+                n * hw,
+                0,
+                panels,
+                &ep,
+            );
+            for (a, b) in [(0, 1), (1, 3)] {
+                dnnc_conv1x1_nchw8c(wp, k, m, xp, split.as_mut_ptr(), hw, 0, n * hw, a, b, &ep);
+            }
+        }
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&whole), bits(&split));
     }
 
     #[test]

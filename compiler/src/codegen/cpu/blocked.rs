@@ -23,6 +23,10 @@ use dnnc_runtime::cpu::{blocked, pgemm, AlignedBuf};
 /// Channels per block.
 const B: usize = DataLayout::BLOCK;
 
+/// Pixels per task unit of a pointwise conv split by pixels: whole tiles
+/// of every panel width (6 and 4).
+const PIXEL_GROUP: usize = 12;
+
 /// Whether conv `geom` runs on channel-blocked data.
 pub(crate) fn is_blocked(geom: &ConvGeom) -> bool {
     geom.p.data == DataLayout::Nchw8c
@@ -126,23 +130,23 @@ pub(crate) fn lower(
         None => None,
     };
     let wp = e.bufs[*c.prep.first().ok_or("missing blocked filter")?];
-    let rows = geom.n * geom.oh;
     if pointwise(geom) {
         let desc = ep_desc(e, bias, res.map(|r| (r, (0, 0))), (ep.lo, ep.hi, ep.act));
-        let (lo, hi) = e.task_range(rows, "rows")?;
-        let ow = geom.ow as i64;
-        let call = |e: &mut Emit<'_>, r0: Value, r1: Value| {
-            let q0 = e.b.ins().imul_imm_s(r0, ow);
-            let q1 = e.b.ins().imul_imm_s(r1, ow);
+        let (ow, hw) = (geom.ow as i64, geom.oh * geom.ow);
+        let pixels = geom.n * hw;
+        let panels = blocked::panel_count(geom.m);
+        let call = |e: &mut Emit<'_>, (q0, q1): (Value, Value), (n0, n1): (Value, Value)| {
             let args = [
                 wp,
                 e.ci(geom.c as i64),
                 e.ci(geom.m as i64),
                 x,
                 y,
-                e.ci((geom.oh * geom.ow) as i64),
+                e.ci(hw as i64),
                 q0,
                 q1,
+                n0,
+                n1,
                 desc,
             ];
             let f = e.conv8c;
@@ -152,12 +156,31 @@ pub(crate) fn lower(
             e.fail_if(bad, 1);
         };
         match &spec {
-            None => call(e, lo, hi),
+            // A map whose input fits L2 splits by filter panels, a larger
+            // one by groups of pixel tiles.
+            None if pixels * geom.c <= blocked::WHOLE_FLOATS && panels > 1 => {
+                let (lo, hi) = e.task_range(panels, "filter panels")?;
+                let all = (e.ci(0), e.ci(pixels as i64));
+                call(e, all, (lo, hi));
+            }
+            None => {
+                let groups = pixels.div_ceil(PIXEL_GROUP);
+                let (lo, hi) = e.task_range(groups, "12-pixel groups")?;
+                let q0 = e.b.ins().imul_imm_s(lo, PIXEL_GROUP as i64);
+                let q1 = e.b.ins().imul_imm_s(hi, PIXEL_GROUP as i64);
+                let end = e.ci(pixels as i64);
+                let q1 = e.b.ins().smin(q1, end);
+                let all = (e.ci(0), e.ci(panels as i64));
+                call(e, (q0, q1), all);
+            }
             Some(spec) => {
+                let (lo, hi) = e.task_range(geom.n * geom.oh, "rows")?;
                 let mut err = Ok(());
                 e.for_range(lo, hi, 1, |e, r| {
-                    let r1 = e.b.ins().iadd_imm_s(r, 1);
-                    call(e, r, r1);
+                    let q0 = e.b.ins().imul_imm_s(r, ow);
+                    let q1 = e.b.ins().iadd_imm_s(q0, ow);
+                    let all = (e.ci(0), e.ci(panels as i64));
+                    call(e, (q0, q1), all);
                     if err.is_ok() {
                         err = row_epilogue(e, spec, geom, r, None);
                     }
@@ -173,7 +196,7 @@ pub(crate) fn lower(
     // of a pixel group ahead of its FMAs and spill them).
     e.in_order = true;
     let cb = geom.c / B;
-    let (lo, hi) = e.task_range(rows * cb, "rows")?;
+    let (lo, hi) = e.task_range(geom.n * geom.oh * cb, "rows")?;
     let mut err = Ok(());
     e.for_range(lo, hi, 1, |e, u| {
         let r = depthwise_row(

@@ -62,11 +62,11 @@ pub struct CpuOptions {
     /// What decides how the executable splits kernels across threads and
     /// which independent kernels run concurrently.
     pub partition: PartitionModel,
-    /// Run chains of pointwise and depthwise convs channel-blocked (the
-    /// `block-channels` pass) unless an algorithm is forced (`conv_algo`,
-    /// `conv_algo_for`, which name NCHW lowerings). Off by default: it
-    /// measured slower than NCHW on the AMD EPYC (ARCHITECTURE.md).
-    pub block_channels: bool,
+    /// Keep every activation in NCHW. Otherwise chains of pointwise and
+    /// depthwise convs run channel-blocked (the `block-channels` pass),
+    /// unless an algorithm is forced (`conv_algo`, `conv_algo_for`, which
+    /// name NCHW lowerings).
+    pub nchw_only: bool,
 }
 
 /// What decides a CPU executable's partition (tasks per kernel, threads
@@ -267,7 +267,7 @@ fn check_supported(g: &Graph, k: &Kernel) -> Result<(), CodegenError> {
 /// Every op must have a lowering; otherwise the error names the node.
 pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenError> {
     let relaid;
-    let g = if !opts.block_channels || opts.conv_algo.is_some() || !opts.conv_algo_for.is_empty() {
+    let g = if opts.nchw_only || opts.conv_algo.is_some() || !opts.conv_algo_for.is_empty() {
         g
     } else {
         let mut b = g.clone();
@@ -495,7 +495,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         .declare_function("dnnc_sgemm_packed_batch", Linkage::Import, &bsg)
         .map_err(|e| backend(e.to_string()))?;
     let mut csg = module.make_signature();
-    for t in [ptr, I64, I64, ptr, ptr, I64, I64, I64, ptr] {
+    for t in [ptr, I64, I64, ptr, ptr, I64, I64, I64, I64, I64, ptr] {
         csg.params.push(AbiParam::new(t));
     }
     csg.returns.push(AbiParam::new(I32));

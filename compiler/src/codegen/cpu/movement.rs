@@ -127,6 +127,9 @@ pub(crate) fn strided_copy_tasks(
         return Ok(());
     }
     let (d, sd, ss) = coalesce2(dims, dst_str, src_str);
+    if let Some(tr) = Transpose2::of(&d, &sd, &ss, dt) {
+        return tr.emit(e, (dst, dst_off), (src, src_off));
+    }
     if d.len() == 1 {
         let n = d[0];
         let chunks = n.div_ceil(COPY_CHUNK);
@@ -173,6 +176,139 @@ pub(crate) fn strided_copy_tasks(
         copy_nest(e, &d[1..], &sd[1..], &ss[1..], (dst, db), (src, sb), dt);
     });
     Ok(())
+}
+
+/// A coalesced f32 copy whose last two axes are a 2-D transpose: the
+/// source contiguous along the second-last axis, the destination along
+/// the last (the reorders into and out of the channel-blocked layout,
+/// `[C/8][8][HW] <-> [C/8][HW][8]`, and any Transpose that swaps two
+/// axes with contiguous runs). Copied in 4 x 4 tiles transposed in
+/// registers, 16 elements by four vector loads, eight shuffles and four
+/// vector stores, instead of one scalar load and store each (the
+/// MobileNet-V2 stem's 32 x 112 x 112 reorder: 0.6 ms element by element).
+struct Transpose2 {
+    /// Outer axes (any strides), then rows `i` and columns `j`.
+    d: Vec<usize>,
+    sd: Vec<i64>,
+    ss: Vec<i64>,
+}
+
+impl Transpose2 {
+    fn of(d: &[usize], sd: &[i64], ss: &[i64], dt: DType) -> Option<Transpose2> {
+        let r = d.len();
+        let fits = dt == DType::F32
+            && r >= 2
+            && sd[r - 1] == 1
+            && ss[r - 2] == 1
+            && d[r - 2] >= 4
+            && d[r - 1] >= 4;
+        fits.then(|| Transpose2 {
+            d: d.to_vec(),
+            sd: sd.to_vec(),
+            ss: ss.to_vec(),
+        })
+    }
+
+    /// Splits over the outermost axis (one task when there is none).
+    fn emit(&self, e: &mut Emit<'_>, dst: (Value, i64), src: (Value, i64)) -> Result<(), String> {
+        let r = self.d.len();
+        let (lo, hi) = if r > 2 {
+            e.task_range(self.d[0], "outer rows of the transpose")?
+        } else {
+            (e.ci(0), e.ci(1))
+        };
+        let (dst, dst_off) = dst;
+        let (src, src_off) = src;
+        e.for_range(lo, hi, 1, |e, o| {
+            let (db, sb) = if r > 2 {
+                let db = e.b.ins().imul_imm_s(o, self.sd[0]);
+                let sb = e.b.ins().imul_imm_s(o, self.ss[0]);
+                (
+                    e.b.ins().iadd_imm_s(db, dst_off),
+                    e.b.ins().iadd_imm_s(sb, src_off),
+                )
+            } else {
+                (e.ci(dst_off), e.ci(src_off))
+            };
+            let mid = if r > 3 { &self.d[1..r - 2] } else { &[][..] };
+            let (msd, mss) = if r > 3 {
+                (&self.sd[1..r - 2], &self.ss[1..r - 2])
+            } else {
+                (&[][..], &[][..])
+            };
+            e.for_nest(mid, &mut |e, idx| {
+                let db = e.linear(Some(db), idx, msd);
+                let sb = e.linear(Some(sb), idx, mss);
+                self.plane(e, (dst, db), (src, sb));
+            });
+        });
+        Ok(())
+    }
+
+    /// One `rows x cols` plane: whole 4 x 4 tiles, then the leftover
+    /// rows and columns element by element.
+    fn plane(&self, e: &mut Emit<'_>, (dst, db): (Value, Value), (src, sb): (Value, Value)) {
+        let r = self.d.len();
+        let (rows, cols) = (self.d[r - 2], self.d[r - 1]);
+        let (ds, sc) = (self.sd[r - 2], self.ss[r - 1]);
+        let (r4, c4) = (rows / 4 * 4, cols / 4 * 4);
+        let (z, re, ce) = (e.ci(0), e.ci(r4 as i64), e.ci(c4 as i64));
+        e.for_range(z, re, 4, |e, i| {
+            e.for_range(z, ce, 4, |e, j| {
+                // Source rows j..j+4 (each 4 consecutive i), transposed
+                // into destination rows i..i+4 (each 4 consecutive j).
+                let s0 = e.b.ins().imul_imm_s(j, sc);
+                let s0 = e.b.ins().iadd(s0, i);
+                let s0 = e.b.ins().iadd(s0, sb);
+                let mut v = Vec::with_capacity(4);
+                for q in 0..4 {
+                    let idx = e.b.ins().iadd_imm_s(s0, q * sc);
+                    v.push(e.load_v(src, idx));
+                }
+                let t0 = e.shuffle4(v[0], v[1], [0, 4, 1, 5]);
+                let t1 = e.shuffle4(v[0], v[1], [2, 6, 3, 7]);
+                let t2 = e.shuffle4(v[2], v[3], [0, 4, 1, 5]);
+                let t3 = e.shuffle4(v[2], v[3], [2, 6, 3, 7]);
+                let w = [
+                    e.shuffle4(t0, t2, [0, 1, 4, 5]),
+                    e.shuffle4(t0, t2, [2, 3, 6, 7]),
+                    e.shuffle4(t1, t3, [0, 1, 4, 5]),
+                    e.shuffle4(t1, t3, [2, 3, 6, 7]),
+                ];
+                let d0 = e.b.ins().imul_imm_s(i, ds);
+                let d0 = e.b.ins().iadd(d0, j);
+                let d0 = e.b.ins().iadd(d0, db);
+                for (p, &wv) in w.iter().enumerate() {
+                    let idx = e.b.ins().iadd_imm_s(d0, p as i64 * ds);
+                    e.store_v(wv, dst, idx);
+                }
+            });
+        });
+        // Leftovers: columns c4.. of every row, rows r4.. of the tiled
+        // columns.
+        let one = |e: &mut Emit<'_>, i: Value, j: Value| {
+            let s = e.b.ins().imul_imm_s(j, sc);
+            let s = e.b.ins().iadd(s, i);
+            let s = e.b.ins().iadd(s, sb);
+            let d = e.b.ins().imul_imm_s(i, ds);
+            let d = e.b.ins().iadd(d, j);
+            let d = e.b.ins().iadd(d, db);
+            let v = e.load_f32(src, s);
+            e.store_f32(v, dst, d);
+        };
+        if c4 < cols {
+            let (ce2, rend) = (e.ci(cols as i64), e.ci(rows as i64));
+            e.for_range(z, rend, 1, |e, i| {
+                e.for_range(ce, ce2, 1, |e, j| one(e, i, j));
+            });
+        }
+        if r4 < rows {
+            let rend = e.ci(rows as i64);
+            e.for_range(re, rend, 1, |e, i| {
+                e.for_range(z, ce, 1, |e, j| one(e, i, j));
+            });
+        }
+    }
 }
 
 /// The loops of a coalesced copy `d` (innermost last) from `src` at
