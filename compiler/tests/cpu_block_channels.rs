@@ -57,10 +57,7 @@ fn run(body: &str) {
         g.value(x).name.clone(),
         rand_f32(&g.value(x).ty.shape, 11, -1.0, 1.0),
     )];
-    let opts = CpuOptions {
-        nchw_only: false,
-        ..CpuOptions::default()
-    };
+    let opts = CpuOptions::default();
     check_with(&g, &ins, 1e-4, 1e-5, &opts);
     let mut exe = compile_cpu(&g, &opts).expect("compile");
     let blocked = exe
