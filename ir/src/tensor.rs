@@ -100,9 +100,12 @@ impl From<ArrayD<bool>> for Tensor {
 }
 
 /// Named tensors backing `param` and `const` values. Keyed by value name.
+/// Tensors are shared (`Arc`), so cloning a graph, as a backend does to
+/// rewrite its own copy, does not copy its weights (ResNet-18's 45 MB
+/// showed up in peak RSS).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct WeightStore {
-    tensors: BTreeMap<String, Tensor>,
+    tensors: BTreeMap<String, std::sync::Arc<Tensor>>,
 }
 
 impl WeightStore {
@@ -113,17 +116,19 @@ impl WeightStore {
 
     /// Looks a tensor up by value name.
     pub fn get(&self, name: &str) -> Option<&Tensor> {
-        self.tensors.get(name)
+        self.tensors.get(name).map(|t| &**t)
     }
 
     /// Inserts or replaces a tensor.
     pub fn insert(&mut self, name: impl Into<String>, t: Tensor) {
-        self.tensors.insert(name.into(), t);
+        self.tensors.insert(name.into(), std::sync::Arc::new(t));
     }
 
     /// Removes a tensor, returning it.
     pub fn remove(&mut self, name: &str) -> Option<Tensor> {
-        self.tensors.remove(name)
+        self.tensors
+            .remove(name)
+            .map(|t| std::sync::Arc::try_unwrap(t).unwrap_or_else(|t| (*t).clone()))
     }
 
     /// Whether a tensor of this name is present.
@@ -133,7 +138,7 @@ impl WeightStore {
 
     /// All tensors in name order.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Tensor)> {
-        self.tensors.iter()
+        self.tensors.iter().map(|(k, t)| (k, &**t))
     }
 
     /// Number of tensors.
