@@ -179,3 +179,44 @@ fn tiled_transposes_match_the_interpreter() {
         assert_eq!(bits(&exe.run(&ins).expect("run")), bits(&want), "{body}");
     }
 }
+
+/// A conv whose filter arrives at run time has no blocked kernel (they
+/// take their filter packed): the pass leaves it plain and the graph
+/// compiles and matches the interpreter; written blocked by hand, it is a
+/// clear error.
+#[test]
+fn runtime_filters_stay_plain() {
+    let g = parse(
+        "  input %x: f32[1,8,8,8]
+  input %w2: f32[32,1,3,3]
+  param %w1: f32[32,8,1,1] = he(seed=1)
+  param %w3: f32[32,32,1,1] = he(seed=3)
+  param %w4: f32[32,1,3,3] = he(seed=4)
+  param %w5: f32[16,32,1,1] = he(seed=5)
+  %a = Conv2d(%x, %w1)
+  %b = Conv2d(%a, %w2) {pads=[1,1,1,1], group=32}
+  %c = Conv2d(%b, %w3)
+  %d = Conv2d(%c, %w4) {pads=[1,1,1,1], group=32}
+  %e = Conv2d(%d, %w5)
+  output %e",
+    );
+    let ins = vec![
+        ("x".to_string(), rand_f32(&[1, 8, 8, 8], 1, -1.0, 1.0)),
+        ("w2".to_string(), rand_f32(&[32, 1, 3, 3], 2, -1.0, 1.0)),
+    ];
+    check_with(&g, &ins, 1e-4, 1e-5, &CpuOptions::default());
+    let g = parse(
+        "  input %x: f32[1,2,8,8,8]
+  input %w: f32[16,1,3,3]
+  %c = Conv2d(%x, %w) {data=nchw8c, group=16, pads=[1,1,1,1]}
+  output %c",
+    );
+    let msg = match compile_cpu(&g, &CpuOptions::default()) {
+        Ok(_) => panic!("a blocked conv with a run-time filter compiled"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        msg.contains("%c") && msg.contains("filter known at compile time"),
+        "{msg}"
+    );
+}

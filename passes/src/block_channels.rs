@@ -14,6 +14,7 @@
 //! Values keep their names; a value that plain ops still read keeps its
 //! name on the reordered copy, the blocked one is `NAME.nchw8c`.
 
+use crate::conv_algo::ConvGeom;
 use crate::pipeline::{Pass, PassError, PassStats};
 use dnnc_ir::op::{Conv2d, ConvAlgo, DataLayout, WeightLayout};
 use dnnc_ir::{DType, Graph, GraphError, NodeId, Op, ValueId};
@@ -41,37 +42,78 @@ impl Pass for BlockChannels {
     }
 }
 
-/// Whether conv node `n` has a blocked kernel: a pointwise (1x1, stride 1,
-/// unpadded, ungrouped) or depthwise (undilated, one channel per group)
-/// f32 conv whose channels fill whole blocks, left to the backend's
-/// algorithm choice or set to that kernel's.
+/// The two kinds of conv the channel-blocked layout has kernels for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockedKernel {
+    /// 1x1, stride 1, unpadded, undilated, one group: a GEMM.
+    Pointwise,
+    /// Undilated, one input and one output channel per group.
+    Depthwise,
+}
+
+/// Which blocked kernel conv `geom`'s geometry fits, if any.
+pub fn blocked_kernel(geom: &ConvGeom) -> Option<BlockedKernel> {
+    let p = &geom.p;
+    let pointwise = geom.g == 1
+        && geom.kh == 1
+        && geom.kw == 1
+        && p.strides == [1, 1]
+        && p.pads == [0; 4]
+        && p.dilations == [1, 1];
+    let depthwise = geom.g == geom.c && geom.m == geom.c && p.dilations == [1, 1];
+    if pointwise {
+        Some(BlockedKernel::Pointwise)
+    } else if depthwise {
+        Some(BlockedKernel::Depthwise)
+    } else {
+        None
+    }
+}
+
+/// Why conv `geom` has no blocked kernel, or `None` when it has one: a
+/// pointwise (1x1, stride 1, unpadded, ungrouped) or undilated depthwise
+/// conv, channels in whole blocks, its filter known at compile time (the
+/// kernels take it packed). The one definition both this pass and the CPU
+/// backend's lowering of a `data=nchw8c` conv check.
+pub fn unfit(geom: &ConvGeom) -> Option<String> {
+    let b = DataLayout::BLOCK;
+    if !geom.c.is_multiple_of(b) || !geom.m.is_multiple_of(b) {
+        return Some(format!("data=nchw8c needs channels in blocks of {b}"));
+    }
+    if !geom.const_w {
+        return Some("data=nchw8c needs a filter known at compile time".into());
+    }
+    blocked_kernel(geom).is_none().then(|| {
+        "data=nchw8c runs pointwise (1x1, stride 1, unpadded, one group) and undilated depthwise convs only"
+            .to_string()
+    })
+}
+
+/// Whether conv node `n` gets a blocked kernel: an NCHW f32 conv that is
+/// not [`unfit`], left to the backend's algorithm choice or set to that
+/// kernel's.
 pub fn blockable_conv(g: &Graph, n: NodeId) -> bool {
     let node = g.node(n);
     let Op::Conv2d(p) = &node.op else {
         return false;
     };
-    let (x, w) = (&g.value(node.inputs[0]).ty, &g.value(node.inputs[1]).ty);
-    let (&[_, c, _, _], &[m, _, kh, kw]) = (x.shape.as_slice(), w.shape.as_slice()) else {
-        return false;
-    };
-    let b = DataLayout::BLOCK;
     if p.data != DataLayout::Nchw
         || p.layout != WeightLayout::Auto
-        || x.dtype != DType::F32
-        || !c.is_multiple_of(b)
-        || !m.is_multiple_of(b)
+        || g.value(node.inputs[0]).ty.dtype != DType::F32
     {
         return false;
     }
-    let pointwise = p.group == 1
-        && kh == 1
-        && kw == 1
-        && p.strides == [1, 1]
-        && p.pads == [0; 4]
-        && p.dilations == [1, 1];
-    let depthwise = p.group == c && m == c && p.dilations == [1, 1];
-    (pointwise && matches!(p.algo, ConvAlgo::Auto | ConvAlgo::Pointwise))
-        || (depthwise && matches!(p.algo, ConvAlgo::Auto | ConvAlgo::Depthwise))
+    let Ok(geom) = ConvGeom::of_node(g, n) else {
+        return false;
+    };
+    if unfit(&geom).is_some() {
+        return false;
+    }
+    match blocked_kernel(&geom) {
+        Some(BlockedKernel::Pointwise) => matches!(p.algo, ConvAlgo::Auto | ConvAlgo::Pointwise),
+        Some(BlockedKernel::Depthwise) => matches!(p.algo, ConvAlgo::Auto | ConvAlgo::Depthwise),
+        None => false,
+    }
 }
 
 /// Whether `v` is a one-element operand, the same in either layout.

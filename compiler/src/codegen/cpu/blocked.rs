@@ -37,26 +37,6 @@ fn pointwise(geom: &ConvGeom) -> bool {
     geom.g == 1
 }
 
-/// What a blocked conv can run: a pointwise or an undilated depthwise
-/// conv, channels in whole blocks; the reason otherwise.
-pub(crate) fn unsupported(geom: &ConvGeom) -> Option<String> {
-    let p = &geom.p;
-    let pw = geom.g == 1
-        && geom.kh == 1
-        && geom.kw == 1
-        && p.strides == [1, 1]
-        && p.pads == [0; 4]
-        && p.dilations == [1, 1];
-    let dw = geom.g == geom.c && geom.m == geom.c && p.dilations == [1, 1];
-    if !geom.c.is_multiple_of(B) || !geom.m.is_multiple_of(B) {
-        return Some(format!("data=nchw8c needs channels in blocks of {B}"));
-    }
-    (!pw && !dw).then(|| {
-        "data=nchw8c runs pointwise (1x1, stride 1, unpadded, one group) and undilated depthwise convs only"
-            .to_string()
-    })
-}
-
 /// The weights a blocked conv takes prepared: the packed filter
 /// (pointwise, [`blocked::pack_filter`]) or the taps per block,
 /// `[C/8][kh * kw][8]` (depthwise), then a row of zeros as wide as an
@@ -66,6 +46,9 @@ pub(crate) fn prepared(
     node: dnnc_ir::NodeId,
     geom: &ConvGeom,
 ) -> Result<Vec<AlignedBuf>, String> {
+    if let Some(why) = dnnc_passes::block_channels::unfit(geom) {
+        return Err(why);
+    }
     let wt = g
         .weight(g.node(node).inputs[1])
         .map_err(|e| format!("filter: {e}"))?;
@@ -92,7 +75,7 @@ pub(crate) fn lower(
     c: &KCtx<'_>,
     geom: &ConvGeom,
 ) -> Result<Vec<String>, String> {
-    if let Some(why) = unsupported(geom) {
+    if let Some(why) = dnnc_passes::block_channels::unfit(geom) {
         return Err(why);
     }
     let node = c.g.node(c.k.nodes[0]);
