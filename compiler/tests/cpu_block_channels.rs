@@ -84,6 +84,9 @@ fn blocked_chains_match_the_interpreter() {
         (1, (40, 120, 10), (5, 2), SILU),
         (3, (8, 24, 5), (3, 1), CLIP),
         (1, (32, 64, 1), (3, 1), CLIP),
+        // Stride 2 with whole interior groups of 4 pixels.
+        (1, (16, 32, 24), (3, 2), CLIP),
+        (2, (16, 48, 30), (5, 2), SILU),
         // Inputs beyond L2: pointwise convs split by pixel groups.
         (1, (16, 48, 70), (3, 1), CLIP),
     ] {
@@ -94,40 +97,36 @@ fn blocked_chains_match_the_interpreter() {
 /// Blocked convs the types or the backend reject say why, naming the node.
 #[test]
 fn bad_blocked_convs_are_clear_errors() {
-    let parse_err = |body: &str| {
-        let src = format!("graph t {{\n{body}\n}}\n");
-        match dnnc_ir::text::parse(&src, "t.dnn") {
+    // (input, filter, attributes, what the error says)
+    for (x, w, attrs, want) in [
+        (
+            "1,16,8,8",
+            "16,16,1,1",
+            "data=nchw8c",
+            "must be [N, C/8, H, W, 8]",
+        ),
+        (
+            "1,2,8,8,8",
+            "12,16,1,1",
+            "data=nchw8c",
+            "blocks of 8, found 12",
+        ),
+        (
+            "1,2,8,8,8",
+            "16,16,1,1",
+            "data=nchw9c",
+            "`nchw9c` is not one of nchw, nchw8c",
+        ),
+    ] {
+        let src = format!(
+            "graph t {{\n  input %x: f32[{x}]\n  param %w: f32[{w}] = he(seed=1)\n  %c = Conv2d(%x, %w) {{{attrs}}}\n  output %c\n}}\n"
+        );
+        let msg = match dnnc_ir::text::parse(&src, "t.dnn") {
             Ok(_) => panic!("accepted:\n{src}"),
             Err(e) => format!("{e}"),
-        }
-    };
-    let plain_input = parse_err(
-        "  input %x: f32[1,16,8,8]
-  param %w: f32[16,16,1,1] = he(seed=1)
-  %c = Conv2d(%x, %w) {data=nchw8c}
-  output %c",
-    );
-    assert!(
-        plain_input.contains("must be [N, C/8, H, W, 8]"),
-        "{plain_input}"
-    );
-    let ragged = parse_err(
-        "  input %x: f32[1,2,8,8,8]
-  param %w: f32[12,16,1,1] = he(seed=1)
-  %c = Conv2d(%x, %w) {data=nchw8c}
-  output %c",
-    );
-    assert!(ragged.contains("blocks of 8, found 12"), "{ragged}");
-    let unknown = parse_err(
-        "  input %x: f32[1,2,8,8,8]
-  param %w: f32[16,16,1,1] = he(seed=1)
-  %c = Conv2d(%x, %w) {data=nchw9c}
-  output %c",
-    );
-    assert!(
-        unknown.contains("`nchw9c` is not one of nchw, nchw8c"),
-        "{unknown}"
-    );
+        };
+        assert!(msg.contains(want), "{msg}");
+    }
     // Well typed, but no blocked kernel: a dilated depthwise conv.
     let g = parse(
         "  input %x: f32[1,2,8,8,8]

@@ -279,12 +279,13 @@ pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
         old_nodes.push(n);
         stats.rewrites += 1;
     }
+    let replaced: HashSet<NodeId> = old_nodes.iter().copied().collect();
     // Plain readers and graph outputs get a reordered copy, which takes
     // the original name; a value only blocked ops read takes it itself.
     for &(v, t) in &twins {
         let name = g.value(v).name.clone();
         let plain_use =
-            g.outputs().contains(&v) || g.users(v).iter().any(|&(u, _)| !old_nodes.contains(&u));
+            g.outputs().contains(&v) || g.users(v).iter().any(|&(u, _)| !replaced.contains(&u));
         if plain_use {
             let plain = from_blocked(g, t, &name)?;
             g.replace_all_uses(v, plain)?;

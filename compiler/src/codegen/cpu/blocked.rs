@@ -204,6 +204,20 @@ pub(crate) fn lower(
     Ok(Vec::new())
 }
 
+/// Unit `u` of the `N x blocks x OH` rows as (plane, image, block,
+/// output row), `plane` being `image * blocks + block`.
+fn row_unit(e: &mut Emit<'_>, u: Value, oh: usize, blocks: usize) -> (Value, Value, Value, Value) {
+    let ohv = e.ci(oh as i64);
+    let plane = e.b.ins().udiv(u, ohv);
+    let t = e.b.ins().imul(plane, ohv);
+    let oy = e.b.ins().isub(u, t);
+    let bv = e.ci(blocks as i64);
+    let img = e.b.ins().udiv(plane, bv);
+    let t = e.b.ins().imul(img, bv);
+    let blk = e.b.ins().isub(plane, t);
+    (plane, img, blk, oy)
+}
+
 /// The generic epilogue over one unit's output row: row `u` of the
 /// `N x OH` rows (every channel block) or, with `blocks`, row `u` of the
 /// `N x C/8 x OH` rows of single blocks.
@@ -214,26 +228,21 @@ fn row_epilogue(
     u: Value,
     blocks: Option<usize>,
 ) -> Result<(), String> {
-    let oh = e.ci(geom.oh as i64);
-    let plane = e.b.ins().udiv(u, oh);
-    let t = e.b.ins().imul(plane, oh);
-    let oy = e.b.ins().isub(u, t);
-    let mb = geom.m / B;
     let (starts, lens) = match blocks {
         Some(cb) => {
-            let cbv = e.ci(cb as i64);
-            let img = e.b.ins().udiv(plane, cbv);
-            let t = e.b.ins().imul(img, cbv);
-            let blk = e.b.ins().isub(plane, t);
+            let (_, img, blk, oy) = row_unit(e, u, geom.oh, cb);
             (
                 vec![Some(img), Some(blk), Some(oy), None, None],
                 vec![1, 1, 1, geom.ow, B],
             )
         }
-        None => (
-            vec![Some(plane), None, Some(oy), None, None],
-            vec![1, mb, 1, geom.ow, B],
-        ),
+        None => {
+            let (img, _, _, oy) = row_unit(e, u, geom.oh, 1);
+            (
+                vec![Some(img), None, Some(oy), None, None],
+                vec![1, geom.m / B, 1, geom.ow, B],
+            )
+        }
     };
     elementwise::emit(e, spec, &SubDomain { starts, lens })
 }
@@ -257,15 +266,7 @@ fn depthwise_row(
     let (kh, kw) = (geom.kh, geom.kw);
     let [sy, sx] = geom.p.strides;
     let (pt, pl) = (geom.p.pads[0], geom.p.pads[1]);
-    let cb = geom.c / B;
-    let oh = e.ci(geom.oh as i64);
-    let plane = e.b.ins().udiv(u, oh);
-    let t = e.b.ins().imul(plane, oh);
-    let oy = e.b.ins().isub(u, t);
-    let cbv = e.ci(cb as i64);
-    let img = e.b.ins().udiv(plane, cbv);
-    let t = e.b.ins().imul(img, cbv);
-    let blk = e.b.ins().isub(plane, t);
+    let (plane, _, blk, oy) = row_unit(e, u, geom.oh, geom.c / B);
     // Byte addresses: the input plane, the output row, the block's taps.
     let plane_in =
         e.b.ins()
@@ -322,19 +323,25 @@ fn depthwise_row(
     // Border pixels, one at a time, with only their valid column taps.
     let z = e.ci(0);
     for ox in (0..xa).chain(xb.max(xa)..geom.ow) {
-        pixels(e, &ctx, z, &[ox]);
+        pixels(e, &ctx, (z, z), &[ox]);
     }
     let groups = (xb - xa) / GROUP;
     if groups > 0 {
+        // The loop walks the output; its input offset is `sx` times as far.
         let start = e.ci(0);
-        let end = e.ci((groups * GROUP * sx * B * 4) as i64);
+        let end = e.ci((groups * GROUP * B * 4) as i64);
         let offs: Vec<usize> = (0..GROUP).map(|j| xa + j).collect();
-        e.for_range(start, end, (GROUP * sx * B * 4) as i64, |e, o| {
-            pixels(e, &ctx, o, &offs);
+        e.for_range(start, end, (GROUP * B * 4) as i64, |e, oo| {
+            let o = if sx == 1 {
+                oo
+            } else {
+                e.b.ins().imul_imm_s(oo, sx as i64)
+            };
+            pixels(e, &ctx, (o, oo), &offs);
         });
     }
     for ox in xa + groups * GROUP..xb {
-        pixels(e, &ctx, z, &[ox]);
+        pixels(e, &ctx, (z, z), &[ox]);
     }
     Ok(())
 }
@@ -352,9 +359,9 @@ struct RowCtx<'a> {
     clamp: bool,
 }
 
-/// Output pixels `oxs` of the row (their input columns `o` bytes
-/// further, an interior loop's offset; the output `o / stride` further).
-fn pixels(e: &mut Emit<'_>, r: &RowCtx<'_>, o: Value, oxs: &[usize]) {
+/// Output pixels `oxs` of the row, their input columns `o` bytes and
+/// their outputs `oo` bytes further (an interior loop's offsets).
+fn pixels(e: &mut Emit<'_>, r: &RowCtx<'_>, (o, oo): (Value, Value), oxs: &[usize]) {
     let g = r.geom;
     let (kw, sx, pl) = (g.kw, g.p.strides[1], g.p.pads[1]);
     let mem = super::emit::mem();
@@ -390,12 +397,6 @@ fn pixels(e: &mut Emit<'_>, r: &RowCtx<'_>, o: Value, oxs: &[usize]) {
             }
         }
     }
-    // The output advances one pixel per `sx` input columns.
-    let oo = if sx == 1 {
-        o
-    } else {
-        e.b.ins().udiv_imm_u(o, sx as i64)
-    };
     let yp = e.b.ins().iadd(r.yrow, oo);
     let rp = r.yrow_res.map(|p| e.b.ins().iadd(p, oo));
     for (j, &ox) in oxs.iter().enumerate() {
