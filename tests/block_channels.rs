@@ -67,8 +67,8 @@ fn mobilenet_v2_blocked_matches_onnxruntime() {
     assert_matches(&outs[0], &want, "interpreter");
 }
 
-/// The cpu backend, whose default runs the chains blocked, at one and
-/// two threads.
+/// The cpu backend, whose default runs the chains blocked (the large
+/// expansions inside their depthwise convs), at one and two threads.
 #[test]
 #[ignore = "compiles and runs MobileNet-V2; use cargo test --release -- --include-ignored"]
 fn mobilenet_v2_cpu_blocked_matches_onnxruntime() {
@@ -87,6 +87,14 @@ fn mobilenet_v2_cpu_blocked_matches_onnxruntime() {
         blocked, 1,
         "the final 1x1 conv runs blocked (its copy is plain)"
     );
+    // The expansions of blocks 2-4 (112x112 and 56x56 maps, 1.8-4.8 MB
+    // expanded) run inside their depthwise convs' kernels.
+    let fused = exe
+        .steps()
+        .iter()
+        .filter(|s| s.op == "Conv2d+Clip+Conv2d+Clip")
+        .count();
+    assert_eq!(fused, 3, "fused expansions");
     let in_name = g.value(g.inputs()[0]).name.clone();
     for threads in [1, 2] {
         exe.set_threads(threads).expect("threads");

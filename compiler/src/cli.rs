@@ -69,6 +69,12 @@ pub struct ConvArgs {
     /// convs (the `block-channels` pass), for comparison.
     #[arg(long)]
     pub nchw_only: bool,
+    /// Run each channel-blocked expansion (a pointwise conv read only by
+    /// a depthwise conv) as a kernel of its own that writes its whole
+    /// result, instead of inside the depthwise conv's kernel a few rows
+    /// at a time, for comparison.
+    #[arg(long)]
+    pub unfused_expansions: bool,
 }
 
 /// `--partition` of `dnnc run`, `dnnc bench` and `dnnc ir --after
@@ -1005,6 +1011,7 @@ pub fn cpu_options(
         conv_algo: conv.conv_algo,
         partition: partition_model(conv.partition, conv.partition_profile.as_deref())?,
         nchw_only: conv.nchw_only,
+        unfused_expansions: conv.unfused_expansions,
         ..Default::default()
     };
     let plan = conv_plan(g, &opts);

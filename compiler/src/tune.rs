@@ -94,7 +94,13 @@ pub fn measure(
     threads: usize,
     runs: usize,
 ) -> Result<Vec<LayerTune>, DnncError> {
-    let default_plan = conv_plan(g, &CpuOptions::default());
+    // The default build, except that each conv is a step of its own (a
+    // fused expansion would time two convs as one).
+    let default_opts = CpuOptions {
+        unfused_expansions: true,
+        ..Default::default()
+    };
+    let default_plan = conv_plan(g, &default_opts);
     let mut layers: Vec<LayerTune> = Vec::new();
     for c in &default_plan {
         let id = g.value_by_name(&c.node).map(|v| g.value(v).producer);
@@ -125,7 +131,7 @@ pub fn measure(
         });
     }
     // The default build: every algorithm's runs alternate with its runs.
-    let mut reference = Profiling::new(g, &CpuOptions::default(), feeds, threads)?;
+    let mut reference = Profiling::new(g, &default_opts, feeds, threads)?;
     // The step computing `node` in `exe`.
     let step_of = |exe: &dnnc_runtime::cpu::Executable, node: &str| {
         exe.steps()
@@ -906,6 +912,10 @@ impl StepCosts {
             }
             let conv = nc.conv.as_ref().and_then(|c| {
                 let algo = step.algo.as_deref()?;
+                // A depthwise kernel's fused expansion is a pointwise conv.
+                let expansion =
+                    algo == "depthwise" && c.shape.group == 1 && c.shape.kh * c.shape.kw == 1;
+                let algo = if expansion { "pointwise" } else { algo };
                 let t = profile.predict_conv(algo, &c.shape)?;
                 Some((profile.conv_fixed(algo, &c.shape), t))
             });

@@ -94,6 +94,65 @@ fn blocked_chains_match_the_interpreter() {
     }
 }
 
+/// Expansions of at least 1 MiB computed inside the depthwise conv's
+/// kernel, a ring of rows at a time: against the interpreter, bitwise
+/// equal to the unfused build (each expanded pixel's and each output's
+/// arithmetic is the same) and at two threads (a task starting mid-image
+/// recomputes its first tap rows) to one; batch 2 restarts the ring per
+/// image. A Sigmoid after the expansion is no clamp: that one stays
+/// unfused.
+#[test]
+fn fused_expansions_match_the_interpreter_and_the_unfused_build() {
+    for (n, dims, taps, act, fused) in [
+        (1, (16, 96, 56), (3, 1), CLIP, true),
+        (2, (16, 48, 60), (3, 2), CLIP, true),
+        (1, (16, 64, 66), (5, 1), CLIP, true),
+        // Nine blocks: the expansion's first filter panel is 24 wide.
+        (1, (24, 72, 62), (5, 2), CLIP, true),
+        (1, (16, 96, 56), (3, 1), SIGMOID, false),
+        // Under 1 MiB expanded: two kernels.
+        (1, (16, 48, 28), (3, 1), CLIP, false),
+    ] {
+        let body = chain(n, dims, taps, act);
+        let g = parse(&body);
+        let x = g.inputs()[0];
+        let ins = vec![(
+            g.value(x).name.clone(),
+            rand_f32(&g.value(x).ty.shape, 12, -1.0, 1.0),
+        )];
+        let opts = CpuOptions::default();
+        check_with(&g, &ins, 1e-4, 1e-5, &opts);
+        let mut exe = compile_cpu(&g, &opts).expect("compile");
+        let fused_steps = exe
+            .steps()
+            .iter()
+            .filter(|s| s.op == "Conv2d+Clip+Conv2d+Clip")
+            .count();
+        assert_eq!(fused_steps, usize::from(fused), "{body}");
+        let one = bits(&exe.run(&ins).expect("run"));
+        exe.set_threads(2).expect("threads");
+        assert_eq!(
+            one,
+            bits(&exe.run(&ins).expect("run")),
+            "2 threads:\n{body}"
+        );
+        let unfused = CpuOptions {
+            unfused_expansions: true,
+            ..Default::default()
+        };
+        let plain = compile_cpu(&g, &unfused).expect("compile");
+        assert!(plain
+            .steps()
+            .iter()
+            .all(|s| s.op != "Conv2d+Clip+Conv2d+Clip"));
+        assert_eq!(
+            one,
+            bits(&plain.run(&ins).expect("run")),
+            "unfused:\n{body}"
+        );
+    }
+}
+
 /// Blocked convs the types or the backend reject say why, naming the node.
 #[test]
 fn bad_blocked_convs_are_clear_errors() {

@@ -119,10 +119,65 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c(
         } else {
             ep.res.add(img * m * hw)
         };
-        image(w, k, m, xi, yi, ri, hw, (p0, p1), (n0, n1), &ep);
+        let out = Out {
+            y: yi,
+            res: ri,
+            block: hw * 8,
+            origin: 0,
+        };
+        image(w, k, m, xi, &out, hw, (p0, p1), (n0, n1), &ep);
         q = img * hw + p1;
     }
     0
+}
+
+/// `y = epilogue(w * x)` for the pixels `[p0, p1)` of one image `x:
+/// [k/8, hw, 8]`, every filter panel, written to a band buffer: pixel `p`
+/// of output block `b` at `y + b * y_block + (p - p0) * 8` (floats). A
+/// fused expansion + depthwise kernel computes the expanded rows a few
+/// at a time this way, into a ring of rows that stays in cache, instead
+/// of writing the whole expanded tensor. `ep` as for
+/// [`dnnc_conv1x1_nchw8c`], without a residual (2 is returned for one,
+/// and nothing is written). Returns 0.
+///
+/// # Safety
+/// As for [`dnnc_conv1x1_nchw8c`]; `y` addresses `m/8` blocks of
+/// `p1 - p0` pixels `y_block` floats apart, not overlapping `x` or `w`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dnnc_conv1x1_nchw8c_band(
+    w: *const f32,
+    k: usize,
+    m: usize,
+    x: *const f32,
+    hw: usize,
+    p0: usize,
+    p1: usize,
+    y: *mut f32,
+    y_block: usize,
+    ep: *const Epilogue,
+) -> i32 {
+    let ep = if ep.is_null() { Epilogue::NONE } else { *ep };
+    if !ep.res.is_null() {
+        return 2;
+    }
+    let out = Out {
+        y,
+        res: std::ptr::null(),
+        block: y_block,
+        origin: p0,
+    };
+    image(w, k, m, x, &out, hw, (p0, p1), (0, usize::MAX), &ep);
+    0
+}
+
+/// Where [`image`] writes: pixel `p` of output block `b` at `y + b *
+/// block + (p - origin) * 8`, the residual at the same offset of `res`
+/// (or null).
+struct Out {
+    y: *mut f32,
+    res: *const f32,
+    block: usize,
+    origin: usize,
 }
 
 /// One image's pixels `[p0, p1)`, chunk by chunk.
@@ -132,8 +187,7 @@ unsafe fn image(
     k: usize,
     m: usize,
     x: *const f32,
-    y: *mut f32,
-    res: *const f32,
+    out: &Out,
     hw: usize,
     (p0, p1): (usize, usize),
     (n0, n1): (usize, usize),
@@ -164,6 +218,7 @@ unsafe fn image(
                 width,
                 k,
                 stride: hw * 8,
+                y_stride: out.block,
                 bias: if ep.bias.is_null() {
                     std::ptr::null()
                 } else {
@@ -173,16 +228,17 @@ unsafe fn image(
                 hi: ep.hi,
                 act: ep.act,
             };
-            let block = (o / 8) * hw * 8;
+            let block = (o / 8) * out.block;
             let mut p = c0;
             while p < c1 {
                 let n = (c1 - p).min(tile);
                 let xp = x.add(p * 8);
-                let yp = y.add(block + p * 8);
-                let rp = if res.is_null() {
-                    res
+                let yo = block + (p - out.origin) * 8;
+                let yp = out.y.add(yo);
+                let rp = if out.res.is_null() {
+                    out.res
                 } else {
-                    res.add(block + p * 8)
+                    out.res.add(yo)
                 };
                 #[cfg(target_arch = "x86_64")]
                 if avx2 {
@@ -208,8 +264,11 @@ struct Tile {
     width: usize,
     /// Input channels.
     k: usize,
-    /// Floats between consecutive channel blocks of one image.
+    /// Floats between consecutive input channel blocks of one image.
     stride: usize,
+    /// Floats between consecutive output channel blocks (the residual's
+    /// too).
+    y_stride: usize,
     /// The panel's bias, or null.
     bias: *const f32,
     lo: f32,
@@ -232,7 +291,7 @@ unsafe fn portable_tile(t: &Tile, x: *const f32, y: *mut f32, res: *const f32, n
                 let a = *x.add((kk / 8) * t.stride + px * 8 + kk % 8);
                 acc = t.w.add(kk * t.width + j).read().mul_add(a, acc);
             }
-            let off = (j / 8) * t.stride + px * 8 + j % 8;
+            let off = (j / 8) * t.y_stride + px * 8 + j % 8;
             if !res.is_null() {
                 acc += *res.add(off);
             }
@@ -365,7 +424,7 @@ unsafe fn avx2_tile_n<const NP: usize, const NB: usize>(
     macro_rules! out {
         ($p:literal, $b:literal) => {
             if $p < NP && $b < NB {
-                let off = $b * stride + $p * 8;
+                let off = $b * t.y_stride + $p * 8;
                 let mut v = acc[$p][$b];
                 if !res.is_null() {
                     v = _mm256_add_ps(v, _mm256_loadu_ps(res.add(off)));
@@ -532,6 +591,87 @@ mod tests {
         }
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&whole), bits(&split));
+    }
+
+    #[test]
+    fn bands_are_bitwise_the_whole_call() {
+        // 40 channels out (a 24-wide panel, then 16), a 9 x 11 image cut
+        // into bands of rows and a ragged pixel range, written into a
+        // ring-like buffer with its own block stride.
+        let (m, k, hw, wd) = (40, 24, 99, 11);
+        let x: Vec<f32> = (0..k * hw)
+            .map(|i| ((i * 13) % 29) as f32 * 0.05 - 0.7)
+            .collect();
+        let w: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 17) % 23) as f32 * 0.04 - 0.4)
+            .collect();
+        let bias: Vec<f32> = (0..m).map(|i| i as f32 * 0.02 - 0.3).collect();
+        let packed = pack_filter(&w, m, k);
+        let ep = Epilogue {
+            bias: bias.as_ptr(),
+            lo: 0.0,
+            hi: 6.0,
+            ..Epilogue::NONE
+        };
+        let mut whole = vec![0f32; m * hw];
+        let (xp, wp) = (x.as_ptr(), packed.as_ptr());
+        unsafe {
+            let rc = dnnc_conv1x1_nchw8c(
+                wp,
+                k,
+                m,
+                xp,
+                whole.as_mut_ptr(),
+                hw,
+                0,
+                hw,
+                0,
+                panel_count(m),
+                &ep,
+            );
+            assert_eq!(rc, 0);
+        }
+        for (p0, p1) in [(0, wd), (2 * wd, 5 * wd), (7, 60), (8 * wd, hw)] {
+            let y_block = (p1 - p0) * 8 + 24;
+            let mut band = vec![f32::NAN; m / 8 * y_block];
+            let rc = unsafe {
+                dnnc_conv1x1_nchw8c_band(wp, k, m, xp, hw, p0, p1, band.as_mut_ptr(), y_block, &ep)
+            };
+            assert_eq!(rc, 0);
+            for b in 0..m / 8 {
+                for p in p0..p1 {
+                    for l in 0..8 {
+                        let got = band[b * y_block + (p - p0) * 8 + l];
+                        let want = whole[b * hw * 8 + p * 8 + l];
+                        assert_eq!(got.to_bits(), want.to_bits(), "block {b} pixel {p}");
+                    }
+                }
+                // Past the band's pixels nothing is written.
+                assert!(band[b * y_block + (p1 - p0) * 8].is_nan());
+            }
+        }
+        // A residual has no place in a band.
+        let res = vec![0f32; m * hw];
+        let with_res = Epilogue {
+            res: res.as_ptr(),
+            ..ep
+        };
+        let mut band = vec![0f32; m * hw];
+        let rc = unsafe {
+            dnnc_conv1x1_nchw8c_band(
+                wp,
+                k,
+                m,
+                xp,
+                hw,
+                0,
+                hw,
+                band.as_mut_ptr(),
+                hw * 8,
+                &with_res,
+            )
+        };
+        assert_eq!(rc, 2);
     }
 
     #[test]

@@ -289,6 +289,10 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
             "dnnc_conv1x1_nchw8c",
             super::blocked::dnnc_conv1x1_nchw8c as *const u8,
         ),
+        (
+            "dnnc_conv1x1_nchw8c_band",
+            super::blocked::dnnc_conv1x1_nchw8c_band as *const u8,
+        ),
     ]
 }
 

@@ -220,6 +220,9 @@ pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec
         let geom = ConvGeom::of_node(g, k.nodes[0])?;
         let algo = choose_algo(&geom, g, k, opts);
         if super::blocked::is_blocked(&geom) {
+            if !k.expansion.is_empty() {
+                ws.push(super::blocked::ring_bytes(&geom));
+            }
             if needs_acc_ws(g, k) {
                 ws.push(g.value(anchor.outputs[0]).ty.size_bytes());
             }
@@ -276,7 +279,7 @@ pub(crate) fn prepared(
     }
     let geom = ConvGeom::of_node(g, k.nodes[0])?;
     if super::blocked::is_blocked(&geom) {
-        return super::blocked::prepared(g, k.nodes[0], &geom);
+        return super::blocked::prepared(g, k, &geom);
     }
     let algo = choose_algo(&geom, g, k, opts);
     if conv_packed(g, k, algo) {

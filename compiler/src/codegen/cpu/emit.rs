@@ -31,6 +31,9 @@ pub(crate) struct Emit<'a> {
     pub bsgemm: FuncRef,
     /// The channel-blocked pointwise conv (`dnnc_conv1x1_nchw8c`), imported.
     pub conv8c: FuncRef,
+    /// The channel-blocked pointwise conv into a band buffer
+    /// (`dnnc_conv1x1_nchw8c_band`, a fused expansion's rows), imported.
+    pub conv8c_band: FuncRef,
     /// Block every error path jumps to, with the error code as parameter.
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).

@@ -45,6 +45,10 @@ pub(crate) struct Kernel {
     /// packs it ([`absorb_prologues`]), in order; their results get no
     /// buffer.
     pub prologue: Vec<NodeId>,
+    /// A channel-blocked pointwise conv and its clamp, computed inside
+    /// this blocked depthwise conv's kernel a few rows at a time
+    /// ([`absorb_expansions`]), in order; their results get no buffer.
+    pub expansion: Vec<NodeId>,
 }
 
 /// Whether `op` is evaluable per point: an elementwise op that both
@@ -112,6 +116,7 @@ pub(crate) fn kernels(g: &Graph) -> Vec<Kernel> {
             inputs: k.inputs,
             outputs: k.outputs,
             prologue: Vec::new(),
+            expansion: Vec::new(),
         };
         add_dead_results(g, &graph_outputs, &mut kernel);
         out.push(kernel);
@@ -169,6 +174,7 @@ fn finish(
         inputs,
         outputs: outs,
         prologue: Vec::new(),
+        expansion: Vec::new(),
     };
     add_dead_results(g, graph_outputs, &mut k);
     k
@@ -366,6 +372,102 @@ pub(crate) fn absorb_prologues(
         }
         k.inputs = inputs;
         k.prologue = pro_nodes;
+        gone[pi] = true;
+    }
+    kernels
+        .into_iter()
+        .zip(gone)
+        .filter_map(|(k, gone)| (!gone).then_some(k))
+        .collect()
+}
+
+/// The clamp bounds of an expansion ([`absorb_expansions`]): a
+/// channel-blocked pointwise conv, then at most one Relu or Clip
+/// (constant bounds) of its result. `None` when `nodes` is not that.
+pub(crate) fn expansion_clamp(g: &Graph, nodes: &[NodeId]) -> Option<(f32, f32)> {
+    let (&conv, rest) = nodes.split_first()?;
+    let node = g.node(conv);
+    let Op::Conv2d(p) = &node.op else {
+        return None;
+    };
+    let pointwise = p.data == dnnc_ir::op::DataLayout::Nchw8c
+        && p.group == 1
+        && p.strides == [1, 1]
+        && p.pads.iter().all(|&v| v == 0)
+        && g.value(node.inputs[1]).ty.shape[2..] == [1, 1];
+    if !pointwise || node.outputs.len() != 1 {
+        return None;
+    }
+    match rest {
+        [] => Some((f32::NEG_INFINITY, f32::INFINITY)),
+        [a] => match (&g.node(*a).op, g.node(*a).inputs.as_slice()) {
+            (Op::Unary(dnnc_ir::op::Unary::Relu), &[v]) if v == node.outputs[0] => {
+                Some((0.0, f32::INFINITY))
+            }
+            (Op::Unary(dnnc_ir::op::Unary::Clip { min, max }), &[v])
+                if v == node.outputs[0] && min <= max =>
+            {
+                Some((*min, *max))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Moves each channel-blocked pointwise conv kernel (an
+/// [`expansion_clamp`]) whose result only a blocked depthwise conv reads
+/// into that conv's kernel as its expansion, where `takes(k)` says the
+/// depthwise conv's lowering computes one. The kernel then computes the
+/// expanded rows its output rows need into a ring of rows that stays in
+/// cache: MobileNet-V2's expansions to 96-192 channels on 112x112 and
+/// 56x56 maps wrote 2.4-4.8 MB each, which the depthwise conv read back.
+pub(crate) fn absorb_expansions(
+    g: &Graph,
+    mut kernels: Vec<Kernel>,
+    takes: impl Fn(&Kernel) -> bool,
+) -> Vec<Kernel> {
+    let graph_outputs: HashSet<ValueId> = g.outputs().iter().copied().collect();
+    let mut gone = vec![false; kernels.len()];
+    for ki in 0..kernels.len() {
+        let k = &kernels[ki];
+        let Some(anchor) = k.anchor else { continue };
+        if k.kind != KernelKind::Contraction
+            || !k.prologue.is_empty()
+            || !k.expansion.is_empty()
+            || !takes(k)
+        {
+            continue;
+        }
+        let v = g.node(anchor).inputs[0];
+        let Some(pi) = kernels.iter().position(|p| p.outputs.contains(&v)) else {
+            continue;
+        };
+        let p = &kernels[pi];
+        let sole_user = matches!(g.users(v).as_slice(), [(u, 0)] if *u == anchor);
+        if gone[pi]
+            || pi == ki
+            || p.kind != KernelKind::Contraction
+            || !p.prologue.is_empty()
+            || !p.expansion.is_empty()
+            || p.outputs != [v]
+            || graph_outputs.contains(&v)
+            || !sole_user
+            || p.nodes.last().map(|&n| g.node(n).outputs.first()) != Some(Some(&v))
+            || expansion_clamp(g, &p.nodes).is_none()
+        {
+            continue;
+        }
+        let (exp_nodes, exp_inputs) = (p.nodes.clone(), p.inputs.clone());
+        let k = &mut kernels[ki];
+        let mut inputs = exp_inputs;
+        for &i in &k.inputs {
+            if i != v && !inputs.contains(&i) {
+                inputs.push(i);
+            }
+        }
+        k.inputs = inputs;
+        k.expansion = exp_nodes;
         gone[pi] = true;
     }
     kernels

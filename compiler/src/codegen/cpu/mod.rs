@@ -67,6 +67,10 @@ pub struct CpuOptions {
     /// unless an algorithm is forced (`conv_algo`, `conv_algo_for`, which
     /// name NCHW lowerings).
     pub nchw_only: bool,
+    /// Keep each blocked expansion conv a kernel of its own, its result
+    /// written out, instead of computing it inside the depthwise conv
+    /// that reads it, a few rows at a time (for comparison).
+    pub unfused_expansions: bool,
 }
 
 /// What decides a CPU executable's partition (tasks per kernel, threads
@@ -281,6 +285,11 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let kernels = group::absorb_prologues(g, group::kernels(g), |k| {
         contraction::takes_prologue(g, k, opts)
     });
+    let kernels = if opts.unfused_expansions {
+        kernels
+    } else {
+        group::absorb_expansions(g, kernels, |k| blocked::takes_expansion(g, k))
+    };
     let kernels = group::order_for_locality(g, kernels);
     for k in &kernels {
         check_supported(g, k)?;
@@ -296,6 +305,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             for &v in &g.node(n).inputs {
                 let e = superseded.entry(v).or_insert(true);
                 *e &= sup == Some(v);
+            }
+        }
+        // An expansion takes its filter packed.
+        let exp_filter = k.expansion.first().map(|&n| g.node(n).inputs[1]);
+        for &n in &k.expansion {
+            for &v in &g.node(n).inputs {
+                let e = superseded.entry(v).or_insert(true);
+                *e &= exp_filter == Some(v);
             }
         }
     }
@@ -502,6 +519,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let conv8c_id = module
         .declare_function("dnnc_conv1x1_nchw8c", Linkage::Import, &csg)
         .map_err(|e| backend(e.to_string()))?;
+    let mut bandsg = module.make_signature();
+    for t in [ptr, I64, I64, ptr, I64, I64, I64, ptr, I64, ptr] {
+        bandsg.params.push(AbiParam::new(t));
+    }
+    bandsg.returns.push(AbiParam::new(I32));
+    let conv8c_band_id = module
+        .declare_function("dnnc_conv1x1_nchw8c_band", Linkage::Import, &bandsg)
+        .map_err(|e| backend(e.to_string()))?;
 
     // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
@@ -592,6 +617,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let bsgemm = module.declare_func_in_func(bsgemm_id, &mut ctx.func);
             let gsgemm = module.declare_func_in_func(gsgemm_id, &mut ctx.func);
             let conv8c = module.declare_func_in_func(conv8c_id, &mut ctx.func);
+            let conv8c_band = module.declare_func_in_func(conv8c_band_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -613,6 +639,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 bsgemm,
                 gsgemm,
                 conv8c,
+                conv8c_band,
                 fail,
                 cfg: module.target_config(),
                 task,
@@ -654,7 +681,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let task_ws = std::mem::take(&mut e.task_ws);
             in_order = e.in_order;
             e.b.finalize(cfg);
-            let ops: Vec<&str> = (k.prologue.iter().chain(&k.nodes))
+            let ops: Vec<&str> = (k.prologue.iter().chain(&k.expansion).chain(&k.nodes))
                 .map(|&n| g.node(n).op.name())
                 .collect();
             let inplace = inplace_pairs(g, k, &kctx.arg_of);
@@ -681,7 +708,9 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                     func: dummy_kernel,
                     args,
                     errors,
-                    nodes: k.nodes.iter().map(|&n| node_label(g, n)).collect(),
+                    nodes: (k.prologue.iter().chain(&k.expansion).chain(&k.nodes))
+                        .map(|&n| node_label(g, n))
+                        .collect(),
                     algo,
                     inplace,
                     writes,
