@@ -329,8 +329,31 @@ pub(crate) fn order_for_locality(g: &Graph, kernels: Vec<Kernel>) -> Vec<Kernel>
 /// DenseNet-121's time at batch 8.
 pub(crate) fn absorb_prologues(
     g: &Graph,
+    kernels: Vec<Kernel>,
+    takes: impl Fn(&Kernel) -> bool,
+) -> Vec<Kernel> {
+    absorb(g, kernels, takes, Slot::Prologue, |p| {
+        p.kind == KernelKind::Elementwise && prologue_of(g, &p.nodes).is_some()
+    })
+}
+
+/// Where [`absorb`] puts a producer's nodes.
+#[derive(Clone, Copy)]
+enum Slot {
+    Prologue,
+    Expansion,
+}
+
+/// Moves each kernel `p` whose one result only the data input of a conv
+/// kernel `k` reads, with `takes(k)` and `fits(p)`, into `k` as its
+/// prologue or expansion (`slot`): `k` then reads `p`'s inputs, and `p`'s
+/// result gets no buffer.
+fn absorb(
+    g: &Graph,
     mut kernels: Vec<Kernel>,
     takes: impl Fn(&Kernel) -> bool,
+    slot: Slot,
+    fits: impl Fn(&Kernel) -> bool,
 ) -> Vec<Kernel> {
     let graph_outputs: HashSet<ValueId> = g.outputs().iter().copied().collect();
     let mut gone = vec![false; kernels.len()];
@@ -340,6 +363,7 @@ pub(crate) fn absorb_prologues(
         if k.kind != KernelKind::Contraction
             || !matches!(g.node(anchor).op, Op::Conv2d(_))
             || !k.prologue.is_empty()
+            || !k.expansion.is_empty()
             || !takes(k)
         {
             continue;
@@ -351,27 +375,29 @@ pub(crate) fn absorb_prologues(
         let p = &kernels[pi];
         let sole_user = matches!(g.users(v).as_slice(), [(u, 0)] if *u == anchor);
         if gone[pi]
-            || p.kind != KernelKind::Elementwise
+            || pi == ki
+            || !p.prologue.is_empty()
+            || !p.expansion.is_empty()
             || p.outputs != [v]
             || graph_outputs.contains(&v)
             || !sole_user
             || p.nodes.last().map(|&n| g.node(n).outputs.first()) != Some(Some(&v))
+            || !fits(p)
         {
             continue;
         }
-        if prologue_of(g, &p.nodes).is_none() {
-            continue;
-        }
-        let (pro_nodes, pro_inputs) = (p.nodes.clone(), p.inputs.clone());
+        let (nodes, mut inputs) = (p.nodes.clone(), p.inputs.clone());
         let k = &mut kernels[ki];
-        let mut inputs = pro_inputs;
         for &i in &k.inputs {
             if i != v && !inputs.contains(&i) {
                 inputs.push(i);
             }
         }
         k.inputs = inputs;
-        k.prologue = pro_nodes;
+        match slot {
+            Slot::Prologue => k.prologue = nodes,
+            Slot::Expansion => k.expansion = nodes,
+        }
         gone[pi] = true;
     }
     kernels
@@ -424,57 +450,12 @@ pub(crate) fn expansion_clamp(g: &Graph, nodes: &[NodeId]) -> Option<(f32, f32)>
 /// 56x56 maps wrote 2.4-4.8 MB each, which the depthwise conv read back.
 pub(crate) fn absorb_expansions(
     g: &Graph,
-    mut kernels: Vec<Kernel>,
+    kernels: Vec<Kernel>,
     takes: impl Fn(&Kernel) -> bool,
 ) -> Vec<Kernel> {
-    let graph_outputs: HashSet<ValueId> = g.outputs().iter().copied().collect();
-    let mut gone = vec![false; kernels.len()];
-    for ki in 0..kernels.len() {
-        let k = &kernels[ki];
-        let Some(anchor) = k.anchor else { continue };
-        if k.kind != KernelKind::Contraction
-            || !k.prologue.is_empty()
-            || !k.expansion.is_empty()
-            || !takes(k)
-        {
-            continue;
-        }
-        let v = g.node(anchor).inputs[0];
-        let Some(pi) = kernels.iter().position(|p| p.outputs.contains(&v)) else {
-            continue;
-        };
-        let p = &kernels[pi];
-        let sole_user = matches!(g.users(v).as_slice(), [(u, 0)] if *u == anchor);
-        if gone[pi]
-            || pi == ki
-            || p.kind != KernelKind::Contraction
-            || !p.prologue.is_empty()
-            || !p.expansion.is_empty()
-            || p.outputs != [v]
-            || graph_outputs.contains(&v)
-            || !sole_user
-            || p.nodes.last().map(|&n| g.node(n).outputs.first()) != Some(Some(&v))
-            || expansion_clamp(g, &p.nodes).is_none()
-        {
-            continue;
-        }
-        let (exp_nodes, exp_inputs) = (p.nodes.clone(), p.inputs.clone());
-        let k = &mut kernels[ki];
-        let mut inputs = exp_inputs;
-        for &i in &k.inputs {
-            if i != v && !inputs.contains(&i) {
-                inputs.push(i);
-            }
-        }
-        k.inputs = inputs;
-        k.expansion = exp_nodes;
-        gone[pi] = true;
-    }
-    kernels
-        .into_iter()
-        .zip(gone)
-        .filter_map(|(k, gone)| (!gone).then_some(k))
-        .collect()
+    absorb(g, kernels, takes, Slot::Expansion, |p| {
+        p.kind == KernelKind::Contraction && expansion_clamp(g, &p.nodes).is_some()
+    })
 }
 
 #[cfg(test)]
