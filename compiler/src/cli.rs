@@ -69,12 +69,12 @@ pub struct ConvArgs {
     /// convs (the `block-channels` pass), for comparison.
     #[arg(long)]
     pub nchw_only: bool,
-    /// Run each channel-blocked expansion (a pointwise conv read only by
-    /// a depthwise conv) as a kernel of its own that writes its whole
-    /// result, instead of inside the depthwise conv's kernel a few rows
-    /// at a time, for comparison.
+    /// Run the convs of each channel-blocked inverted residual block
+    /// (expansion, depthwise, projection) as kernels of their own that
+    /// write their whole results, instead of one kernel computing the
+    /// block a row at a time, for comparison.
     #[arg(long)]
-    pub unfused_expansions: bool,
+    pub unfused_blocks: bool,
 }
 
 /// `--partition` of `dnnc run`, `dnnc bench` and `dnnc ir --after
@@ -1011,7 +1011,7 @@ pub fn cpu_options(
         conv_algo: conv.conv_algo,
         partition: partition_model(conv.partition, conv.partition_profile.as_deref())?,
         nchw_only: conv.nchw_only,
-        unfused_expansions: conv.unfused_expansions,
+        unfused_blocks: conv.unfused_blocks,
         ..Default::default()
     };
     let plan = conv_plan(g, &opts);

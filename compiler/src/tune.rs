@@ -97,7 +97,7 @@ pub fn measure(
     // The default build, except that each conv is a step of its own (a
     // fused expansion would time two convs as one).
     let default_opts = CpuOptions {
-        unfused_expansions: true,
+        unfused_blocks: true,
         ..Default::default()
     };
     let default_plan = conv_plan(g, &default_opts);

@@ -132,17 +132,18 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c(
 }
 
 /// `y = epilogue(w * x)` for the pixels `[p0, p1)` of one image `x:
-/// [k/8, hw, 8]`, every filter panel, written to a band buffer: pixel `p`
-/// of output block `b` at `y + b * y_block + (p - p0) * 8` (floats). A
-/// fused expansion + depthwise kernel computes the expanded rows a few
-/// at a time this way, into a ring of rows that stays in cache, instead
-/// of writing the whole expanded tensor. `ep` as for
-/// [`dnnc_conv1x1_nchw8c`], without a residual (2 is returned for one,
-/// and nothing is written). Returns 0.
+/// [k/8, hw, 8]`, every filter panel, written to a band of rows: pixel
+/// `p` of output block `b` at `y + b * y_block + (p - p0) * 8` (floats),
+/// the residual (if `ep` has one) read at the same offset from its
+/// pointer. A fused expansion computes the expanded rows a few at a time
+/// this way, into a ring of rows that stays in cache, and a fused
+/// projection turns one scratch row of depthwise results (`hw` its
+/// width) into one row of its output. Returns 0.
 ///
 /// # Safety
-/// As for [`dnnc_conv1x1_nchw8c`]; `y` addresses `m/8` blocks of
-/// `p1 - p0` pixels `y_block` floats apart, not overlapping `x` or `w`.
+/// As for [`dnnc_conv1x1_nchw8c`]; `y` (and the residual) address `m/8`
+/// blocks of `p1 - p0` pixels `y_block` floats apart, `y` not
+/// overlapping `x` or `w`.
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn dnnc_conv1x1_nchw8c_band(
     w: *const f32,
@@ -157,12 +158,9 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c_band(
     ep: *const Epilogue,
 ) -> i32 {
     let ep = if ep.is_null() { Epilogue::NONE } else { *ep };
-    if !ep.res.is_null() {
-        return 2;
-    }
     let out = Out {
         y,
-        res: std::ptr::null(),
+        res: ep.res,
         block: y_block,
         origin: p0,
     };
@@ -650,28 +648,42 @@ mod tests {
                 assert!(band[b * y_block + (p1 - p0) * 8].is_nan());
             }
         }
-        // A residual has no place in a band.
-        let res = vec![0f32; m * hw];
+        // With a residual, read at the band's offsets of its own pointer.
+        let res: Vec<f32> = (0..m * hw).map(|i| (i % 7) as f32 * 0.3 - 1.0).collect();
         let with_res = Epilogue {
             res: res.as_ptr(),
             ..ep
         };
+        let mut whole_res = vec![0f32; m * hw];
         let mut band = vec![0f32; m * hw];
-        let rc = unsafe {
-            dnnc_conv1x1_nchw8c_band(
+        let (p0, p1) = (3 * wd, 4 * wd);
+        unsafe {
+            dnnc_conv1x1_nchw8c(
                 wp,
                 k,
                 m,
                 xp,
+                whole_res.as_mut_ptr(),
                 hw,
                 0,
                 hw,
-                band.as_mut_ptr(),
-                hw * 8,
+                0,
+                panel_count(m),
                 &with_res,
-            )
-        };
-        assert_eq!(rc, 2);
+            );
+            let band_res = Epilogue {
+                res: res.as_ptr().add(p0 * 8),
+                ..ep
+            };
+            let y = band.as_mut_ptr().add(p0 * 8);
+            let rc = dnnc_conv1x1_nchw8c_band(wp, k, m, xp, hw, p0, p1, y, hw * 8, &band_res);
+            assert_eq!(rc, 0);
+        }
+        for b in 0..m / 8 {
+            for i in b * hw * 8 + p0 * 8..b * hw * 8 + p1 * 8 {
+                assert_eq!(band[i].to_bits(), whole_res[i].to_bits(), "element {i}");
+            }
+        }
     }
 
     #[test]

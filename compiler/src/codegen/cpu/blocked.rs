@@ -60,6 +60,14 @@ pub(crate) fn prepared(g: &Graph, k: &Kernel, geom: &ConvGeom) -> Result<Vec<Ali
         let pwf = filter(g, pw)?;
         prep.push(f32_buf(&blocked::pack_filter(&pwf, pgeom.m, pgeom.c)));
     }
+    if let Some(&pw) = k.projection.first() {
+        let pgeom = ConvGeom::of_node(g, pw)?;
+        if let Some(why) = dnnc_passes::block_channels::unfit(&pgeom) {
+            return Err(format!("projection: {why}"));
+        }
+        let pwf = filter(g, pw)?;
+        prep.push(f32_buf(&blocked::pack_filter(&pwf, pgeom.m, pgeom.c)));
+    }
     Ok(prep)
 }
 
@@ -94,6 +102,9 @@ pub(crate) fn lower(
 ) -> Result<Vec<String>, String> {
     if let Some(why) = dnnc_passes::block_channels::unfit(geom) {
         return Err(why);
+    }
+    if !c.k.expansion.is_empty() || !c.k.projection.is_empty() {
+        return lower_rows(e, c, geom).map(|()| Vec::new());
     }
     let node = c.g.node(c.k.nodes[0]);
     let acc = acc_arg(c)?;
@@ -196,62 +207,6 @@ pub(crate) fn lower(
     // of a pixel group ahead of its FMAs and spill them).
     e.in_order = true;
     let cb = geom.c / B;
-    if !c.k.expansion.is_empty() {
-        let ring = e.bufs[*c.ws.first().ok_or("missing expansion ring")?];
-        let ring = e.task_slice(c.ws[0], ring, ring_bytes(geom));
-        let exp = expansion(e, c, geom)?;
-        let (lo, hi) = e.task_range(geom.n * geom.oh, "rows")?;
-        let mut err = Ok(());
-        e.for_range(lo, hi, 1, |e, r| {
-            expand_rows(e, geom, &exp, ring, (r, lo));
-            let img = e.b.ins().udiv_imm_u(r, geom.oh as i64);
-            let t = e.b.ins().imul_imm_s(img, geom.oh as i64);
-            let oy = e.b.ins().isub(r, t);
-            // Each tap row in the ring, or the zero row.
-            let mut slots = Vec::with_capacity(geom.kh);
-            for ky in 0..geom.kh {
-                let (iy, out) = tap_row(e, geom, oy, ky);
-                let slot = e.b.ins().urem_imm_u(iy, geom.kh as i64);
-                let off = e.b.ins().imul_imm_s(slot, (geom.w * B * 4) as i64);
-                slots.push((off, out));
-            }
-            let s0 = e.ci(0);
-            let s1 = e.ci(cb as i64);
-            e.for_range(s0, s1, 1, |e, blk| {
-                let boff = e.b.ins().imul_imm_s(blk, (geom.kh * geom.w * B * 4) as i64);
-                let base = e.b.ins().iadd(ring, boff);
-                let rows: Vec<Value> = slots
-                    .iter()
-                    .map(|&(off, out)| {
-                        let p = e.b.ins().iadd(base, off);
-                        e.b.ins().select(out, zero_row, p)
-                    })
-                    .collect();
-                // Unit `(img * C/8 + blk) * OH + oy` of the output rows.
-                let t = e.b.ins().imul_imm_s(img, cb as i64);
-                let plane = e.b.ins().iadd(t, blk);
-                let t = e.b.ins().imul_imm_s(plane, geom.oh as i64);
-                let u = e.b.ins().iadd(t, oy);
-                let res_row = row_pixels(
-                    e,
-                    geom,
-                    &rows,
-                    (wp, y),
-                    (bias, res),
-                    (ep.lo, ep.hi),
-                    (u, blk),
-                );
-                if err.is_ok() {
-                    err = res_row;
-                }
-                if let (Some(spec), true) = (&spec, err.is_ok()) {
-                    err = row_epilogue(e, spec, geom, u, Some(cb));
-                }
-            });
-        });
-        err?;
-        return Ok(Vec::new());
-    }
     let x = e.bufs[c.arg(node.inputs[0])?];
     let (lo, hi) = e.task_range(geom.n * geom.oh * cb, "rows")?;
     let mut err = Ok(());
@@ -276,6 +231,278 @@ pub(crate) fn lower(
     });
     err?;
     Ok(Vec::new())
+}
+
+/// A blocked depthwise conv kernel `c` with an expansion, a projection
+/// or both, walking its task's share of the `N x OH` output rows in
+/// order: each row's new tap rows expanded into the ring (or read from
+/// the input), the row of every channel block computed, then either
+/// stored with the depthwise conv's epilogue or, with a projection, kept
+/// in a scratch row that the projection turns into the same row of its
+/// output (bias, residual and clamp in its epilogue).
+fn lower_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), String> {
+    let g = c.g;
+    let node = g.node(c.k.nodes[0]);
+    let bias_v = node.inputs.get(2).copied();
+    if let Some(b) = bias_v {
+        let t = &g.value(b).ty;
+        if t.dtype != DType::F32 || t.shape != [geom.m] {
+            return Err(format!("bias must be f32[{}]", geom.m));
+        }
+    }
+    let bias = match bias_v {
+        Some(v) => Some(e.bufs[c.arg(v)?]),
+        None => None,
+    };
+    // The depthwise conv's own epilogue: a clamp in registers, else
+    // (without a projection) the generic epilogue on each row.
+    let (y, spec, (lo, hi)) = if c.k.projection.is_empty() {
+        let acc = acc_arg(c)?;
+        let fused = match_fused(c, bias_v).filter(|f| f.act == pgemm::ACT_NONE && f.res.is_none());
+        let spec = if fused.is_some() {
+            None
+        } else {
+            epilogue(c, acc, None)?
+        };
+        let lh = fused.map_or((f32::NEG_INFINITY, f32::INFINITY), |f| (f.lo, f.hi));
+        (Some(e.bufs[acc]), spec, lh)
+    } else {
+        let lh = super::group::clamp_after(g, c.k.nodes[0], &c.k.nodes[1..])
+            .ok_or("a projected depthwise conv takes at most a clamp")?;
+        (None, None, lh)
+    };
+    let wp = e.bufs[*c.prep.first().ok_or("missing blocked filter")?];
+    let zero_row = e.bufs[*c.prep.get(1).ok_or("missing padding row")?];
+    e.in_order = true;
+    let cb = geom.c / B;
+    let mut ws = c.ws.iter().copied();
+    let ring = if c.k.expansion.is_empty() {
+        None
+    } else {
+        let a = ws.next().ok_or("missing expansion ring")?;
+        Some(e.task_slice(a, e.bufs[a], ring_bytes(geom)))
+    };
+    let row = if c.k.projection.is_empty() {
+        None
+    } else {
+        let a = ws.next().ok_or("missing projection row")?;
+        Some(e.task_slice(a, e.bufs[a], row_bytes(geom)))
+    };
+    let exp = match ring {
+        Some(_) => Some(expansion(e, c, geom)?),
+        None => None,
+    };
+    let proj = match row {
+        Some(_) => Some(projection(e, c, geom)?),
+        None => None,
+    };
+    let x = match exp {
+        Some(_) => None,
+        None => Some(e.bufs[c.arg(node.inputs[0])?]),
+    };
+    let (lo_u, hi_u) = e.task_range(geom.n * geom.oh, "rows")?;
+    let mut err = Ok(());
+    e.for_range(lo_u, hi_u, 1, |e, r| {
+        if let (Some(exp), Some(ring)) = (&exp, ring) {
+            expand_rows(e, geom, exp, ring, (r, lo_u));
+        }
+        let img = e.b.ins().udiv_imm_u(r, geom.oh as i64);
+        let t = e.b.ins().imul_imm_s(img, geom.oh as i64);
+        let oy = e.b.ins().isub(r, t);
+        // Each tap row's offset in its block (of the ring, or of the
+        // input plane), and whether it falls in the padding.
+        let mut taps = Vec::with_capacity(geom.kh);
+        for ky in 0..geom.kh {
+            let (iy, out) = tap_row(e, geom, oy, ky);
+            let row_in = if ring.is_some() {
+                e.b.ins().urem_imm_u(iy, geom.kh as i64)
+            } else {
+                iy
+            };
+            let off = e.b.ins().imul_imm_s(row_in, (geom.w * B * 4) as i64);
+            taps.push((off, out));
+        }
+        let s0 = e.ci(0);
+        let s1 = e.ci(cb as i64);
+        e.for_range(s0, s1, 1, |e, blk| {
+            // Unit `(img * C/8 + blk) * OH + oy` of the output rows.
+            let t = e.b.ins().imul_imm_s(img, cb as i64);
+            let plane = e.b.ins().iadd(t, blk);
+            let base = match (ring, x) {
+                (Some(ring), _) => {
+                    let o = e.b.ins().imul_imm_s(blk, (geom.kh * geom.w * B * 4) as i64);
+                    e.b.ins().iadd(ring, o)
+                }
+                (None, Some(x)) => {
+                    let o =
+                        e.b.ins()
+                            .imul_imm_s(plane, (geom.h * geom.w * B * 4) as i64);
+                    e.b.ins().iadd(x, o)
+                }
+                (None, None) => unreachable!("an input or a ring"),
+            };
+            let rows: Vec<Value> = taps
+                .iter()
+                .map(|&(off, out)| {
+                    let p = e.b.ins().iadd(base, off);
+                    e.b.ins().select(out, zero_row, p)
+                })
+                .collect();
+            let (dst, u) = match (row, y) {
+                // The scratch row holds block `blk` at `blk` rows in.
+                (Some(row), _) => (row, blk),
+                (None, Some(y)) => {
+                    let t = e.b.ins().imul_imm_s(plane, geom.oh as i64);
+                    (y, e.b.ins().iadd(t, oy))
+                }
+                (None, None) => unreachable!("an output or a scratch row"),
+            };
+            let done = row_pixels(e, geom, &rows, (wp, dst), (bias, None), (lo, hi), (u, blk));
+            if err.is_ok() {
+                err = done;
+            }
+            if let (Some(spec), true) = (&spec, err.is_ok()) {
+                err = row_epilogue(e, spec, geom, u, Some(cb));
+            }
+        });
+        if let (Some(p), Some(row)) = (&proj, row) {
+            project_row(e, geom, p, row, (img, oy));
+        }
+    });
+    err
+}
+
+/// Bytes of one task's scratch row of a projected depthwise conv `geom`:
+/// one output row of every channel block, `[C/8][OW][8]`.
+pub(crate) fn row_bytes(geom: &ConvGeom) -> usize {
+    geom.c * geom.ow * 4
+}
+
+/// Whether blocked conv kernel `k` takes a projection
+/// ([`super::group::absorb_projections`]): a depthwise conv with a fused
+/// expansion (so a whole inverted residual block becomes one kernel) and
+/// at most a clamp after it. Without an expansion (MobileNet-V2's first
+/// block, 32 channels of 112x112) the projected row walk measured 3-8%
+/// slower than the two kernels; with one, blocks 2 and 3 0.98-0.99 and
+/// 0.93-0.96 of the kernels without projection (one thread, medians of 7
+/// and 9 alternating profiles).
+pub(crate) fn takes_projection(g: &Graph, k: &Kernel) -> bool {
+    let Ok(geom) = ConvGeom::of_node(g, k.nodes[0]) else {
+        return false;
+    };
+    is_blocked(&geom)
+        && !pointwise(&geom)
+        && dnnc_passes::block_channels::unfit(&geom).is_none()
+        && k.prologue.is_empty()
+        && !k.expansion.is_empty()
+        && super::group::clamp_after(g, k.nodes[0], &k.nodes[1..]).is_some()
+}
+
+/// A fused projection's operands in generated code.
+struct Projection {
+    /// Its packed filter.
+    w: Value,
+    /// Output channels.
+    m: usize,
+    /// Its output, `[N, m/8, OH, OW, 8]`.
+    y: Value,
+    /// Its bias, if any.
+    bias: Option<Value>,
+    /// Its residual (the output's layout), if any.
+    res: Option<Value>,
+    lo: f32,
+    hi: f32,
+}
+
+/// The projection of kernel `c` (a blocked depthwise conv `geom` it
+/// reads), checked: a blocked pointwise conv of `geom.m` input channels
+/// with at most a bias, a residual and a clamp, whose result is the
+/// kernel's only output.
+fn projection(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<Projection, String> {
+    let g = c.g;
+    let pw = *c.k.projection.first().ok_or("no projection")?;
+    let pgeom = ConvGeom::of_node(g, pw)?;
+    if let Some(why) = dnnc_passes::block_channels::unfit(&pgeom) {
+        return Err(format!("projection: {why}"));
+    }
+    let (res, lo, hi) = super::group::projection_ep(g, &c.k.projection)
+        .ok_or("projection: a blocked pointwise conv, a residual and a clamp at most")?;
+    if !pointwise(&pgeom)
+        || (pgeom.c, pgeom.h, pgeom.w, pgeom.n) != (geom.m, geom.oh, geom.ow, geom.n)
+    {
+        return Err("projection: its input is not the depthwise conv's result".into());
+    }
+    let last = *c.k.projection.last().ok_or("no projection")?;
+    let out = g.node(last).outputs[0];
+    if c.k.outputs != [out] {
+        return Err("projection: its result must be the kernel's only output".into());
+    }
+    let node = g.node(pw);
+    let bias = match node.inputs.get(2) {
+        Some(&b) => {
+            let t = &g.value(b).ty;
+            if t.dtype != DType::F32 || t.shape != [pgeom.m] {
+                return Err(format!("projection: bias must be f32[{}]", pgeom.m));
+            }
+            Some(e.bufs[c.arg(b)?])
+        }
+        None => None,
+    };
+    let res = match res {
+        Some(r) => Some(e.bufs[c.arg(r)?]),
+        None => None,
+    };
+    let at = 2 + usize::from(!c.k.expansion.is_empty());
+    Ok(Projection {
+        w: e.bufs[*c.prep.get(at).ok_or("missing projection filter")?],
+        m: pgeom.m,
+        y: e.bufs[c.arg(out)?],
+        bias,
+        res,
+        lo,
+        hi,
+    })
+}
+
+/// Projects the scratch row (output row `oy` of image `img` of the
+/// depthwise conv `geom`, every channel block) into the same row of the
+/// projection's output, its residual read at the same place.
+fn project_row(
+    e: &mut Emit<'_>,
+    geom: &ConvGeom,
+    p: &Projection,
+    row: Value,
+    (img, oy): (Value, Value),
+) {
+    let plane = geom.oh * geom.ow;
+    let t = e.b.ins().imul_imm_s(img, (p.m * plane * 4) as i64);
+    let t2 = e.b.ins().imul_imm_s(oy, (geom.ow * B * 4) as i64);
+    let off = e.b.ins().iadd(t, t2);
+    let y = e.b.ins().iadd(p.y, off);
+    let res = p.res.map(|r| e.b.ins().iadd(r, off));
+    let desc = ep_desc(
+        e,
+        p.bias,
+        res.map(|r| (r, (0, 0))),
+        (p.lo, p.hi, pgemm::ACT_NONE),
+    );
+    let args = [
+        p.w,
+        e.ci(geom.m as i64),
+        e.ci(p.m as i64),
+        row,
+        e.ci(geom.ow as i64),
+        e.ci(0),
+        e.ci(geom.ow as i64),
+        y,
+        e.ci((plane * B) as i64),
+        desc,
+    ];
+    let f = e.conv8c_band;
+    let call = e.b.ins().call(f, &args);
+    let rc = e.b.inst_results(call)[0];
+    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+    e.fail_if(bad, 1);
 }
 
 /// Bytes of one task's ring of expanded rows: `kh` rows of every

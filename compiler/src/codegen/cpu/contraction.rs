@@ -199,6 +199,11 @@ pub(crate) fn supports(op: &Op) -> bool {
 /// Whether the anchor's raw result needs its own scratch buffer: it is not
 /// itself a kernel output and no output has its shape to be reused.
 pub(crate) fn needs_acc_ws(g: &Graph, k: &Kernel) -> bool {
+    if !k.projection.is_empty() {
+        // The projection writes the outputs; the anchor's rows go to a
+        // scratch row.
+        return false;
+    }
     let a = g.node(k.nodes[0]).outputs[0];
     let ty = &g.value(a).ty;
     !k.outputs.contains(&a) && !k.outputs.iter().any(|&v| g.value(v).ty == *ty)
@@ -222,6 +227,9 @@ pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec
         if super::blocked::is_blocked(&geom) {
             if !k.expansion.is_empty() {
                 ws.push(super::blocked::ring_bytes(&geom));
+            }
+            if !k.projection.is_empty() {
+                ws.push(super::blocked::row_bytes(&geom));
             }
             if needs_acc_ws(g, k) {
                 ws.push(g.value(anchor.outputs[0]).ty.size_bytes());

@@ -53,7 +53,12 @@ pub(crate) fn kernel_work(g: &Graph, k: &Kernel, opts: &CpuOptions) -> (u64, u64
         .nodes
         .iter()
         .map(|&n| conv_work(g, n, algo).unwrap_or_else(|| node_work(g, n)))
-        .chain(k.expansion.iter().map(|&n| node_work(g, n)))
+        .chain(
+            k.expansion
+                .iter()
+                .chain(&k.projection)
+                .map(|&n| node_work(g, n)),
+        )
         .fold(0u64, u64::saturating_add);
     let Some(a) = k.anchor else {
         return (w, 0);

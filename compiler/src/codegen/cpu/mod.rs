@@ -67,10 +67,11 @@ pub struct CpuOptions {
     /// unless an algorithm is forced (`conv_algo`, `conv_algo_for`, which
     /// name NCHW lowerings).
     pub nchw_only: bool,
-    /// Keep each blocked expansion conv a kernel of its own, its result
-    /// written out, instead of computing it inside the depthwise conv
-    /// that reads it, a few rows at a time (for comparison).
-    pub unfused_expansions: bool,
+    /// Keep the convs of a channel-blocked inverted residual block
+    /// (expansion, depthwise, projection) kernels of their own, each
+    /// result written out, instead of one kernel that computes the block
+    /// a row at a time (for comparison).
+    pub unfused_blocks: bool,
 }
 
 /// What decides a CPU executable's partition (tasks per kernel, threads
@@ -285,10 +286,11 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let kernels = group::absorb_prologues(g, group::kernels(g), |k| {
         contraction::takes_prologue(g, k, opts)
     });
-    let kernels = if opts.unfused_expansions {
+    let kernels = if opts.unfused_blocks {
         kernels
     } else {
-        group::absorb_expansions(g, kernels, |k| blocked::takes_expansion(g, k))
+        let kernels = group::absorb_expansions(g, kernels, |k| blocked::takes_expansion(g, k));
+        group::absorb_projections(g, kernels, |k| blocked::takes_projection(g, k))
     };
     let kernels = group::order_for_locality(g, kernels);
     for k in &kernels {
@@ -307,12 +309,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 *e &= sup == Some(v);
             }
         }
-        // An expansion takes its filter packed.
-        let exp_filter = k.expansion.first().map(|&n| g.node(n).inputs[1]);
-        for &n in &k.expansion {
-            for &v in &g.node(n).inputs {
-                let e = superseded.entry(v).or_insert(true);
-                *e &= exp_filter == Some(v);
+        // An expansion and a projection take their filters packed.
+        for part in [&k.expansion, &k.projection] {
+            let filter = part.first().map(|&n| g.node(n).inputs[1]);
+            for &n in part {
+                for &v in &g.node(n).inputs {
+                    let e = superseded.entry(v).or_insert(true);
+                    *e &= filter == Some(v);
+                }
             }
         }
     }
@@ -681,9 +685,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let task_ws = std::mem::take(&mut e.task_ws);
             in_order = e.in_order;
             e.b.finalize(cfg);
-            let ops: Vec<&str> = (k.prologue.iter().chain(&k.expansion).chain(&k.nodes))
-                .map(|&n| g.node(n).op.name())
-                .collect();
+            let ops: Vec<&str> = k.all_nodes().map(|&n| g.node(n).op.name()).collect();
             let inplace = inplace_pairs(g, k, &kctx.arg_of);
             let algo = contraction::algo_of(g, k, opts).map(|a| format!("{a:?}").to_lowercase());
             let (work, split_work) = cost::kernel_work(g, k, opts);
@@ -708,9 +710,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                     func: dummy_kernel,
                     args,
                     errors,
-                    nodes: (k.prologue.iter().chain(&k.expansion).chain(&k.nodes))
-                        .map(|&n| node_label(g, n))
-                        .collect(),
+                    nodes: k.all_nodes().map(|&n| node_label(g, n)).collect(),
                     algo,
                     inplace,
                     writes,

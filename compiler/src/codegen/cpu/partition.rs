@@ -256,7 +256,8 @@ pub fn report(g: &Graph, exe: &Executable, profile: &dnnc_passes::cost::MachineP
             }
             None => "no code of its own: a view, built in place by its producers, the \
                      prologue of the 1x1 conv reading it (applied as its GEMM packs its input), \
-                     or the expansion computed inside the depthwise conv reading it"
+                     or the expansion or depthwise conv computed inside the kernel of the conv \
+                     reading it"
                 .to_string(),
         };
         let _ = writeln!(out, "  #   partition: {text}");
