@@ -232,9 +232,10 @@ pub enum Command {
         #[arg(long, conflicts_with_all = ["after", "passes"])]
         rules: bool,
         /// Run the pipeline up to and including PASS and print the result
-        /// (for `fusion`, the IR grouped into kernels; `partition`, after
-        /// the whole pipeline, adds how the CPU executable runs each kernel
-        /// on --threads threads).
+        /// (for `fusion`, the IR grouped into kernels; `block-channels`,
+        /// after the whole pipeline, the IR with the CPU backend's
+        /// channel-blocked chains; `partition`, after the whole pipeline,
+        /// how the CPU executable runs each kernel on --threads threads).
         #[arg(long, value_name = "PASS")]
         after: Option<String>,
         /// With --after partition: the thread count to partition for.
@@ -933,6 +934,8 @@ pub fn compile_for_cpu(
 /// The stage after the pipeline that `dnnc ir --after` also shows: how
 /// the CPU executable runs each kernel (`codegen::cpu::partition`).
 const PARTITION: &str = "partition";
+const BLOCK_CHANNELS: &str = "block-channels";
+const BLOCK_CHANNELS_DOC: &str = "(cpu backend, after the pipeline) chains of pointwise and depthwise convs stored channel-blocked (data=nchw8c), as the cpu backend compiles them unless --nchw-only";
 const PARTITION_DOC: &str = "(cpu backend, after the pipeline) each kernel's tasks or GEMM threads on --threads threads and which independent kernels run concurrently, as --partition's model decides them";
 
 fn ir_command(
@@ -945,6 +948,8 @@ fn ir_command(
     if passes {
         let mut text = pipeline.describe();
         let width = pipeline.names().iter().map(|n| n.len()).max().unwrap_or(0);
+        let width = width.max(BLOCK_CHANNELS.len());
+        text.push_str(&format!("{BLOCK_CHANNELS:width$}  {BLOCK_CHANNELS_DOC}\n"));
         text.push_str(&format!("{PARTITION:width$}  {PARTITION_DOC}\n"));
         return Ok(text);
     }
@@ -952,8 +957,10 @@ fn ir_command(
         return Ok(dnnc_ir::text::print(&load_model(model)?));
     };
     let partition = after == PARTITION;
-    if !partition && !pipeline.names().contains(&after) {
+    let blocked = after == BLOCK_CHANNELS;
+    if !partition && !blocked && !pipeline.names().contains(&after) {
         let mut valid: Vec<String> = pipeline.names().iter().map(|s| s.to_string()).collect();
+        valid.push(BLOCK_CHANNELS.to_string());
         valid.push(PARTITION.to_string());
         return Err(dnnc_passes::PassError::UnknownPass {
             name: after.to_string(),
@@ -963,8 +970,17 @@ fn ir_command(
     }
     let mut g = load_model(model)?;
     pipeline.verify = true;
-    let last = if partition { "fusion" } else { after };
-    let result = pipeline.run_until(&mut g, last)?;
+    let last = if partition || blocked {
+        "fusion"
+    } else {
+        after
+    };
+    let mut result = pipeline.run_until(&mut g, last)?;
+    if blocked {
+        let stats = dnnc_passes::block_channels::block_channels(&mut g)
+            .map_err(|e| dnnc_passes::PassError::graph(BLOCK_CHANNELS, e))?;
+        result.stats.push((BLOCK_CHANNELS, stats));
+    }
     let mut text = match &result.kernels {
         _ if partition => {
             let profile = match &partition_by {
@@ -980,6 +996,7 @@ fn ir_command(
             crate::codegen::cpu::partition::report(&g, &exe, &profile)
         }
         Some(kg) if after == "fusion" => dnnc_passes::print_kernels(&g, kg),
+        _ if blocked => dnnc_ir::text::print(&g),
         _ => dnnc_ir::text::print(&g),
     };
     for (pass, stats) in &result.stats {

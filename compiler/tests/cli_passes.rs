@@ -55,6 +55,7 @@ fn passes_lists_the_pipeline_in_order() {
             "fold-weights",
             "select-conv-algo",
             "fusion",
+            "block-channels",
             "partition"
         ],
         "{out}"
@@ -65,6 +66,39 @@ fn passes_lists_the_pipeline_in_order() {
     );
 }
 
+/// `--after block-channels`: the IR the cpu backend compiles, a chain of
+/// pointwise and depthwise convs stored `data=nchw8c` between one reorder
+/// in and one out, and the pass's counts with `--stats`.
+#[test]
+fn after_block_channels_prints_the_blocked_ir() {
+    let text = "graph m {
+  input %x: f32[1,8,8,8]
+  param %w1: f32[32,8,1,1] = he(seed=1)
+  param %w2: f32[32,1,3,3] = he(seed=2)
+  param %w3: f32[32,32,1,1] = he(seed=3)
+  param %w4: f32[8,32,1,1] = he(seed=4)
+  %a = Conv2d(%x, %w1)
+  %b = Conv2d(%a, %w2) {pads=[1,1,1,1], group=32}
+  %c = Conv2d(%b, %w3)
+  %d = Conv2d(%c, %w4)
+  output %d
+}";
+    let (dir, model) = temp_model("after-block", text);
+    let o = dnnc(&[
+        "ir",
+        model.to_str().unwrap(),
+        "--after",
+        "block-channels",
+        "--stats",
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = stdout(&o);
+    assert_eq!(out.matches("data=nchw8c").count(), 4, "{out}");
+    assert_eq!(out.matches("= Transpose(").count(), 2, "{out}");
+    assert!(out.contains("f32[1,4,8,8,8] = Conv2d("), "{out}");
+    assert!(out.contains("# block-channels: "), "{out}");
+}
+
 #[test]
 fn unknown_pass_exits_2_listing_valid_names() {
     let lenet = example("lenet5.dnn");
@@ -72,7 +106,7 @@ fn unknown_pass_exits_2_listing_valid_names() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("unknown pass `fuse`; the passes are: simplify, fold-batchnorm, egraph, fold-weights, select-conv-algo, fusion, partition"),
+        err.contains("unknown pass `fuse`; the passes are: simplify, fold-batchnorm, egraph, fold-weights, select-conv-algo, fusion, block-channels, partition"),
         "{err}"
     );
     assert!(o.stdout.is_empty());
