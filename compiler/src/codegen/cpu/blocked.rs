@@ -52,21 +52,15 @@ pub(crate) fn prepared(g: &Graph, k: &Kernel, geom: &ConvGeom) -> Result<Vec<Ali
         return Ok(vec![f32_buf(&blocked::pack_filter(&w, geom.m, geom.c))]);
     }
     let mut prep = depthwise_prepared(geom, &w);
-    if let Some(&pw) = k.expansion.first() {
-        let pgeom = ConvGeom::of_node(g, pw)?;
-        if let Some(why) = dnnc_passes::block_channels::unfit(&pgeom) {
-            return Err(format!("expansion: {why}"));
+    for (part, what) in [(&k.expansion, "expansion"), (&k.projection, "projection")] {
+        if let Some(&pw) = part.first() {
+            let pgeom = ConvGeom::of_node(g, pw)?;
+            if let Some(why) = dnnc_passes::block_channels::unfit(&pgeom) {
+                return Err(format!("{what}: {why}"));
+            }
+            let pwf = filter(g, pw)?;
+            prep.push(f32_buf(&blocked::pack_filter(&pwf, pgeom.m, pgeom.c)));
         }
-        let pwf = filter(g, pw)?;
-        prep.push(f32_buf(&blocked::pack_filter(&pwf, pgeom.m, pgeom.c)));
-    }
-    if let Some(&pw) = k.projection.first() {
-        let pgeom = ConvGeom::of_node(g, pw)?;
-        if let Some(why) = dnnc_passes::block_channels::unfit(&pgeom) {
-            return Err(format!("projection: {why}"));
-        }
-        let pwf = filter(g, pw)?;
-        prep.push(f32_buf(&blocked::pack_filter(&pwf, pgeom.m, pgeom.c)));
     }
     Ok(prep)
 }
@@ -387,15 +381,21 @@ pub(crate) fn row_bytes(geom: &ConvGeom) -> usize {
 /// 0.93-0.96 of the kernels without projection (one thread, medians of 7
 /// and 9 alternating profiles).
 pub(crate) fn takes_projection(g: &Graph, k: &Kernel) -> bool {
-    let Ok(geom) = ConvGeom::of_node(g, k.nodes[0]) else {
-        return false;
-    };
-    is_blocked(&geom)
-        && !pointwise(&geom)
-        && dnnc_passes::block_channels::unfit(&geom).is_none()
-        && k.prologue.is_empty()
+    fusable_depthwise(g, k).is_some()
         && !k.expansion.is_empty()
         && super::group::clamp_after(g, k.nodes[0], &k.nodes[1..]).is_some()
+}
+
+/// The geometry of kernel `k`'s anchor if it is a depthwise conv with a
+/// blocked kernel and no prologue: what a fused expansion or projection
+/// can join.
+fn fusable_depthwise(g: &Graph, k: &Kernel) -> Option<ConvGeom> {
+    let geom = ConvGeom::of_node(g, k.nodes[0]).ok()?;
+    let fits = is_blocked(&geom)
+        && !pointwise(&geom)
+        && dnnc_passes::block_channels::unfit(&geom).is_none()
+        && k.prologue.is_empty();
+    fits.then_some(geom)
 }
 
 /// A fused projection's operands in generated code.
@@ -420,16 +420,10 @@ struct Projection {
 /// kernel's only output.
 fn projection(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<Projection, String> {
     let g = c.g;
-    let pw = *c.k.projection.first().ok_or("no projection")?;
-    let pgeom = ConvGeom::of_node(g, pw)?;
-    if let Some(why) = dnnc_passes::block_channels::unfit(&pgeom) {
-        return Err(format!("projection: {why}"));
-    }
+    let (_, pgeom, bias) = fused_pointwise(e, c, &c.k.projection, "projection")?;
     let (res, lo, hi) = super::group::projection_ep(g, &c.k.projection)
         .ok_or("projection: a blocked pointwise conv, a residual and a clamp at most")?;
-    if !pointwise(&pgeom)
-        || (pgeom.c, pgeom.h, pgeom.w, pgeom.n) != (geom.m, geom.oh, geom.ow, geom.n)
-    {
+    if (pgeom.c, pgeom.h, pgeom.w, pgeom.n) != (geom.m, geom.oh, geom.ow, geom.n) {
         return Err("projection: its input is not the depthwise conv's result".into());
     }
     let last = *c.k.projection.last().ok_or("no projection")?;
@@ -437,17 +431,6 @@ fn projection(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<Project
     if c.k.outputs != [out] {
         return Err("projection: its result must be the kernel's only output".into());
     }
-    let node = g.node(pw);
-    let bias = match node.inputs.get(2) {
-        Some(&b) => {
-            let t = &g.value(b).ty;
-            if t.dtype != DType::F32 || t.shape != [pgeom.m] {
-                return Err(format!("projection: bias must be f32[{}]", pgeom.m));
-            }
-            Some(e.bufs[c.arg(b)?])
-        }
-        None => None,
-    };
     let res = match res {
         Some(r) => Some(e.bufs[c.arg(r)?]),
         None => None,
@@ -498,11 +481,7 @@ fn project_row(
         e.ci((plane * B) as i64),
         desc,
     ];
-    let f = e.conv8c_band;
-    let call = e.b.ins().call(f, &args);
-    let rc = e.b.inst_results(call)[0];
-    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
-    e.fail_if(bad, 1);
+    call_band(e, &args);
 }
 
 /// Bytes of one task's ring of expanded rows: `kh` rows of every
@@ -515,14 +494,8 @@ pub(crate) fn ring_bytes(geom: &ConvGeom) -> usize {
 /// ([`super::group::absorb_expansions`]): a depthwise conv with a blocked
 /// kernel whose input outgrows a core's L2 ([`EXPANSION_MIN_BYTES`]).
 pub(crate) fn takes_expansion(g: &Graph, k: &Kernel) -> bool {
-    let Ok(geom) = ConvGeom::of_node(g, k.nodes[0]) else {
-        return false;
-    };
-    is_blocked(&geom)
-        && !pointwise(&geom)
-        && dnnc_passes::block_channels::unfit(&geom).is_none()
-        && k.prologue.is_empty()
-        && geom.n * geom.c * geom.h * geom.w * 4 >= EXPANSION_MIN_BYTES
+    fusable_depthwise(g, k)
+        .is_some_and(|geom| geom.n * geom.c * geom.h * geom.w * 4 >= EXPANSION_MIN_BYTES)
 }
 
 /// The least expanded tensor (bytes) a depthwise conv computes inside
@@ -549,29 +522,13 @@ struct Expansion {
 /// it), checked: a blocked pointwise conv of `geom.c` output channels
 /// over a map of `geom`'s input size, with at most a bias and a clamp.
 fn expansion(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<Expansion, String> {
-    let pw = *c.k.expansion.first().ok_or("no expansion")?;
-    let pgeom = ConvGeom::of_node(c.g, pw)?;
-    if let Some(why) = dnnc_passes::block_channels::unfit(&pgeom) {
-        return Err(format!("expansion: {why}"));
-    }
+    let (pw, pgeom, bias) = fused_pointwise(e, c, &c.k.expansion, "expansion")?;
     let (lo, hi) = super::group::expansion_clamp(c.g, &c.k.expansion)
         .ok_or("expansion: a blocked pointwise conv and at most a clamp")?;
-    if !pointwise(&pgeom)
-        || (pgeom.m, pgeom.oh, pgeom.ow, pgeom.n) != (geom.c, geom.h, geom.w, geom.n)
-    {
+    if (pgeom.m, pgeom.oh, pgeom.ow, pgeom.n) != (geom.c, geom.h, geom.w, geom.n) {
         return Err("expansion: its result is not the depthwise conv's input".into());
     }
     let node = c.g.node(pw);
-    let bias = match node.inputs.get(2) {
-        Some(&b) => {
-            let t = &c.g.value(b).ty;
-            if t.dtype != DType::F32 || t.shape != [pgeom.m] {
-                return Err(format!("expansion: bias must be f32[{}]", pgeom.m));
-            }
-            Some(e.bufs[c.arg(b)?])
-        }
-        None => None,
-    };
     let w = e.bufs[*c.prep.get(2).ok_or("missing expansion filter")?];
     let x = e.bufs[c.arg(node.inputs[0])?];
     let ep = ep_desc(e, bias, None, (lo, hi, pgemm::ACT_NONE));
@@ -581,6 +538,46 @@ fn expansion(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<Expansio
         x,
         ep,
     })
+}
+
+/// The pointwise conv that fused nodes `part` (an expansion or a
+/// projection, `what`) start with, checked to have a blocked kernel: its
+/// node, geometry and bias buffer.
+fn fused_pointwise(
+    e: &mut Emit<'_>,
+    c: &KCtx<'_>,
+    part: &[dnnc_ir::NodeId],
+    what: &str,
+) -> Result<(dnnc_ir::NodeId, ConvGeom, Option<Value>), String> {
+    let pw = *part.first().ok_or_else(|| format!("no {what}"))?;
+    let pgeom = ConvGeom::of_node(c.g, pw)?;
+    if let Some(why) = dnnc_passes::block_channels::unfit(&pgeom) {
+        return Err(format!("{what}: {why}"));
+    }
+    if !pointwise(&pgeom) {
+        return Err(format!("{what}: not a pointwise conv"));
+    }
+    let bias = match c.g.node(pw).inputs.get(2) {
+        Some(&b) => {
+            let t = &c.g.value(b).ty;
+            if t.dtype != DType::F32 || t.shape != [pgeom.m] {
+                return Err(format!("{what}: bias must be f32[{}]", pgeom.m));
+            }
+            Some(e.bufs[c.arg(b)?])
+        }
+        None => None,
+    };
+    Ok((pw, pgeom, bias))
+}
+
+/// Emits `dnnc_conv1x1_nchw8c_band(args..)`, failing with error code 1
+/// when it returns non-zero.
+fn call_band(e: &mut Emit<'_>, args: &[Value]) {
+    let f = e.conv8c_band;
+    let call = e.b.ins().call(f, args);
+    let rc = e.b.inst_results(call)[0];
+    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+    e.fail_if(bad, 1);
 }
 
 /// Computes the expanded rows output row `r` (of the `N x OH` rows) needs
@@ -638,11 +635,7 @@ fn expand_rows(
             e.ci((geom.kh * geom.w * B) as i64),
             exp.ep,
         ];
-        let f = e.conv8c_band;
-        let call = e.b.ins().call(f, &args);
-        let rc = e.b.inst_results(call)[0];
-        let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
-        e.fail_if(bad, 1);
+        call_band(e, &args);
     });
 }
 

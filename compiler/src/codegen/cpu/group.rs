@@ -356,6 +356,28 @@ pub(crate) fn absorb_prologues(
     })
 }
 
+/// The kernel that computes the data input `v` of kernel `ki`'s anchor,
+/// when `v` is its only output and nothing but that anchor reads it (nor
+/// is it a graph output): its index and `v`.
+fn sole_feeder(
+    g: &Graph,
+    kernels: &[Kernel],
+    ki: usize,
+    graph_outputs: &HashSet<ValueId>,
+) -> Option<(usize, ValueId)> {
+    let anchor = kernels[ki].anchor?;
+    let v = *g.node(anchor).inputs.first()?;
+    let pi = kernels.iter().position(|p| p.outputs.contains(&v))?;
+    let p = &kernels[pi];
+    let sole_user = matches!(g.users(v).as_slice(), [(u, 0)] if *u == anchor);
+    let fits = pi != ki
+        && sole_user
+        && p.outputs == [v]
+        && !graph_outputs.contains(&v)
+        && p.nodes.last().map(|&n| g.node(n).outputs.first()) == Some(Some(&v));
+    fits.then_some((pi, v))
+}
+
 /// Where [`absorb`] puts a producer's nodes.
 #[derive(Clone, Copy)]
 enum Slot {
@@ -387,22 +409,11 @@ fn absorb(
         {
             continue;
         }
-        let v = g.node(anchor).inputs[0];
-        let Some(pi) = kernels.iter().position(|p| p.outputs.contains(&v)) else {
+        let Some((pi, v)) = sole_feeder(g, &kernels, ki, &graph_outputs) else {
             continue;
         };
         let p = &kernels[pi];
-        let sole_user = matches!(g.users(v).as_slice(), [(u, 0)] if *u == anchor);
-        if gone[pi]
-            || pi == ki
-            || !p.prologue.is_empty()
-            || !p.expansion.is_empty()
-            || p.outputs != [v]
-            || graph_outputs.contains(&v)
-            || !sole_user
-            || p.nodes.last().map(|&n| g.node(n).outputs.first()) != Some(Some(&v))
-            || !fits(p)
-        {
+        if gone[pi] || !p.prologue.is_empty() || !p.expansion.is_empty() || !fits(p) {
             continue;
         }
         let (nodes, mut inputs) = (p.nodes.clone(), p.inputs.clone());
@@ -534,7 +545,6 @@ pub(crate) fn absorb_projections(
     let mut gone = vec![false; kernels.len()];
     for pi in 0..kernels.len() {
         let p = &kernels[pi];
-        let Some(anchor) = p.anchor else { continue };
         if p.kind != KernelKind::Contraction
             || !p.prologue.is_empty()
             || !p.expansion.is_empty()
@@ -543,22 +553,11 @@ pub(crate) fn absorb_projections(
         {
             continue;
         }
-        let v = g.node(anchor).inputs[0];
-        let Some(di) = kernels.iter().position(|d| d.outputs.contains(&v)) else {
+        let Some((di, v)) = sole_feeder(g, &kernels, pi, &graph_outputs) else {
             continue;
         };
         let d = &kernels[di];
-        let sole_user = matches!(g.users(v).as_slice(), [(u, 0)] if *u == anchor);
-        if gone[di]
-            || di == pi
-            || d.kind != KernelKind::Contraction
-            || !d.projection.is_empty()
-            || d.outputs != [v]
-            || graph_outputs.contains(&v)
-            || !sole_user
-            || d.nodes.last().map(|&n| g.node(n).outputs.first()) != Some(Some(&v))
-            || !takes(d)
-        {
+        if gone[di] || d.kind != KernelKind::Contraction || !d.projection.is_empty() || !takes(d) {
             continue;
         }
         let mut merged = d.clone();
