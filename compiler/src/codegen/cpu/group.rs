@@ -633,4 +633,55 @@ mod tests {
         let before = names(&g, &kernels(&g));
         assert_eq!(names(&g, &order_for_locality(&g, kernels(&g))), before);
     }
+
+    /// A blocked inverted residual block: expansion + Clip, depthwise +
+    /// Clip, projection + residual; `extra` adds statements (an extra
+    /// reader or output).
+    fn block(extra: &str) -> Graph {
+        let src = format!(
+            "graph b {{
+  input %x: f32[1,2,4,4,8]
+  param %w1: f32[32,16,1,1] = he(seed=1)
+  param %w2: f32[32,1,3,3] = he(seed=2)
+  param %w3: f32[16,32,1,1] = he(seed=3)
+  %e = Conv2d(%x, %w1) {{data=nchw8c}}
+  %e6 = Clip(%e) {{min=0, max=6}}
+  %d = Conv2d(%e6, %w2) {{pads=[1,1,1,1], group=32, data=nchw8c}}
+  %d6 = Clip(%d) {{min=0, max=6}}
+  %q = Conv2d(%d6, %w3) {{data=nchw8c}}
+  %y = Add(%q, %x)
+{extra}  output %y
+}}"
+        );
+        dnnc_ir::text::parse(&src, "b.dnn").unwrap()
+    }
+
+    /// What the fused kernels hold: `(expansion, own nodes, projection)`
+    /// lengths per kernel, with every block fusable.
+    fn fused(g: &Graph) -> Vec<(usize, usize, usize)> {
+        let ks = absorb_expansions(g, kernels(g), |_| true);
+        let ks = absorb_projections(g, ks, |k| !k.expansion.is_empty());
+        ks.iter()
+            .map(|k| (k.expansion.len(), k.nodes.len(), k.projection.len()))
+            .collect()
+    }
+
+    #[test]
+    fn a_whole_block_becomes_one_kernel() {
+        let g = block("");
+        assert_eq!(fused(&g), [(2, 2, 2)]);
+    }
+
+    /// An expansion or depthwise result that something else reads (or
+    /// that is a graph output) must be written: its kernel stays apart.
+    #[test]
+    fn results_read_elsewhere_stay_in_their_own_kernels() {
+        // (Without its expansion the depthwise kernel takes no projection.)
+        let g = block("  output %e6\n");
+        assert_eq!(fused(&g), [(0, 2, 0), (0, 2, 0), (0, 2, 0)]);
+        let g = block("  %r = Relu(%d6)\n  output %r\n");
+        let f = fused(&g);
+        assert!(f.contains(&(2, 2, 0)), "{f:?}");
+        assert!(f.iter().all(|&(_, _, p)| p == 0), "{f:?}");
+    }
 }
