@@ -110,6 +110,8 @@ fn fused_blocks_match_the_interpreter_and_the_unfused_build() {
         (1, (16, 64, 66), (5, 1), CLIP, true),
         // Nine blocks: the expansion's first filter panel is 24 wide.
         (1, (24, 72, 62), (5, 2), CLIP, true),
+        // A stride beyond the taps: rows between windows are never expanded.
+        (1, (16, 96, 56), (1, 2), CLIP, true),
         (1, (16, 96, 56), (3, 1), SIGMOID, false),
         // Under 1 MiB expanded: two kernels.
         (1, (16, 48, 28), (3, 1), CLIP, false),

@@ -606,6 +606,8 @@ fn expand_rows(
     let restart_task = e.b.ins().icmp(IntCC::Equal, r, lo);
     let restart_image = e.b.ins().icmp_imm_s(IntCC::Equal, oy, 0);
     let restart = e.b.ins().bor(restart_task, restart_image);
+    // (With a stride beyond the taps, rows between windows are skipped.)
+    let fresh = e.b.ins().smax(fresh, first);
     let from = e.b.ins().select(restart, first, fresh);
     let zero = e.ci(0);
     let from = e.b.ins().smax(from, zero);
