@@ -50,16 +50,30 @@ const CLIP: &str = "  %e2 = Clip(%e) {min=0, max=6}";
 const SIGMOID: &str = "  %e2 = Sigmoid(%e)";
 const SILU: &str = "  %sg = Sigmoid(%e)\n  %e2 = Mul(%e, %sg)";
 
-fn run(body: &str) {
+/// `body` parsed, a seeded random input, the default build checked
+/// against the interpreter, and that build compiled.
+fn checked(
+    body: &str,
+    seed: u64,
+) -> (
+    dnnc_ir::Graph,
+    Vec<(String, dnnc_ir::Tensor)>,
+    dnnc_runtime::cpu::Executable,
+) {
     let g = parse(body);
     let x = g.inputs()[0];
     let ins = vec![(
         g.value(x).name.clone(),
-        rand_f32(&g.value(x).ty.shape, 11, -1.0, 1.0),
+        rand_f32(&g.value(x).ty.shape, seed, -1.0, 1.0),
     )];
     let opts = CpuOptions::default();
     check_with(&g, &ins, 1e-4, 1e-5, &opts);
-    let mut exe = compile_cpu(&g, &opts).expect("compile");
+    let exe = compile_cpu(&g, &opts).expect("compile");
+    (g, ins, exe)
+}
+
+fn run(body: &str) {
+    let (_, ins, mut exe) = checked(body, 11);
     let blocked = exe
         .steps()
         .iter()
@@ -117,15 +131,7 @@ fn fused_blocks_match_the_interpreter_and_the_unfused_build() {
         (1, (16, 48, 28), (3, 1), CLIP, false),
     ] {
         let body = chain(n, dims, taps, act);
-        let g = parse(&body);
-        let x = g.inputs()[0];
-        let ins = vec![(
-            g.value(x).name.clone(),
-            rand_f32(&g.value(x).ty.shape, 12, -1.0, 1.0),
-        )];
-        let opts = CpuOptions::default();
-        check_with(&g, &ins, 1e-4, 1e-5, &opts);
-        let mut exe = compile_cpu(&g, &opts).expect("compile");
+        let (g, ins, mut exe) = checked(&body, 12);
         let fused_steps = exe
             .steps()
             .iter()

@@ -97,7 +97,7 @@ pub(crate) fn lower(
     if let Some(why) = dnnc_passes::block_channels::unfit(geom) {
         return Err(why);
     }
-    if !c.k.expansion.is_empty() || !c.k.projection.is_empty() {
+    if !c.k.expansion.is_empty() {
         return lower_rows(e, c, geom).map(|()| Vec::new());
     }
     let node = c.g.node(c.k.nodes[0]);
@@ -227,10 +227,11 @@ pub(crate) fn lower(
     Ok(Vec::new())
 }
 
-/// A blocked depthwise conv kernel `c` with an expansion, a projection
-/// or both, walking its task's share of the `N x OH` output rows in
-/// order: each row's new tap rows expanded into the ring (or read from
-/// the input), the row of every channel block computed, then either
+/// A blocked depthwise conv kernel `c` with an expansion (and maybe a
+/// projection, which [`takes_projection`] only gives such a kernel),
+/// walking its task's share of the `N x OH` output rows in order: each
+/// row's new tap rows expanded into the ring, the row of every channel
+/// block computed, then either
 /// stored with the depthwise conv's epilogue or, with a projection, kept
 /// in a scratch row that the projection turns into the same row of its
 /// output (bias, residual and clamp in its epilogue).
@@ -270,50 +271,33 @@ fn lower_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), Str
     e.in_order = true;
     let cb = geom.c / B;
     let mut ws = c.ws.iter().copied();
-    let ring = if c.k.expansion.is_empty() {
-        None
-    } else {
-        let a = ws.next().ok_or("missing expansion ring")?;
-        Some(e.task_slice(a, e.bufs[a], ring_bytes(geom)))
-    };
+    let a = ws.next().ok_or("missing expansion ring")?;
+    let ring = e.task_slice(a, e.bufs[a], ring_bytes(geom));
     let row = if c.k.projection.is_empty() {
         None
     } else {
         let a = ws.next().ok_or("missing projection row")?;
         Some(e.task_slice(a, e.bufs[a], row_bytes(geom)))
     };
-    let exp = match ring {
-        Some(_) => Some(expansion(e, c, geom)?),
-        None => None,
-    };
+    let exp = expansion(e, c, geom)?;
     let proj = match row {
         Some(_) => Some(projection(e, c, geom)?),
         None => None,
     };
-    let x = match exp {
-        Some(_) => None,
-        None => Some(e.bufs[c.arg(node.inputs[0])?]),
-    };
     let (lo_u, hi_u) = e.task_range(geom.n * geom.oh, "rows")?;
     let mut err = Ok(());
     e.for_range(lo_u, hi_u, 1, |e, r| {
-        if let (Some(exp), Some(ring)) = (&exp, ring) {
-            expand_rows(e, geom, exp, ring, (r, lo_u));
-        }
+        expand_rows(e, geom, &exp, ring, (r, lo_u));
         let img = e.b.ins().udiv_imm_u(r, geom.oh as i64);
         let t = e.b.ins().imul_imm_s(img, geom.oh as i64);
         let oy = e.b.ins().isub(r, t);
-        // Each tap row's offset in its block (of the ring, or of the
-        // input plane), and whether it falls in the padding.
+        // Each tap row's offset in its block of the ring, and whether it
+        // falls in the padding.
         let mut taps = Vec::with_capacity(geom.kh);
         for ky in 0..geom.kh {
             let (iy, out) = tap_row(e, geom, oy, ky);
-            let row_in = if ring.is_some() {
-                e.b.ins().urem_imm_u(iy, geom.kh as i64)
-            } else {
-                iy
-            };
-            let off = e.b.ins().imul_imm_s(row_in, (geom.w * B * 4) as i64);
+            let slot = e.b.ins().urem_imm_u(iy, geom.kh as i64);
+            let off = e.b.ins().imul_imm_s(slot, (geom.w * B * 4) as i64);
             taps.push((off, out));
         }
         let s0 = e.ci(0);
@@ -322,19 +306,8 @@ fn lower_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), Str
             // Unit `(img * C/8 + blk) * OH + oy` of the output rows.
             let t = e.b.ins().imul_imm_s(img, cb as i64);
             let plane = e.b.ins().iadd(t, blk);
-            let base = match (ring, x) {
-                (Some(ring), _) => {
-                    let o = e.b.ins().imul_imm_s(blk, (geom.kh * geom.w * B * 4) as i64);
-                    e.b.ins().iadd(ring, o)
-                }
-                (None, Some(x)) => {
-                    let o =
-                        e.b.ins()
-                            .imul_imm_s(plane, (geom.h * geom.w * B * 4) as i64);
-                    e.b.ins().iadd(x, o)
-                }
-                (None, None) => unreachable!("an input or a ring"),
-            };
+            let o = e.b.ins().imul_imm_s(blk, (geom.kh * geom.w * B * 4) as i64);
+            let base = e.b.ins().iadd(ring, o);
             let rows: Vec<Value> = taps
                 .iter()
                 .map(|&(off, out)| {

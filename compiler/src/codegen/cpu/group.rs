@@ -378,6 +378,25 @@ fn sole_feeder(
     fits.then_some((pi, v))
 }
 
+/// Appends to `inputs` those of `more` it lacks, except `v` (the value
+/// the merged kernels passed between them).
+fn add_inputs(inputs: &mut Vec<ValueId>, more: &[ValueId], v: ValueId) {
+    for &i in more {
+        if i != v && !inputs.contains(&i) {
+            inputs.push(i);
+        }
+    }
+}
+
+/// `kernels` without those marked `gone` (merged into another).
+fn without(kernels: Vec<Kernel>, gone: &[bool]) -> Vec<Kernel> {
+    kernels
+        .into_iter()
+        .zip(gone)
+        .filter_map(|(k, &gone)| (!gone).then_some(k))
+        .collect()
+}
+
 /// Where [`absorb`] puts a producer's nodes.
 #[derive(Clone, Copy)]
 enum Slot {
@@ -418,11 +437,7 @@ fn absorb(
         }
         let (nodes, mut inputs) = (p.nodes.clone(), p.inputs.clone());
         let k = &mut kernels[ki];
-        for &i in &k.inputs {
-            if i != v && !inputs.contains(&i) {
-                inputs.push(i);
-            }
-        }
+        add_inputs(&mut inputs, &k.inputs, v);
         k.inputs = inputs;
         match slot {
             Slot::Prologue => k.prologue = nodes,
@@ -430,11 +445,7 @@ fn absorb(
         }
         gone[pi] = true;
     }
-    kernels
-        .into_iter()
-        .zip(gone)
-        .filter_map(|(k, gone)| (!gone).then_some(k))
-        .collect()
+    without(kernels, &gone)
 }
 
 /// Whether conv node `n` is a channel-blocked pointwise conv (1x1,
@@ -561,22 +572,14 @@ pub(crate) fn absorb_projections(
             continue;
         }
         let mut merged = d.clone();
-        for &i in &p.inputs {
-            if i != v && !merged.inputs.contains(&i) {
-                merged.inputs.push(i);
-            }
-        }
+        add_inputs(&mut merged.inputs, &p.inputs, v);
         merged.name = p.name.clone();
         merged.outputs = p.outputs.clone();
         merged.projection = p.nodes.clone();
         kernels[pi] = merged;
         gone[di] = true;
     }
-    kernels
-        .into_iter()
-        .zip(gone)
-        .filter_map(|(k, gone)| (!gone).then_some(k))
-        .collect()
+    without(kernels, &gone)
 }
 
 #[cfg(test)]
