@@ -7,7 +7,11 @@
 # |out - ref| <= 1e-4 + 1e-3 |ref|. One line per model and build: max
 # abs error, elements outside the bound, OK or FAIL. The interpreter's
 # line tells how far plain f32 summation in another order already is
-# from onnxruntime on that model.
+# from onnxruntime on that model. Where the directory also holds
+# output_f64.npy (the float64 answer bench/export_torchvision.py writes),
+# each line adds the same count against it, and a first line per model
+# gives onnxruntime's own output against it: the bound a float32
+# implementation can be held to.
 #
 # Usage: bench/check_models.sh DIR [THREADS]   (from the repository root)
 # Needs: a release build, the onnxruntime venv at ../ort-venv (numpy).
@@ -24,16 +28,28 @@ DNNC=./target/release/dnnc
 [ -x "$PY" ] || { echo "onnxruntime venv $PY not found" >&2; exit 2; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 compare='
-import sys, numpy as np
+import sys, os, numpy as np
 y, r = np.load(sys.argv[1]), np.load(sys.argv[2])
 if y.shape != r.shape: print(f"shape {y.shape} vs {r.shape} FAIL"); sys.exit(1)
-d = np.abs(y.astype(np.float64) - r); bad = int((d > 1e-4 + 1e-3 * np.abs(r)).sum())
+def outside(r):
+    d = np.abs(y.astype(np.float64) - r)
+    return d, int((d > 1e-4 + 1e-3 * np.abs(r)).sum())
+d, bad = outside(r)
 verdict = "FAIL" if bad else "OK"
-print(f"max abs err {d.max():.2e}  outside {bad}/{r.size}  {verdict}")
+exact = ""
+if len(sys.argv) > 3 and os.path.exists(sys.argv[3]):
+    de, be = outside(np.load(sys.argv[3]))
+    exact = f"   vs float64: max abs err {de.max():.2e}  outside {be}/{r.size}"
+print(f"max abs err {d.max():.2e}  outside {bad}/{r.size}  {verdict}{exact}")
 sys.exit(1 if bad else 0)'
 status=0
 for dir in "$DIR"/*/; do
   name=$(basename "$dir")
+  exact="$dir/output_f64.npy"
+  if [ -f "$exact" ]; then
+    line=$("$PY" -c "$compare" "$dir/output.npy" "$exact")
+    printf '%-20s %-10s %s\n' "$name" onnxruntime "vs float64: ${line#max abs err }"
+  fi
   for build in default $ALGOS interp; do
     args=(--threads "$T")
     case $build in
@@ -46,7 +62,7 @@ for dir in "$DIR"/*/; do
       printf '%-20s %-10s run failed: %s\n' "$name" "$build" "$(tail -1 "$tmp/log")"; status=1; continue
     fi
     out=$(ls "$tmp/out"/*.npy | head -1)
-    line=$("$PY" -c "$compare" "$out" "$dir/output.npy") || status=1
+    line=$("$PY" -c "$compare" "$out" "$dir/output.npy" "$exact") || status=1
     printf '%-20s %-10s %s\n' "$name" "$build" "$line"
   done
 done

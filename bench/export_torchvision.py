@@ -2,7 +2,9 @@
 exported (PyTorch's TorchScript exporter, opset 17, seeded random weights),
 at batch 8, each as OUTDIR/<name>/{model.onnx,input.npy,output.npy} with
 onnxruntime's output as the oracle, for bench/check_models.sh and
-bench/compare_ort.sh (EXTRA=OUTDIR).
+bench/compare_ort.sh (EXTRA=OUTDIR). It also writes output_f64.npy, the
+same network run by PyTorch in float64: the exact answer to within 1e-12,
+which tells how far onnxruntime's own float32 output is from it.
 
 BatchNorm statistics come from three random batches (cumulative average)
 before the export, so activations keep a sane scale: with the default
@@ -49,4 +51,7 @@ for name in names:
     np.save(os.path.join(d, "output.npy"), y)
     with torch.no_grad():
         t = m(x).numpy()
-    print(name, y.shape, "ort vs torch max abs", float(np.abs(y - t).max()), flush=True)
+        exact = m.double()(x.double()).numpy()
+    np.save(os.path.join(d, "output_f64.npy"), exact)
+    print(name, y.shape, "ort vs torch max abs", float(np.abs(y - t).max()),
+          "ort vs float64 max abs", float(np.abs(y - exact).max()), flush=True)
