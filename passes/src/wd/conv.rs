@@ -51,17 +51,26 @@ pub struct ConvShape {
 
 impl ConvShape {
     /// Reads the geometry off a Conv2d node's attributes and its input `x`,
-    /// weight `w` and output `y` types.
+    /// weight `w` and output `y` types, the activations read through the
+    /// conv's data layout (a channel-blocked `[N, C/8, H, W, 8]` is `C`
+    /// channels, not `C/8`).
     pub fn from_types(c: &Conv2d, x: &TensorType, w: &TensorType, y: &TensorType) -> ConvShape {
         let d = |t: &TensorType, i: usize| t.shape.get(i).copied().unwrap_or(1) as u64;
+        let logical = |t: &TensorType| {
+            c.data.logical_dims(&t.shape).map_or_else(
+                || [d(t, 0), d(t, 1), d(t, 2), d(t, 3)],
+                |dims| dims.map(|v| v as u64),
+            )
+        };
+        let ([n, c_in, h, w_in], [_, _, h_out, w_out]) = (logical(x), logical(y));
         ConvShape {
-            n: d(x, 0),
-            c_in: d(x, 1),
+            n,
+            c_in,
             c_out: d(w, 0),
-            h: d(x, 2),
-            w: d(x, 3),
-            h_out: d(y, 2),
-            w_out: d(y, 3),
+            h,
+            w: w_in,
+            h_out,
+            w_out,
             kh: d(w, 2),
             kw: d(w, 3),
             strides: c.strides.map(|s| s as u64),
@@ -287,5 +296,32 @@ mod tests {
         assert_eq!(transform_work(3, 4), 9 * 4 + 16 * 3);
         assert_eq!(transform_work(4, 4), 2 * 64);
         assert_eq!(transform_work(4, 2), 16 * 2 + 4 * 4);
+    }
+
+    /// A channel-blocked conv is the same convolution as its NCHW form:
+    /// read as NCHW, a depthwise conv's `[1, 48, 14, 14, 8]` input had
+    /// 48 channels for 384 groups, and no work at all.
+    #[test]
+    fn blocked_activations_read_as_their_logical_shape() {
+        use dnnc_ir::op::DataLayout;
+        use dnnc_ir::TensorType;
+        let plain = Conv2d {
+            strides: [1, 1],
+            pads: [1, 1, 1, 1],
+            dilations: [1, 1],
+            group: 384,
+            ..Default::default()
+        };
+        let blocked = Conv2d {
+            data: DataLayout::Nchw8c,
+            ..plain.clone()
+        };
+        let w = TensorType::f32([384, 1, 3, 3]);
+        let nchw = TensorType::f32([1, 384, 14, 14]);
+        let nchw8c = TensorType::f32([1, 48, 14, 14, 8]);
+        let want = ConvShape::from_types(&plain, &nchw, &w, &nchw);
+        let got = ConvShape::from_types(&blocked, &nchw8c, &w, &nchw8c);
+        assert_eq!(got, want);
+        assert_eq!(got.macs(), 384 * 14 * 14 * 9);
     }
 }

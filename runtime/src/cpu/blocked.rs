@@ -13,7 +13,7 @@
 //! Each output element is `bias + sum over k in order + residual`, then
 //! clamped and activated, the same in every split and tile.
 
-use super::pgemm::{activate, Epilogue, ACT_NONE};
+use super::pgemm::{activate, Epilogue, ACT_NONE, ACT_SIGMOID, ACT_SILU};
 
 /// Output channels per filter panel: two 8-lane blocks, or three where
 /// the blocks are odd (a one-block panel would run half as many FMAs per
@@ -446,17 +446,24 @@ unsafe fn avx2_tile_n<const NP: usize, const NB: usize>(
     row!(0 1 2 3 4 5);
 }
 
-/// Eight lanes through activation `act`, one at a time (the
-/// activations other than a clamp are rare on blocked convs).
+/// Eight lanes through activation `act`, in registers with the GEMM
+/// epilogue's `sigmoid8` (bitwise [`activate`]'s result). Inlined: as an
+/// out-of-line call (or a scalar loop over the lanes) it clobbered every
+/// ymm register, and LLVM then stored each accumulator to the stack at
+/// every k step of the tile's loop (EfficientNet-B0's blocked convs with
+/// SiLU).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[inline(never)]
+#[inline]
 unsafe fn store_activated(y: *mut f32, v: std::arch::x86_64::__m256, act: u32) {
-    let mut lanes = [0f32; 8];
-    std::arch::x86_64::_mm256_storeu_ps(lanes.as_mut_ptr(), v);
-    for (l, s) in lanes.iter().enumerate() {
-        *y.add(l) = activate(act, *s);
-    }
+    use super::pgemm::x86::sigmoid8;
+    use std::arch::x86_64::*;
+    let v = match act {
+        ACT_SIGMOID => sigmoid8(v),
+        ACT_SILU => _mm256_mul_ps(v, sigmoid8(v)),
+        _ => v,
+    };
+    _mm256_storeu_ps(y, v);
 }
 
 #[cfg(test)]
@@ -556,6 +563,60 @@ mod tests {
                 "element {i}: {a} vs {b}"
             );
         }
+    }
+
+    /// Sigmoid and SiLU epilogues give bitwise the scalar [`activate`]
+    /// of the clamped sum (every tile shape: 24-, 16- and 8-wide panels,
+    /// full and partial pixel tiles), large inputs included so the
+    /// sigmoid's clamp bounds are crossed.
+    #[test]
+    fn activations_are_bitwise_the_scalar_ones() {
+        let (n, m, k, hw) = (1, 48, 16, 29);
+        let x: Vec<f32> = (0..n * k * hw)
+            .map(|i| ((i * 7919) % 101) as f32 * 1.5 - 75.0)
+            .collect();
+        let w: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 31) % 97) as f32 * 0.02 - 0.96)
+            .collect();
+        let packed = pack_filter(&w, m, k);
+        let call = |act: u32| {
+            let ep = Epilogue {
+                lo: -150.0,
+                hi: 90.0,
+                act,
+                ..Epilogue::NONE
+            };
+            let mut y = vec![f32::NAN; n * m * hw];
+            let rc = unsafe {
+                dnnc_conv1x1_nchw8c(
+                    packed.as_ptr(),
+                    k,
+                    m,
+                    x.as_ptr(),
+                    y.as_mut_ptr(),
+                    hw,
+                    0,
+                    n * hw,
+                    0,
+                    panel_count(m),
+                    &ep,
+                )
+            };
+            assert_eq!(rc, 0);
+            y
+        };
+        let plain = call(ACT_NONE);
+        for act in [ACT_SIGMOID, ACT_SILU] {
+            for (i, (a, v)) in call(act).iter().zip(&plain).enumerate() {
+                let want = activate(act, *v);
+                assert_eq!(
+                    a.to_bits(),
+                    want.to_bits(),
+                    "act {act} element {i}: {a} vs {want} of {v}"
+                );
+            }
+        }
+        assert!(plain.iter().any(|v| *v < -88.0) && plain.iter().any(|v| *v > 87.0));
     }
 
     #[test]

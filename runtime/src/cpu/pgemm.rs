@@ -1935,7 +1935,7 @@ unsafe fn micro_portable(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     use super::{store_tile, TileEp, KC};
     use std::arch::x86_64::*;
 
@@ -2849,7 +2849,7 @@ mod x86 {
     /// 16 -> 13 ns), its result waiting on the division's long chain.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn sigmoid8(v: __m256) -> __m256 {
+    pub(in crate::cpu) unsafe fn sigmoid8(v: __m256) -> __m256 {
         use super::sig;
         let x = _mm256_max_ps(_mm256_set1_ps(sig::LO), v);
         let x = _mm256_min_ps(_mm256_set1_ps(sig::HI), x);
