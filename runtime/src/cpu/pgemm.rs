@@ -2924,9 +2924,18 @@ pub(super) mod x86 {
     ) {
         const MR: usize = 6;
         let mut acc = [[_mm256_setzero_ps(); W]; R];
+        // B read in place (row stride beyond the panel): fetch the same
+        // row of the next column strip while this one is consumed, one
+        // line per k (RegNetY's 32 -> 48 1x1 conv on 112x112 maps, 8
+        // images: 12.5 -> 11.7 ms at one thread, 10 alternating pairs;
+        // zoo models 0.97-1.01). Packed panels are read in order anyway.
+        let pfb = if ldb > 8 * W { 8 * W } else { 0 };
         let (mut a, mut b) = (a, b);
         for _ in 0..kc {
             _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
+            if pfb > 0 {
+                _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(pfb) as *const i8);
+            }
             let mut bv = [_mm256_setzero_ps(); W];
             for (h, v) in bv.iter_mut().enumerate() {
                 *v = _mm256_loadu_ps(b.add(8 * h));
