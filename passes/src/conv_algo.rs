@@ -43,6 +43,14 @@ pub const FFT_MAX_SPECTRUM: usize = 256 << 20;
 /// per group (measured; see ARCHITECTURE.md, "Convolution algorithms").
 pub const WINO_MIN_CHANNELS: usize = 8;
 
+/// A strided grouped conv of 8-channel groups ([`ConvGeom::grouped8`])
+/// takes `direct` by default only from this many output columns; below,
+/// its kernel's per-row copies of the input's phases cost more than
+/// im2col saves (RegNetY-400MF at batch 8, one thread: 48 channels
+/// 112x112 -> 56x56 8.98 ms direct, 10.36 im2col; 104 channels 56 -> 28
+/// 5.61 / 5.36; 208 channels 28 -> 14 3.27 / 3.08).
+pub const GROUP8_STRIDED_MIN_COLS: usize = 32;
+
 /// Winograd F(4x4) by default needs at least this many 4x4 output tiles
 /// per image: each transformed filter element (α²/9 times the filter's
 /// size, read from memory once per run in a model of tens of MiB of
@@ -172,6 +180,20 @@ impl ConvGeom {
         cg >= WINO_MIN_CHANNELS && mg >= WINO_MIN_CHANNELS
     }
 
+    /// Whether this is a grouped conv of 8 input and 8 output channels
+    /// per group (more than one group, undilated, filter known at compile
+    /// time), which the CPU backend's `direct` algorithm computes with its
+    /// own kernel (`dnnc_runtime::cpu::group8`) and the heuristic gives
+    /// `direct`: RegNet's 3x3 convs, whose 8 x 8 per-group GEMMs waste a
+    /// third of the packed GEMM's 6-row panels.
+    pub fn grouped8(&self) -> bool {
+        self.g > 1
+            && self.per_group() == (8, 8)
+            && self.p.dilations == [1, 1]
+            && self.const_w
+            && self.p.data == dnnc_ir::op::DataLayout::Nchw
+    }
+
     /// The geometry as the Work-Depth model's and cost model's shape.
     pub fn shape(&self) -> crate::wd::ConvShape {
         let u = |v: usize| v as u64;
@@ -262,7 +284,9 @@ impl ConvGeom {
     }
 
     /// The default algorithm (documented heuristic, see ARCHITECTURE.md):
-    /// depthwise and pointwise where they apply; Winograd for 3x3
+    /// depthwise and pointwise where they apply; direct for grouped convs
+    /// of 8-channel groups ([`ConvGeom::grouped8`]; strided ones from
+    /// [`GROUP8_STRIDED_MIN_COLS`] output columns); Winograd for 3x3
     /// stride-1 convolutions with at least [`WINO_MIN_CHANNELS`] channels:
     /// F(4x4) when an image has [`WINO_MIN_TILES`] tiles, else F(2x2) when
     /// it has [`WINO2_MIN_TILES`], else im2col; FFT for kernels of 7x7 and more with few
@@ -274,6 +298,10 @@ impl ConvGeom {
             ConvAlgo::Depthwise
         } else if fits(ConvAlgo::Pointwise) {
             ConvAlgo::Pointwise
+        } else if self.grouped8()
+            && (self.p.strides == [1, 1] || self.ow >= GROUP8_STRIDED_MIN_COLS)
+        {
+            ConvAlgo::Direct
         } else if fits(ConvAlgo::Winograd4) && self.winograd_channels() {
             // The frequency GEMMs' width: one image's tiles where the
             // lowering multiplies image by image (a batch-8 DenseNet

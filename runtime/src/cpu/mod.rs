@@ -81,6 +81,7 @@
 mod alloc;
 pub mod blocked;
 pub mod fftconv;
+pub mod group8;
 pub mod native;
 pub mod peak;
 pub mod pgemm;

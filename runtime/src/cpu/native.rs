@@ -293,6 +293,10 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
             "dnnc_conv1x1_nchw8c_band",
             super::blocked::dnnc_conv1x1_nchw8c_band as *const u8,
         ),
+        (
+            "dnnc_conv_group8",
+            super::group8::dnnc_conv_group8 as *const u8,
+        ),
     ]
 }
 

@@ -290,6 +290,9 @@ pub(crate) fn prepared(
         return super::blocked::prepared(g, k, &geom);
     }
     let algo = choose_algo(&geom, g, k, opts);
+    if algo == ConvAlgo::Direct && geom.grouped8() {
+        return super::group8::prepared(&geom, &f32_weight(g, anchor.inputs[1])?);
+    }
     if conv_packed(g, k, algo) {
         let (cg, mg) = geom.per_group();
         let kk = cg * geom.kh * geom.kw;
@@ -356,7 +359,8 @@ pub(crate) fn superseded_weight(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Opt
             let prepared = super::blocked::is_blocked(&geom)
                 || conv_packed(g, k, algo)
                 || algo.wino_m().is_some()
-                || algo == ConvAlgo::Fft;
+                || algo == ConvAlgo::Fft
+                || (algo == ConvAlgo::Direct && geom.grouped8());
             (prepared && is_weight(g, w)).then_some(w)
         }
         _ => None,
@@ -1130,6 +1134,9 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
         return super::blocked::lower(e, c, &geom);
     }
     let algo = choose_algo(&geom, c.g, c.k, c.opts);
+    if algo == ConvAlgo::Direct && geom.grouped8() {
+        return super::group8::lower(e, c, &geom);
+    }
     if let Some(m) = algo.wino_m() {
         super::fastconv::lower(e, c, &geom, m)?;
         return Ok(vec![PACKED_MISMATCH.to_string()]);

@@ -34,6 +34,8 @@ pub(crate) struct Emit<'a> {
     /// The channel-blocked pointwise conv into a band buffer
     /// (`dnnc_conv1x1_nchw8c_band`, a fused expansion's rows), imported.
     pub conv8c_band: FuncRef,
+    /// The grouped conv of 8-channel groups (`dnnc_conv_group8`), imported.
+    pub group8: FuncRef,
     /// Block every error path jumps to, with the error code as parameter.
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).

@@ -22,6 +22,7 @@ mod emit;
 mod extended;
 mod fastconv;
 pub(crate) mod group;
+mod group8;
 mod math;
 mod movement;
 pub mod partition;
@@ -531,6 +532,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let conv8c_band_id = module
         .declare_function("dnnc_conv1x1_nchw8c_band", Linkage::Import, &bandsg)
         .map_err(|e| backend(e.to_string()))?;
+    let mut g8sg = module.make_signature();
+    for t in [ptr, ptr, ptr, ptr, I64, I64, ptr] {
+        g8sg.params.push(AbiParam::new(t));
+    }
+    g8sg.returns.push(AbiParam::new(I32));
+    let group8_id = module
+        .declare_function("dnnc_conv_group8", Linkage::Import, &g8sg)
+        .map_err(|e| backend(e.to_string()))?;
 
     // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
@@ -622,6 +631,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let gsgemm = module.declare_func_in_func(gsgemm_id, &mut ctx.func);
             let conv8c = module.declare_func_in_func(conv8c_id, &mut ctx.func);
             let conv8c_band = module.declare_func_in_func(conv8c_band_id, &mut ctx.func);
+            let group8 = module.declare_func_in_func(group8_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -644,6 +654,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 gsgemm,
                 conv8c,
                 conv8c_band,
+                group8,
                 fail,
                 cfg: module.target_config(),
                 task,

@@ -1,0 +1,112 @@
+//! Lowering of grouped convs with 8 input and 8 output channels per group
+//! (`ConvGeom::grouped8`) under the `direct` algorithm: one call of the
+//! runtime kernel `dnnc_conv_group8` per task, over the task's share of
+//! the `N x groups x OH` output rows. The kernel applies bias, residual,
+//! clamp and sigmoid/SiLU itself; any other fused ops run afterwards
+//! through the generic elementwise epilogue over the whole result (the
+//! kernel then does not split).
+
+use super::contraction::{acc_arg, ep_desc, epilogue, f32_buf, i64_buf, match_fused, FusedEp};
+use super::emit::Emit;
+use super::KCtx;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::InstBuilder;
+use dnnc_ir::DType;
+use dnnc_passes::ConvGeom;
+use dnnc_runtime::cpu::group8::{pack_filter, Group8Geom};
+use dnnc_runtime::cpu::{pgemm, AlignedBuf};
+
+/// The kernel's geometry descriptor for `geom`.
+fn descriptor(geom: &ConvGeom) -> Group8Geom {
+    Group8Geom {
+        c: geom.c,
+        h: geom.h,
+        w: geom.w,
+        oh: geom.oh,
+        ow: geom.ow,
+        kh: geom.kh,
+        kw: geom.kw,
+        sh: geom.p.strides[0],
+        sw: geom.p.strides[1],
+        pt: geom.p.pads[0],
+        pl: geom.p.pads[1],
+    }
+}
+
+/// The prepared buffers: the packed filter, then the descriptor (its
+/// `usize` fields in order, as the kernel reads them).
+pub(crate) fn prepared(geom: &ConvGeom, w: &[f32]) -> Result<Vec<AlignedBuf>, String> {
+    let d = descriptor(geom);
+    if let Some(why) = d.unfit() {
+        return Err(why.into());
+    }
+    let fields = [
+        d.c, d.h, d.w, d.oh, d.ow, d.kh, d.kw, d.sh, d.sw, d.pt, d.pl,
+    ];
+    const _: () = assert!(std::mem::size_of::<Group8Geom>() == 11 * 8);
+    Ok(vec![
+        f32_buf(&pack_filter(w, geom.c, geom.kh * geom.kw)),
+        i64_buf(&fields.map(|v| v as i64)),
+    ])
+}
+
+/// Emits grouped-8 conv kernel `c`.
+pub(crate) fn lower(
+    e: &mut Emit<'_>,
+    c: &KCtx<'_>,
+    geom: &ConvGeom,
+) -> Result<Vec<String>, String> {
+    if !c.k.prologue.is_empty() {
+        return Err("a grouped conv takes no prologue".into());
+    }
+    let node = c.g.node(c.k.nodes[0]);
+    let acc = acc_arg(c)?;
+    let bias_v = node.inputs.get(2).copied();
+    if let Some(b) = bias_v {
+        let t = &c.g.value(b).ty;
+        if t.dtype != DType::F32 || t.shape != [geom.m] {
+            return Err(format!("bias must be f32[{}]", geom.m));
+        }
+    }
+    let fused = match_fused(c, bias_v);
+    let spec = if fused.is_some() {
+        None
+    } else {
+        epilogue(c, acc, None)?
+    };
+    let ep = fused.unwrap_or(FusedEp {
+        bias: bias_v,
+        res: None,
+        lo: f32::NEG_INFINITY,
+        hi: f32::INFINITY,
+        act: pgemm::ACT_NONE,
+    });
+    let bias = match ep.bias {
+        Some(v) => Some(e.bufs[c.arg(v)?]),
+        None => None,
+    };
+    let res = match ep.res {
+        Some(v) => Some(e.bufs[c.arg(v)?]),
+        None => None,
+    };
+    let desc = ep_desc(e, bias, res.map(|r| (r, (0, 0))), (ep.lo, ep.hi, ep.act));
+    let wp = e.bufs[*c.prep.first().ok_or("missing packed grouped filter")?];
+    let gp = e.bufs[*c.prep.get(1).ok_or("missing grouped conv geometry")?];
+    let x = e.bufs[c.arg(node.inputs[0])?];
+    let y = e.bufs[acc];
+    let units = geom.n * geom.g * geom.oh;
+    let (lo, hi) = match spec {
+        None => e.task_range(units, "rows")?,
+        Some(_) => (e.ci(0), e.ci(units as i64)),
+    };
+    let f = e.group8;
+    let call = e.b.ins().call(f, &[wp, x, y, gp, lo, hi, desc]);
+    let rc = e.b.inst_results(call)[0];
+    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+    e.fail_if(bad, 1);
+    if let Some(spec) = spec {
+        let sub = super::elementwise::SubDomain::full(&spec.domain);
+        super::elementwise::emit(e, &spec, &sub)?;
+    }
+    Ok(Vec::new())
+}
