@@ -3,7 +3,9 @@
 //! `data=nchw8c` activations against the interpreter on the plain graph
 //! (the oracle), over batch, stride, padding, kernel size, odd block
 //! counts (24-channel panels), fused bias / Clip / residual epilogues and
-//! activations the kernels leave to the generic epilogue (Sigmoid, SiLU),
+//! sigmoid and SiLU (in the pointwise tiles' registers), activations
+//! the kernels leave to the generic epilogue (Tanh; Sigmoid and SiLU
+//! after a depthwise conv),
 //! splits by filter panels (small maps) and by pixel groups (large ones);
 //! two threads bitwise equal to one, and the plan really blocked.
 
@@ -49,6 +51,7 @@ fn chain(
 const CLIP: &str = "  %e2 = Clip(%e) {min=0, max=6}";
 const SIGMOID: &str = "  %e2 = Sigmoid(%e)";
 const SILU: &str = "  %sg = Sigmoid(%e)\n  %e2 = Mul(%e, %sg)";
+const TANH: &str = "  %e2 = Tanh(%e)";
 
 /// `body` parsed, a seeded random input, the default build checked
 /// against the interpreter, and that build compiled.
@@ -105,6 +108,27 @@ fn blocked_chains_match_the_interpreter() {
         (1, (16, 48, 70), (3, 1), CLIP),
     ] {
         run(&chain(n, dims, taps, act));
+    }
+}
+
+/// Activations the blocked kernels do not apply themselves run as the
+/// generic epilogue after each row: Tanh after a pointwise conv, Sigmoid
+/// and SiLU after a depthwise conv.
+#[test]
+fn generic_epilogues_on_blocked_convs_match_the_interpreter() {
+    for (n, dims, taps, after_dw) in [
+        (1, (16, 48, 14), (3, 1), "  %d6 = Sigmoid(%d)"),
+        (
+            2,
+            (24, 72, 9),
+            (3, 2),
+            "  %ds = Sigmoid(%d)\n  %d6 = Mul(%d, %ds)",
+        ),
+    ] {
+        let body = chain(n, dims, taps, TANH);
+        let clip = "  %d6 = Clip(%d) {min=0, max=6}";
+        assert!(body.contains(clip));
+        run(&body.replace(clip, after_dw));
     }
 }
 

@@ -4,9 +4,10 @@
 //! here, eight channels of a pixel as two f32x4 vectors, one FMA per tap
 //! per vector. Both split over output rows (`image x channel block x row`
 //! for the depthwise conv) and apply bias, residual and clamp in their
-//! own epilogue; other fused ops (all elementwise on the blocked result,
-//! which the pass guarantees) run after each row through the generic
-//! elementwise epilogue.
+//! own epilogue (the pointwise conv sigmoid and SiLU too); other fused
+//! ops (all elementwise on the blocked result, which the pass
+//! guarantees) run after each row through the generic elementwise
+//! epilogue.
 
 use super::contraction::{acc_arg, ep_desc, epilogue, f32_buf, match_fused, FusedEp};
 use super::elementwise::{self, SubDomain};
@@ -109,9 +110,10 @@ pub(crate) fn lower(
             return Err(format!("bias must be f32[{}]", geom.m));
         }
     }
-    // The fused epilogue when the kernel's ops fit it (activations other
-    // than a clamp run through the generic epilogue instead).
-    let fused = match_fused(c, bias_v).filter(|f| f.act == pgemm::ACT_NONE);
+    // The fused epilogue when the kernel's ops fit it: the pointwise
+    // tiles apply sigmoid and SiLU in registers too, the depthwise rows
+    // only a clamp (other activations run through the generic epilogue).
+    let fused = match_fused(c, bias_v).filter(|f| pointwise(geom) || f.act == pgemm::ACT_NONE);
     let spec = if fused.is_some() {
         None
     } else {
