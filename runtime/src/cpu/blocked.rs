@@ -503,6 +503,38 @@ mod tests {
         y
     }
 
+    /// `dnnc_conv1x1_nchw8c` of `packed` (`m x k`) over `x` (`n`
+    /// images of `hw` pixels) with `ep`, one call per `bounds` window of
+    /// pixels, as tasks would call it.
+    fn conv(
+        packed: &[f32],
+        (n, m, k, hw): (usize, usize, usize, usize),
+        x: &[f32],
+        ep: &Epilogue,
+        bounds: &[usize],
+    ) -> Vec<f32> {
+        let mut y = vec![f32::NAN; n * m * hw];
+        for s in bounds.windows(2) {
+            let rc = unsafe {
+                dnnc_conv1x1_nchw8c(
+                    packed.as_ptr(),
+                    k,
+                    m,
+                    x.as_ptr(),
+                    y.as_mut_ptr(),
+                    hw,
+                    s[0],
+                    s[1],
+                    0,
+                    panel_count(m),
+                    ep,
+                )
+            };
+            assert_eq!(rc, 0);
+        }
+        y
+    }
+
     fn run(n: usize, m: usize, k: usize, hw: usize, with_res: bool, split: &[usize]) {
         let x: Vec<f32> = (0..n * k * hw)
             .map(|i| ((i * 7919) % 101) as f32 * 0.01 - 0.5)
@@ -526,29 +558,11 @@ mod tests {
             hi: 0.75,
             ..Epilogue::NONE
         };
-        let mut y = vec![f32::NAN; n * m * hw];
         // Each split point starts a call, as tasks would.
         let mut bounds = vec![0];
         bounds.extend_from_slice(split);
         bounds.push(n * hw);
-        for s in bounds.windows(2) {
-            let rc = unsafe {
-                dnnc_conv1x1_nchw8c(
-                    packed.as_ptr(),
-                    k,
-                    m,
-                    x.as_ptr(),
-                    y.as_mut_ptr(),
-                    hw,
-                    s[0],
-                    s[1],
-                    0,
-                    panel_count(m),
-                    &ep,
-                )
-            };
-            assert_eq!(rc, 0);
-        }
+        let y = conv(&packed, (n, m, k, hw), &x, &ep, &bounds);
         let want = reference(
             &w,
             &x,
@@ -586,24 +600,7 @@ mod tests {
                 act,
                 ..Epilogue::NONE
             };
-            let mut y = vec![f32::NAN; n * m * hw];
-            let rc = unsafe {
-                dnnc_conv1x1_nchw8c(
-                    packed.as_ptr(),
-                    k,
-                    m,
-                    x.as_ptr(),
-                    y.as_mut_ptr(),
-                    hw,
-                    0,
-                    n * hw,
-                    0,
-                    panel_count(m),
-                    &ep,
-                )
-            };
-            assert_eq!(rc, 0);
-            y
+            conv(&packed, (n, m, k, hw), &x, &ep, &[0, n * hw])
         };
         let plain = call(ACT_NONE);
         for act in [ACT_SIGMOID, ACT_SILU] {

@@ -1,16 +1,20 @@
 //! Grouped convolutions with eight input and eight output channels per
-//! group on NCHW data (RegNet's 3x3 convs: group width 8), one output
-//! row of one group per call unit.
+//! group on NCHW data (RegNet's 3x3 convs: group width 8). A call unit
+//! is one output row of one group of one image.
 //!
-//! A GEMM per group has eight rows, so the packed GEMM's 6-row panels
-//! run at two thirds, Winograd's per-frequency GEMMs are 8 x 8 and
-//! im2col writes nine copies of the input. Here a unit copies the
-//! group's `kh` input rows of each of its 8 channels once into a padded
-//! scratch (split into `stride` phase rows, so every tap reads
-//! consecutive floats), then for each 8 output pixels keeps the group's 8
-//! output channels in 8 vector accumulators: per input channel and tap
-//! one vector load of 8 pixels and 8 broadcast multiply-adds. The filter
-//! is packed at compile time as `[group][c][ky][kx][o]` ([`pack_filter`]).
+//! A GEMM per group has eight rows, so the packed GEMM's second 6-row
+//! panel runs a third full, Winograd's per-frequency GEMMs are 8 x 8 and
+//! im2col writes nine copies of the input. Here a call copies, per run of
+//! consecutive output rows of one plane (a segment, as many rows as keep
+//! the copy within [`SCRATCH_FLOATS`]), the input rows they read of the
+//! group's 8 channels once into a zero-padded scratch, at stride 2 split
+//! into even and odd phase rows so that every tap reads consecutive
+//! floats. Then, per 16 output columns (or the same 8 columns of two rows
+//! where a row has at most 8), it keeps 4 output channels in 8 vector
+//! accumulators: per input channel and tap two vector loads, four
+//! broadcast weights and eight multiply-adds, twice for the group's 8
+//! channels. The filter is packed at compile time as
+//! `[group][c][ky][kx][o]` ([`pack_filter`]).
 //!
 //! Each output is `bias + sum over (c, ky, kx) in that order` (fused
 //! multiply-adds on AVX2+FMA; a product then an add in the portable
@@ -284,9 +288,11 @@ unsafe fn fill(geo: &Group8Geom, x: *const f32, (top, rows): (isize, usize), s: 
                 };
                 dst[..j0].fill(0.0);
                 dst[j1..].fill(0.0);
-                let from = row.add(j0 * geo.sw + p - geo.pl);
-                for (k, d) in dst[j0..j1].iter_mut().enumerate() {
-                    *d = std::ptr::read_volatile(from.add(k * geo.sw));
+                if j1 > j0 {
+                    let from = row.add(j0 * geo.sw + p - geo.pl);
+                    for (k, d) in dst[j0..j1].iter_mut().enumerate() {
+                        *d = std::ptr::read_volatile(from.add(k * geo.sw));
+                    }
                 }
             }
         }
@@ -335,7 +341,7 @@ unsafe fn fill_avx2(
                 k += 8;
             }
             let iy = top + r as isize;
-            if iy >= 0 && (iy as usize) < geo.h {
+            if iy >= 0 && (iy as usize) < geo.h && j1 > j0 {
                 let from = plane.add(iy as usize * geo.w + j0 - geo.pl);
                 let (to, n) = (dst.add(j0), j1 - j0);
                 let mut k = 0;

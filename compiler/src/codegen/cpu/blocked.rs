@@ -9,7 +9,9 @@
 //! guarantees) run after each row through the generic elementwise
 //! epilogue.
 
-use super::contraction::{acc_arg, ep_desc, epilogue, f32_buf, match_fused, FusedEp};
+use super::contraction::{
+    acc_arg, conv_epilogue, ep_desc, epilogue, f32_buf, match_fused, RuntimeConvEp,
+};
 use super::elementwise::{self, SubDomain};
 use super::emit::Emit;
 use super::group::Kernel;
@@ -102,39 +104,19 @@ pub(crate) fn lower(
         return lower_rows(e, c, geom).map(|()| Vec::new());
     }
     let node = c.g.node(c.k.nodes[0]);
-    let acc = acc_arg(c)?;
-    let bias_v = node.inputs.get(2).copied();
-    if let Some(b) = bias_v {
-        let t = &c.g.value(b).ty;
-        if t.dtype != DType::F32 || t.shape != [geom.m] {
-            return Err(format!("bias must be f32[{}]", geom.m));
-        }
-    }
     // The fused epilogue when the kernel's ops fit it: the pointwise
     // tiles apply sigmoid and SiLU in registers too, the depthwise rows
     // only a clamp (other activations run through the generic epilogue).
-    let fused = match_fused(c, bias_v).filter(|f| pointwise(geom) || f.act == pgemm::ACT_NONE);
-    let spec = if fused.is_some() {
-        None
-    } else {
-        epilogue(c, acc, None)?
-    };
-    let ep = fused.unwrap_or(FusedEp {
-        bias: bias_v,
-        res: None,
-        lo: f32::NEG_INFINITY,
-        hi: f32::INFINITY,
-        act: pgemm::ACT_NONE,
-    });
+    let RuntimeConvEp {
+        acc,
+        ep,
+        bias,
+        res,
+        spec,
+    } = conv_epilogue(e, c, geom.m, |f| {
+        pointwise(geom) || f.act == pgemm::ACT_NONE
+    })?;
     let y = e.bufs[acc];
-    let bias = match ep.bias {
-        Some(v) => Some(e.bufs[c.arg(v)?]),
-        None => None,
-    };
-    let res = match ep.res {
-        Some(v) => Some(e.bufs[c.arg(v)?]),
-        None => None,
-    };
     let wp = e.bufs[*c.prep.first().ok_or("missing blocked filter")?];
     if pointwise(geom) {
         let x = e.bufs[c.arg(node.inputs[0])?];

@@ -916,6 +916,66 @@ pub(crate) fn at(e: &mut Emit<'_>, base: Value, idx: Value) -> Value {
     e.addr(base, idx, 4)
 }
 
+/// A conv kernel's epilogue as a runtime conv kernel takes it (the
+/// blocked and grouped-8 convs): its bias (checked to be f32[`m`]) and
+/// the fused epilogue [`match_fused`] finds where `takes` accepts it, else
+/// the bias alone with the generic epilogue spec over the result for the
+/// rest. Returns the accumulator argument, the fused part with its bias
+/// and residual buffers, and the spec.
+pub(crate) fn conv_epilogue<'g>(
+    e: &Emit<'_>,
+    c: &KCtx<'g>,
+    m: usize,
+    takes: impl Fn(&FusedEp) -> bool,
+) -> Result<RuntimeConvEp<'g>, String> {
+    let node = c.g.node(c.k.nodes[0]);
+    let acc = acc_arg(c)?;
+    let bias_v = node.inputs.get(2).copied();
+    if let Some(b) = bias_v {
+        let t = &c.g.value(b).ty;
+        if t.dtype != DType::F32 || t.shape != [m] {
+            return Err(format!("bias must be f32[{m}]"));
+        }
+    }
+    let fused = match_fused(c, bias_v).filter(|f| takes(f));
+    let spec = if fused.is_some() {
+        None
+    } else {
+        epilogue(c, acc, None)?
+    };
+    let ep = fused.unwrap_or(FusedEp {
+        bias: bias_v,
+        res: None,
+        lo: f32::NEG_INFINITY,
+        hi: f32::INFINITY,
+        act: pgemm::ACT_NONE,
+    });
+    let buf = |v: Option<ValueId>| -> Result<Option<Value>, String> {
+        v.map(|v| c.arg(v).map(|a| e.bufs[a])).transpose()
+    };
+    Ok(RuntimeConvEp {
+        acc,
+        bias: buf(ep.bias)?,
+        res: buf(ep.res)?,
+        ep,
+        spec,
+    })
+}
+
+/// [`conv_epilogue`]'s result.
+pub(crate) struct RuntimeConvEp<'g> {
+    /// The argument the conv's raw result goes to.
+    pub acc: usize,
+    /// The fused part (bias alone when the spec does the rest).
+    pub ep: FusedEp,
+    /// The bias buffer, if any.
+    pub bias: Option<Value>,
+    /// The residual buffer, if fused.
+    pub res: Option<Value>,
+    /// The generic epilogue over the result, when the fused one did not fit.
+    pub spec: Option<elementwise::EwSpec<'g>>,
+}
+
 /// The epilogue spec over the anchor's output domain: the anchor value is
 /// `acc + scale * extra` (bias or Gemm's C), then the fused nodes.
 pub(crate) fn epilogue<'g>(

@@ -6,15 +6,14 @@
 //! through the generic elementwise epilogue over the whole result (the
 //! kernel then does not split).
 
-use super::contraction::{acc_arg, ep_desc, epilogue, f32_buf, i64_buf, match_fused, FusedEp};
+use super::contraction::{conv_epilogue, ep_desc, f32_buf, i64_buf, RuntimeConvEp};
 use super::emit::Emit;
 use super::KCtx;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::InstBuilder;
-use dnnc_ir::DType;
 use dnnc_passes::ConvGeom;
 use dnnc_runtime::cpu::group8::{pack_filter, Group8Geom};
-use dnnc_runtime::cpu::{pgemm, AlignedBuf};
+use dnnc_runtime::cpu::AlignedBuf;
 
 /// The kernel's geometry descriptor for `geom`.
 fn descriptor(geom: &ConvGeom) -> Group8Geom {
@@ -60,35 +59,13 @@ pub(crate) fn lower(
         return Err("a grouped conv takes no prologue".into());
     }
     let node = c.g.node(c.k.nodes[0]);
-    let acc = acc_arg(c)?;
-    let bias_v = node.inputs.get(2).copied();
-    if let Some(b) = bias_v {
-        let t = &c.g.value(b).ty;
-        if t.dtype != DType::F32 || t.shape != [geom.m] {
-            return Err(format!("bias must be f32[{}]", geom.m));
-        }
-    }
-    let fused = match_fused(c, bias_v);
-    let spec = if fused.is_some() {
-        None
-    } else {
-        epilogue(c, acc, None)?
-    };
-    let ep = fused.unwrap_or(FusedEp {
-        bias: bias_v,
-        res: None,
-        lo: f32::NEG_INFINITY,
-        hi: f32::INFINITY,
-        act: pgemm::ACT_NONE,
-    });
-    let bias = match ep.bias {
-        Some(v) => Some(e.bufs[c.arg(v)?]),
-        None => None,
-    };
-    let res = match ep.res {
-        Some(v) => Some(e.bufs[c.arg(v)?]),
-        None => None,
-    };
+    let RuntimeConvEp {
+        acc,
+        ep,
+        bias,
+        res,
+        spec,
+    } = conv_epilogue(e, c, geom.m, |_| true)?;
     let desc = ep_desc(e, bias, res.map(|r| (r, (0, 0))), (ep.lo, ep.hi, ep.act));
     let wp = e.bufs[*c.prep.first().ok_or("missing packed grouped filter")?];
     let gp = e.bufs[*c.prep.get(1).ok_or("missing grouped conv geometry")?];
