@@ -6,7 +6,7 @@
 //! panel runs a third full, Winograd's per-frequency GEMMs are 8 x 8 and
 //! im2col writes nine copies of the input. Here a call copies, per run of
 //! consecutive output rows of one plane (a segment, as many rows as keep
-//! the copy within [`SCRATCH_FLOATS`]), the input rows they read of the
+//! the copy within 128 KiB), the input rows they read of the
 //! group's 8 channels once into a zero-padded scratch, at stride 2 split
 //! into even and odd phase rows so that every tap reads consecutive
 //! floats. Then, per 16 output columns (or the same 8 columns of two rows
