@@ -123,8 +123,23 @@ pub fn pack_filter(w: &[f32], c: usize, taps: usize) -> Vec<f32> {
     out
 }
 
+/// A thread's buffers, kept between calls: the padded input rows of a
+/// segment, one padded input row to split into phases (stride 2), and
+/// the segment's tap offsets.
+struct Scratch {
+    rows: Vec<f32>,
+    row: Vec<f32>,
+    taps: Vec<usize>,
+}
+
 thread_local! {
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH: RefCell<Scratch> = const {
+        RefCell::new(Scratch {
+            rows: Vec::new(),
+            row: Vec::new(),
+            taps: Vec::new(),
+        })
+    };
 }
 
 /// Computes units `u0..u1` (unit `(img * groups + grp) * oh + oy`: output
@@ -170,18 +185,23 @@ unsafe fn conv(
         return 1;
     }
     let ep = if ep.is_null() { Epilogue::NONE } else { *ep };
-    SCRATCH.with(|s| {
-        let mut s = s.borrow_mut();
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        let Scratch {
+            rows: s,
+            row: padded,
+            taps,
+        } = &mut *scratch;
         let seg = geo.segment_rows();
         // Plus a vector of slack for the AVX2 fill's last zero store.
         if s.len() < geo.scratch_len(seg) + 8 {
             s.resize(geo.scratch_len(seg) + 8, 0.0);
         }
+        if padded.len() < 2 * geo.phase_len() + 16 {
+            padded.resize(2 * geo.phase_len() + 16, 0.0);
+        }
         let groups = geo.c / GROUP;
         let len = geo.phase_len();
-        let mut taps = Vec::with_capacity(GROUP * geo.kh * geo.kw);
-        // One padded input row (stride 2: split into its phases from here).
-        let mut padded = vec![0f32; 2 * geo.phase_len() + 16];
         let mut u = u0;
         while u < u1 {
             // A segment: consecutive output rows of one plane.
@@ -195,12 +215,12 @@ unsafe fn conv(
             let xg = x.add(first * geo.h * geo.w);
             #[cfg(target_arch = "x86_64")]
             if avx2 && geo.sw <= 2 {
-                fill_avx2(&geo, xg, (top, rows), &mut s, &mut padded);
+                fill_avx2(&geo, xg, (top, rows), s, padded);
             } else {
-                fill(&geo, xg, (top, rows), &mut s);
+                fill(&geo, xg, (top, rows), s);
             }
             #[cfg(not(target_arch = "x86_64"))]
-            fill(&geo, xg, (top, rows), &mut s);
+            fill(&geo, xg, (top, rows), s);
             // Scratch offset of each (input channel, tap) for the
             // segment's first output row, in filter order.
             taps.clear();
@@ -230,7 +250,7 @@ unsafe fn conv(
                     geo: &geo,
                     s: s.as_ptr().add((oy - oy0) * geo.sh * geo.sw * len),
                     rows,
-                    taps: &taps,
+                    taps,
                     w: wg,
                     y: y.add(at),
                     res: if ep.res.is_null() {

@@ -290,7 +290,7 @@ pub(crate) fn prepared(
         return super::blocked::prepared(g, k, &geom);
     }
     let algo = choose_algo(&geom, g, k, opts);
-    if algo == ConvAlgo::Direct && geom.grouped8() {
+    if super::group8::runs(&geom, algo) {
         return super::group8::prepared(&geom, &f32_weight(g, anchor.inputs[1])?);
     }
     if conv_packed(g, k, algo) {
@@ -360,7 +360,7 @@ pub(crate) fn superseded_weight(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Opt
                 || conv_packed(g, k, algo)
                 || algo.wino_m().is_some()
                 || algo == ConvAlgo::Fft
-                || (algo == ConvAlgo::Direct && geom.grouped8());
+                || super::group8::runs(&geom, algo);
             (prepared && is_weight(g, w)).then_some(w)
         }
         _ => None,
@@ -1194,7 +1194,7 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
         return super::blocked::lower(e, c, &geom);
     }
     let algo = choose_algo(&geom, c.g, c.k, c.opts);
-    if algo == ConvAlgo::Direct && geom.grouped8() {
+    if super::group8::runs(&geom, algo) {
         return super::group8::lower(e, c, &geom);
     }
     if let Some(m) = algo.wino_m() {

@@ -15,6 +15,14 @@ use dnnc_passes::ConvGeom;
 use dnnc_runtime::cpu::group8::{pack_filter, Group8Geom};
 use dnnc_runtime::cpu::AlignedBuf;
 
+/// Whether conv `geom` under `algo` runs on the grouped-8 kernel: the
+/// `direct` algorithm on a grouped conv of 8-channel groups. The one
+/// test the preparation, the superseded-weight check and the lowering
+/// share.
+pub(crate) fn runs(geom: &ConvGeom, algo: super::contraction::ConvAlgo) -> bool {
+    algo == super::contraction::ConvAlgo::Direct && geom.grouped8()
+}
+
 /// The kernel's geometry descriptor for `geom`.
 fn descriptor(geom: &ConvGeom) -> Group8Geom {
     Group8Geom {
@@ -85,5 +93,9 @@ pub(crate) fn lower(
         let sub = super::elementwise::SubDomain::full(&spec.domain);
         super::elementwise::emit(e, &spec, &sub)?;
     }
-    Ok(Vec::new())
+    // Error code 1: the runtime kernel refused the geometry (checked when
+    // the filter was prepared, so only a corrupted descriptor reaches it).
+    Ok(vec![
+        "the grouped-8 conv kernel does not compute this geometry".to_string(),
+    ])
 }
