@@ -651,7 +651,7 @@ pub fn sigmoid(v: f32) -> f32 {
     }
     let q = p.mul_add(s * s, 1.0) - s;
     let scale = f32::from_bits(y.to_bits() << 23);
-    let e = 1.0 / (q * scale + 1.0);
+    let e = 1.0 / q.mul_add(scale, 1.0);
     if v.is_nan() {
         v
     } else {
@@ -2301,7 +2301,7 @@ pub(super) mod x86 {
         let one = _mm512_set1_ps(1.0);
         let q = _mm512_sub_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(s, s), one), s);
         let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_castps_si512(y)));
-        let e = _mm512_div_ps(one, _mm512_add_ps(_mm512_mul_ps(q, scale), one));
+        let e = _mm512_div_ps(one, _mm512_fmadd_ps(q, scale, one));
         let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
         _mm512_mask_blend_ps(nan, e, v)
     }
@@ -2865,7 +2865,72 @@ pub(super) mod x86 {
         let one = _mm256_set1_ps(1.0);
         let q = _mm256_sub_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(s, s), one), s);
         let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_castps_si256(y)));
-        _mm256_div_ps(one, _mm256_add_ps(_mm256_mul_ps(q, scale), one))
+        _mm256_div_ps(one, _mm256_fmadd_ps(q, scale, one))
+    }
+
+    /// [`act8_n`] over the first `R * W` vectors of a tile, four at a
+    /// time (the padding of a last partial four computes and is not
+    /// stored).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn act8_tile<const ACT: u32, const R: usize, const W: usize>(vals: &mut [__m256; 12]) {
+        for c in 0..(R * W).div_ceil(4) {
+            let four: &mut [__m256; 4] = (&mut vals[4 * c..4 * c + 4]).try_into().unwrap();
+            *four = act8_n::<ACT, 4>(*four);
+        }
+    }
+
+    /// [`sigmoid8`] (`ACT` [`super::ACT_SIGMOID`]) or SiLU
+    /// ([`super::ACT_SILU`]) on `N` vectors, each step across all of them
+    /// before the next: bitwise `sigmoid8` lane for lane, but `N`
+    /// independent chains in flight where one vector at a time waits on
+    /// its ~20-operation chain (division included) before the next
+    /// starts. Another `ACT` returns `v` unchanged.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(in crate::cpu) unsafe fn act8_n<const ACT: u32, const N: usize>(
+        v: [__m256; N],
+    ) -> [__m256; N] {
+        use super::sig;
+        if ACT != super::ACT_SIGMOID && ACT != super::ACT_SILU {
+            return v;
+        }
+        let (lo, hi) = (_mm256_set1_ps(sig::LO), _mm256_set1_ps(sig::HI));
+        let magic = _mm256_set1_ps(sig::MAGIC);
+        // Plain loops, no closures: a closure does not inherit the target
+        // features, and the intrinsics in one not inlined become calls.
+        let (mut x, mut y) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
+        for i in 0..N {
+            x[i] = _mm256_min_ps(hi, _mm256_max_ps(lo, v[i]));
+        }
+        for i in 0..N {
+            y[i] = _mm256_fmadd_ps(x[i], _mm256_set1_ps(sig::NLOG2E), magic);
+        }
+        let mut s = [_mm256_setzero_ps(); N];
+        for i in 0..N {
+            let n = _mm256_sub_ps(y[i], magic);
+            let t = _mm256_fmadd_ps(n, _mm256_set1_ps(sig::LN2_HI), x[i]);
+            s[i] = _mm256_fmadd_ps(n, _mm256_set1_ps(sig::LN2_LO), t);
+        }
+        let mut p = [_mm256_set1_ps(sig::Q[0]); N];
+        for &k in &sig::Q[1..] {
+            for i in 0..N {
+                p[i] = _mm256_fmadd_ps(p[i], s[i], _mm256_set1_ps(k));
+            }
+        }
+        let one = _mm256_set1_ps(1.0);
+        let mut out = [_mm256_setzero_ps(); N];
+        for i in 0..N {
+            let q = _mm256_sub_ps(_mm256_fmadd_ps(p[i], _mm256_mul_ps(s[i], s[i]), one), s[i]);
+            let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_castps_si256(y[i])));
+            let sgm = _mm256_div_ps(one, _mm256_fmadd_ps(q, scale, one));
+            out[i] = if ACT == super::ACT_SILU {
+                _mm256_mul_ps(v[i], sgm)
+            } else {
+                sgm
+            };
+        }
+        out
     }
 
     /// AVX2+FMA `6 x 16` micro-kernel: 12 ymm accumulators. A tile of
@@ -2968,6 +3033,9 @@ pub(super) mod x86 {
                 }
                 return;
             }
+            // The tile's values before the activation, row-major, then the
+            // activation over them four vectors at a time (`act8_n`).
+            let mut vals = [_mm256_setzero_ps(); MR * 2];
             for (r, row) in acc.iter().enumerate().take(rows) {
                 let p = c.offset(r as isize * c_rs);
                 for (h, &sum) in row.iter().enumerate() {
@@ -2989,14 +3057,18 @@ pub(super) mod x86 {
                             let (lo, hi) = (_mm256_set1_ps(e.lo), _mm256_set1_ps(e.hi));
                             v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
                         }
-                        match e.act {
-                            super::ACT_SIGMOID => v = sigmoid8(v),
-                            super::ACT_SILU => v = _mm256_mul_ps(v, sigmoid8(v)),
-                            _ => {}
-                        }
                     }
-                    _mm256_storeu_ps(p, v);
+                    vals[r * W + h] = v;
                 }
+            }
+            match ep.map_or(super::ACT_NONE, |e| e.act) {
+                super::ACT_SIGMOID => act8_tile::<{ super::ACT_SIGMOID }, R, W>(&mut vals),
+                super::ACT_SILU => act8_tile::<{ super::ACT_SILU }, R, W>(&mut vals),
+                _ => {}
+            }
+            for (i, &v) in vals[..rows * W].iter().enumerate() {
+                let p = c.offset((i / W) as isize * c_rs).add(8 * (i % W));
+                _mm256_storeu_ps(p, v);
             }
         } else {
             let mut t = [0f32; MR * 16];

@@ -199,6 +199,15 @@ pub(crate) fn tanh(e: &mut Emit<'_>, x: Value) -> Value {
 /// compare-and-blend and a final select: an 8x96x56x56 SiLU 2.38 -> 1.96
 /// ms.
 pub(crate) fn sigmoid(e: &mut Emit<'_>, x: Value) -> Value {
+    sigmoid_n(e, &[x])[0]
+}
+
+/// [`sigmoid`] of each of `xs`, emitted a step at a time across all of
+/// them: each result's bits are those of `sigmoid` alone, but the machine
+/// code holds `xs.len()` independent chains side by side, which Zen 1's
+/// small FP scheduler cannot find on its own in one chain of ~20
+/// dependent operations after another.
+pub(crate) fn sigmoid_n(e: &mut Emit<'_>, xs: &[Value]) -> Vec<Value> {
     use dnnc_runtime::cpu::pgemm::sig;
     let lo = e.vf(sig::LO);
     let hi = e.vf(sig::HI);
@@ -206,32 +215,59 @@ pub(crate) fn sigmoid(e: &mut Emit<'_>, x: Value) -> Value {
     // the form x86 lowers to one `maxps`/`minps`; the NaN then flows
     // through every later operation to the result, so no final select
     // is needed.
-    let c = e.fsel(FloatCC::LessThan, x, lo, lo, x);
-    let c = e.fsel(FloatCC::LessThan, hi, c, hi, c);
+    let c: Vec<Value> = xs
+        .iter()
+        .map(|&x| e.fsel(FloatCC::LessThan, x, lo, lo, x))
+        .collect();
+    let c: Vec<Value> = c
+        .iter()
+        .map(|&c| e.fsel(FloatCC::LessThan, hi, c, hi, c))
+        .collect();
     let nlog2e = e.vf(sig::NLOG2E);
     let magic = e.vf(sig::MAGIC);
-    let y = e.b.ins().fma(c, nlog2e, magic);
-    let n = e.b.ins().fsub(y, magic);
+    let y: Vec<Value> = c.iter().map(|&c| e.b.ins().fma(c, nlog2e, magic)).collect();
+    let n: Vec<Value> = y.iter().map(|&y| e.b.ins().fsub(y, magic)).collect();
     let c1 = e.vf(sig::LN2_HI);
     let c2 = e.vf(sig::LN2_LO);
-    let s = e.b.ins().fma(n, c1, c);
-    let s = e.b.ins().fma(n, c2, s);
-    let mut p = e.vf(sig::Q[0]);
+    let s: Vec<Value> = n
+        .iter()
+        .zip(&c)
+        .map(|(&n, &c)| e.b.ins().fma(n, c1, c))
+        .collect();
+    let s: Vec<Value> = n
+        .iter()
+        .zip(&s)
+        .map(|(&n, &s)| e.b.ins().fma(n, c2, s))
+        .collect();
+    let q0 = e.vf(sig::Q[0]);
+    let mut p = vec![q0; xs.len()];
     for &k in &sig::Q[1..] {
         let kk = e.vf(k);
-        p = e.b.ins().fma(p, s, kk);
+        for (p, &s) in p.iter_mut().zip(&s) {
+            *p = e.b.ins().fma(*p, s, kk);
+        }
     }
-    let s2 = e.b.ins().fmul(s, s);
     let one = e.vf(1.0);
-    let q = e.b.ins().fma(p, s2, one);
-    let q = e.b.ins().fsub(q, s);
-    // 2^n: the bits of y shifted left by 23 (module `sig`).
-    let yi = e.as_int(y);
-    let ei = e.b.ins().ishl_imm_u(yi, 23);
-    let scale = e.as_float(ei);
-    let ex = e.b.ins().fmul(q, scale);
-    let d = e.b.ins().fadd(ex, one);
-    e.b.ins().fdiv(one, d)
+    let q: Vec<Value> = p
+        .iter()
+        .zip(&s)
+        .map(|(&p, &s)| {
+            let s2 = e.b.ins().fmul(s, s);
+            let q = e.b.ins().fma(p, s2, one);
+            e.b.ins().fsub(q, s)
+        })
+        .collect();
+    q.iter()
+        .zip(&y)
+        .map(|(&q, &y)| {
+            // 2^n: the bits of y shifted left by 23 (module `sig`).
+            let yi = e.as_int(y);
+            let ei = e.b.ins().ishl_imm_u(yi, 23);
+            let scale = e.as_float(ei);
+            let d = e.b.ins().fma(q, scale, one);
+            e.b.ins().fdiv(one, d)
+        })
+        .collect()
 }
 
 /// `e^x - 1`, with a series near 0 to avoid cancellation.
