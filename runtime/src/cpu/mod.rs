@@ -80,6 +80,7 @@
 
 mod alloc;
 pub mod blocked;
+pub mod dw8;
 pub mod fftconv;
 pub mod group8;
 pub mod native;

@@ -293,6 +293,9 @@ pub(crate) fn prepared(
     if super::group8::runs(&geom, algo) {
         return super::group8::prepared(&geom, &f32_weight(g, anchor.inputs[1])?);
     }
+    if super::dw8::runs(&geom, algo) {
+        return super::dw8::prepared(&geom, &f32_weight(g, anchor.inputs[1])?);
+    }
     if conv_packed(g, k, algo) {
         let (cg, mg) = geom.per_group();
         let kk = cg * geom.kh * geom.kw;
@@ -360,7 +363,8 @@ pub(crate) fn superseded_weight(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Opt
                 || conv_packed(g, k, algo)
                 || algo.wino_m().is_some()
                 || algo == ConvAlgo::Fft
-                || super::group8::runs(&geom, algo);
+                || super::group8::runs(&geom, algo)
+                || super::dw8::runs(&geom, algo);
             (prepared && is_weight(g, w)).then_some(w)
         }
         _ => None,
@@ -1196,6 +1200,9 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
     let algo = choose_algo(&geom, c.g, c.k, c.opts);
     if super::group8::runs(&geom, algo) {
         return super::group8::lower(e, c, &geom);
+    }
+    if super::dw8::runs(&geom, algo) {
+        return super::dw8::lower(e, c, &geom);
     }
     if let Some(m) = algo.wino_m() {
         super::fastconv::lower(e, c, &geom, m)?;

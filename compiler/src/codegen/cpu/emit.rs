@@ -36,6 +36,9 @@ pub(crate) struct Emit<'a> {
     pub conv8c_band: FuncRef,
     /// The grouped conv of 8-channel groups (`dnnc_conv_group8`), imported.
     pub group8: FuncRef,
+    /// The depthwise conv over channel-interleaved scratch
+    /// (`dnnc_conv_dw8`), imported.
+    pub dw8: FuncRef,
     /// Block every error path jumps to, with the error code as parameter.
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).

@@ -16,6 +16,7 @@ mod contraction;
 mod convt;
 mod cost;
 mod direct;
+mod dw8;
 mod einsum;
 mod elementwise;
 mod emit;
@@ -540,6 +541,9 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let group8_id = module
         .declare_function("dnnc_conv_group8", Linkage::Import, &g8sg)
         .map_err(|e| backend(e.to_string()))?;
+    let dw8_id = module
+        .declare_function("dnnc_conv_dw8", Linkage::Import, &g8sg)
+        .map_err(|e| backend(e.to_string()))?;
 
     // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
@@ -632,6 +636,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let conv8c = module.declare_func_in_func(conv8c_id, &mut ctx.func);
             let conv8c_band = module.declare_func_in_func(conv8c_band_id, &mut ctx.func);
             let group8 = module.declare_func_in_func(group8_id, &mut ctx.func);
+            let dw8 = module.declare_func_in_func(dw8_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -655,6 +660,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 conv8c,
                 conv8c_band,
                 group8,
+                dw8,
                 fail,
                 cfg: module.target_config(),
                 task,

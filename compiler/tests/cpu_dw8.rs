@@ -1,0 +1,86 @@
+//! Depthwise convs with 5x5 windows on small maps (EfficientNet's) on the
+//! CPU backend: the default build runs them on the runtime's interleaved
+//! kernel (its split units are channel blocks), checked against the
+//! interpreter (the oracle) over stride, map size (rows shorter than a
+//! vector included), fused bias / Relu6 / SiLU epilogues, a residual and
+//! an op the kernel leaves to the generic epilogue; two threads bitwise
+//! equal to one. 3x3 windows keep the plane kernel.
+
+mod cpu_common;
+
+use cpu_common::{bits, check_with, parse, rand_f32};
+use dnnc_compiler::codegen::cpu::{compile_cpu, conv_plan, ConvAlgo, CpuOptions};
+
+/// A depthwise `k x k` conv of `c` channels at stride `s` on `n` images
+/// of `hw x hw`, then `tail` (reading `%c`, writing `%y`).
+fn graph(n: usize, c: usize, hw: usize, (k, s): (usize, usize), tail: &str) -> String {
+    let p = k / 2;
+    format!(
+        "  input %x: f32[{n},{c},{hw},{hw}]
+  param %w: f32[{c},1,{k},{k}] = he(seed=1)
+  param %b: f32[{c}] = uniform(low=-0.2, high=0.2, seed=2)
+  %c = Conv2d(%x, %w, %b) {{pads=[{p},{p},{p},{p}], strides=[{s},{s}], group={c}}}
+{tail}
+  output %y"
+    )
+}
+
+const RELU6: &str = "  %y = Clip(%c) {min=0.0, max=6.0}";
+const SILU: &str = "  %sg = Sigmoid(%c)\n  %y = Mul(%c, %sg)";
+const RESIDUAL: &str = "  %r = Add(%c, %x)\n  %y = Relu(%r)";
+const GENERIC: &str = "  %y = Tanh(%c)";
+
+/// The split units of the graph's only conv kernel.
+fn conv_units(body: &str) -> Vec<String> {
+    let g = parse(body);
+    let exe = compile_cpu(&g, &CpuOptions::default()).expect("compile");
+    exe.steps()
+        .iter()
+        .find(|s| !s.split_units.is_empty())
+        .map(|s| s.split_units.clone())
+        .unwrap_or_default()
+}
+
+fn run(body: &str, seed: u64) {
+    let g = parse(body);
+    let opts = CpuOptions::default();
+    let plan = conv_plan(&g, &opts);
+    assert!(
+        plan.iter().all(|c| c.algo == ConvAlgo::Depthwise),
+        "the heuristic gives depthwise convs depthwise: {plan:?}"
+    );
+    let x = g.inputs()[0];
+    let ins = vec![(
+        g.value(x).name.clone(),
+        rand_f32(&g.value(x).ty.shape, seed, -1.0, 1.0),
+    )];
+    check_with(&g, &ins, 1e-4, 1e-5, &opts);
+    let mut exe = compile_cpu(&g, &opts).expect("compile");
+    let one = bits(&exe.run(&ins).expect("run"));
+    exe.set_threads(2).expect("threads");
+    assert_eq!(bits(&exe.run(&ins).expect("run")), one, "2 threads vs 1");
+}
+
+#[test]
+fn large_window_depthwise_convs_on_small_maps_match_the_interpreter() {
+    let cases = [
+        graph(2, 16, 14, (5, 1), SILU),
+        graph(2, 24, 7, (5, 1), RELU6),
+        graph(1, 16, 14, (5, 2), SILU),
+        graph(1, 8, 28, (5, 1), SILU),
+        graph(2, 16, 9, (5, 1), RESIDUAL),
+        graph(1, 16, 11, (5, 2), GENERIC),
+    ];
+    for (i, body) in cases.iter().enumerate() {
+        run(body, i as u64 + 1);
+    }
+    // The interleaved kernel ran: its units are channel blocks.
+    assert_eq!(conv_units(&cases[0]), ["channel blocks"]);
+}
+
+#[test]
+fn small_window_depthwise_convs_keep_the_plane_kernel() {
+    let body = graph(2, 16, 14, (3, 1), SILU);
+    assert_ne!(conv_units(&body), ["channel blocks"]);
+    run(&body, 9);
+}
