@@ -2923,18 +2923,6 @@ pub(super) mod x86 {
         _mm256_div_ps(one, _mm256_fmadd_ps(q, scale, one))
     }
 
-    /// [`act8_n`] over the first `R * W` vectors of a tile, four at a
-    /// time (the padding of a last partial four computes and is not
-    /// stored).
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn act8_tile<const ACT: u32, const R: usize, const W: usize>(vals: &mut [__m256; 12]) {
-        for c in 0..(R * W).div_ceil(4) {
-            let four: &mut [__m256; 4] = (&mut vals[4 * c..4 * c + 4]).try_into().unwrap();
-            *four = act8_n::<ACT, 4>(*four);
-        }
-    }
-
     /// [`sigmoid8`] (`ACT` [`super::ACT_SIGMOID`]) or SiLU
     /// ([`super::ACT_SILU`]) on `N` vectors, each step across all of them
     /// before the next: bitwise `sigmoid8` lane for lane, but `N`
@@ -3088,9 +3076,6 @@ pub(super) mod x86 {
                 }
                 return;
             }
-            // The tile's values before the activation, row-major, then the
-            // activation over them four vectors at a time (`act8_n`).
-            let mut vals = [_mm256_setzero_ps(); MR * 2];
             for (r, row) in acc.iter().enumerate().take(rows) {
                 let p = c.offset(r as isize * c_rs);
                 for (h, &sum) in row.iter().enumerate() {
@@ -3112,18 +3097,14 @@ pub(super) mod x86 {
                             let (lo, hi) = (_mm256_set1_ps(e.lo), _mm256_set1_ps(e.hi));
                             v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
                         }
+                        match e.act {
+                            super::ACT_SIGMOID => v = sigmoid8(v),
+                            super::ACT_SILU => v = _mm256_mul_ps(v, sigmoid8(v)),
+                            _ => {}
+                        }
                     }
-                    vals[r * W + h] = v;
+                    _mm256_storeu_ps(p, v);
                 }
-            }
-            match ep.map_or(super::ACT_NONE, |e| e.act) {
-                super::ACT_SIGMOID => act8_tile::<{ super::ACT_SIGMOID }, R, W>(&mut vals),
-                super::ACT_SILU => act8_tile::<{ super::ACT_SILU }, R, W>(&mut vals),
-                _ => {}
-            }
-            for (i, &v) in vals[..rows * W].iter().enumerate() {
-                let p = c.offset((i / W) as isize * c_rs).add(8 * (i % W));
-                _mm256_storeu_ps(p, v);
             }
         } else {
             let mut t = [0f32; MR * 16];
