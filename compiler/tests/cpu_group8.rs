@@ -8,8 +8,8 @@
 
 mod cpu_common;
 
-use cpu_common::{bits, check_with, parse, rand_f32};
-use dnnc_compiler::codegen::cpu::{compile_cpu, conv_plan, ConvAlgo, CpuOptions};
+use cpu_common::{check_one_input_and_threads, check_with, parse, rand_f32};
+use dnnc_compiler::codegen::cpu::{conv_plan, ConvAlgo, CpuOptions};
 
 /// A grouped `k x k` conv of `c` channels in groups of 8 at stride `s`
 /// on `n` images of `hw x hw`, then `tail` (reading `%c`, writing `%y`).
@@ -39,16 +39,7 @@ fn run(body: &str, seed: u64) {
         plan.iter().all(|c| c.algo == ConvAlgo::Direct),
         "the heuristic gives grouped-8 convs direct: {plan:?}"
     );
-    let x = g.inputs()[0];
-    let ins = vec![(
-        g.value(x).name.clone(),
-        rand_f32(&g.value(x).ty.shape, seed, -1.0, 1.0),
-    )];
-    check_with(&g, &ins, 1e-4, 1e-5, &opts);
-    let mut exe = compile_cpu(&g, &opts).expect("compile");
-    let one = bits(&exe.run(&ins).expect("run"));
-    exe.set_threads(2).expect("threads");
-    assert_eq!(bits(&exe.run(&ins).expect("run")), one, "2 threads vs 1");
+    check_one_input_and_threads(&g, seed, &opts);
 }
 
 #[test]

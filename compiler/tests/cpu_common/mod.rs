@@ -277,3 +277,20 @@ impl ConvCase {
         body
     }
 }
+
+/// Runs single-input graph `g` on a random input (`seed`, in [-1, 1])
+/// against the interpreter (rtol 1e-4, atol 1e-5), then checks two
+/// threads give bitwise one thread's result.
+#[allow(dead_code)]
+pub fn check_one_input_and_threads(g: &Graph, seed: u64, opts: &CpuOptions) {
+    let x = g.inputs()[0];
+    let ins = vec![(
+        g.value(x).name.clone(),
+        rand_f32(&g.value(x).ty.shape, seed, -1.0, 1.0),
+    )];
+    check_with(g, &ins, 1e-4, 1e-5, opts);
+    let mut exe = compile_cpu(g, opts).expect("compile");
+    let one = bits(&exe.run(&ins).expect("run"));
+    exe.set_threads(2).expect("threads");
+    assert_eq!(bits(&exe.run(&ins).expect("run")), one, "2 threads vs 1");
+}

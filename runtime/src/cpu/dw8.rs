@@ -112,11 +112,7 @@ pub unsafe extern "C" fn dnnc_conv_dw8(
     u1: usize,
     ep: *const Epilogue,
 ) -> i32 {
-    #[cfg(target_arch = "x86_64")]
-    let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
-    #[cfg(not(target_arch = "x86_64"))]
-    let avx2 = false;
-    conv(w, x, y, geo, (u0, u1), ep, avx2)
+    conv(w, x, y, geo, (u0, u1), ep, super::avx2_fma())
 }
 
 /// [`dnnc_conv_dw8`] on the AVX2 path or the portable one.
@@ -156,13 +152,14 @@ unsafe fn conv(
                 .map(|e| e.bias)
                 .filter(|p| !p.is_null())
                 .map(|p| p.add(b * BLOCK));
+            let unit = Unit { xb, wb, bias, yb };
             #[cfg(target_arch = "x86_64")]
             if avx2 {
-                x86::unit(&g, (hp, wp), xb, wb, bias, ep, yb, s);
+                x86::unit(&g, (hp, wp), unit, ep, s);
                 continue;
             }
             let _ = avx2;
-            portable_unit(&g, (hp, wp), xb, wb, bias, ep, yb, s);
+            portable_unit(&g, (hp, wp), unit, ep, s);
         }
     });
     0
@@ -182,17 +179,23 @@ unsafe fn fill_portable(g: &Group8Geom, (hp, wp): (usize, usize), xb: *const f32
     }
 }
 
-/// One unit without vector instructions: the same order of operations,
-/// each multiply-add a product then an add.
-#[allow(clippy::too_many_arguments)]
-unsafe fn portable_unit(
-    g: &Group8Geom,
-    (hp, wp): (usize, usize),
+/// One unit's operands: its block's input planes, packed filter, bias
+/// (8 floats, if any) and output planes.
+#[derive(Clone, Copy)]
+struct Unit {
     xb: *const f32,
     wb: *const f32,
     bias: Option<*const f32>,
-    ep: Option<&Epilogue>,
     yb: *mut f32,
+}
+
+/// One unit without vector instructions: the same order of operations,
+/// each multiply-add a product then an add.
+unsafe fn portable_unit(
+    g: &Group8Geom,
+    (hp, wp): (usize, usize),
+    Unit { xb, wb, bias, yb }: Unit,
+    ep: Option<&Epilogue>,
     s: &mut Scratch,
 ) {
     fill_portable(g, (hp, wp), xb, s);
@@ -219,7 +222,7 @@ unsafe fn portable_unit(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Group8Geom, Scratch, BLOCK, SLACK_PX};
+    use super::{Group8Geom, Scratch, Unit, BLOCK, SLACK_PX};
     use crate::cpu::pgemm::x86::act8_n;
     use crate::cpu::pgemm::{Epilogue, ACT_SIGMOID, ACT_SILU};
     use std::arch::x86_64::*;
@@ -355,15 +358,11 @@ mod x86 {
 
     /// One unit (see the module docs).
     #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn unit(
         g: &Group8Geom,
         (hp, wp): (usize, usize),
-        xb: *const f32,
-        wb: *const f32,
-        bias: Option<*const f32>,
+        Unit { xb, wb, bias, yb }: Unit,
         ep: Option<&Epilogue>,
-        yb: *mut f32,
         s: &mut Scratch,
     ) {
         fill(g, (hp, wp), xb, s);
@@ -541,10 +540,7 @@ mod tests {
                     act,
                     ..Epilogue::NONE
                 };
-                let paths: &[bool] = if cfg!(target_arch = "x86_64")
-                    && std::is_x86_feature_detected!("avx2")
-                    && std::is_x86_feature_detected!("fma")
-                {
+                let paths: &[bool] = if crate::cpu::avx2_fma() {
                     &[false, true]
                 } else {
                     &[false]

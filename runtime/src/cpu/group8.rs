@@ -163,11 +163,7 @@ pub unsafe extern "C" fn dnnc_conv_group8(
     u1: usize,
     ep: *const Epilogue,
 ) -> i32 {
-    #[cfg(target_arch = "x86_64")]
-    let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
-    #[cfg(not(target_arch = "x86_64"))]
-    let avx2 = false;
-    conv(w, x, y, geo, (u0, u1), ep, avx2)
+    conv(w, x, y, geo, (u0, u1), ep, super::avx2_fma())
 }
 
 /// [`dnnc_conv_group8`] on the AVX2 path or the portable one.
@@ -678,10 +674,7 @@ mod tests {
         let mut bounds = vec![0];
         bounds.extend_from_slice(splits);
         bounds.push(geo.units(n));
-        #[cfg(target_arch = "x86_64")]
-        let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
-        #[cfg(not(target_arch = "x86_64"))]
-        let avx2 = false;
+        let avx2 = crate::cpu::avx2_fma();
         // The portable path, and the AVX2 one where the machine has it.
         let mut runs = vec![false];
         if avx2 {

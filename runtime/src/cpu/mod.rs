@@ -207,6 +207,19 @@ impl Step {
     }
 }
 
+/// Whether this machine runs the AVX2+FMA paths of the native conv
+/// kernels (`blocked`, `group8`, `dw8`): false off x86-64.
+pub fn avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Bytes from one task's slice of a per-task workspace (`Step::task_ws`)
 /// to the next: the declared size rounded up to whole cache lines. With
 /// the slices packed at the declared size, a ResNet-18 stem task's im2col

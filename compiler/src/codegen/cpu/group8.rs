@@ -6,11 +6,11 @@
 //! through the generic elementwise epilogue over the whole result (the
 //! kernel then does not split).
 
-use super::contraction::{conv_epilogue, ep_desc, f32_buf, i64_buf, RuntimeConvEp};
+use super::contraction::{conv_epilogue, ep_desc, f32_buf, i64_buf, FusedEp, RuntimeConvEp};
 use super::emit::Emit;
 use super::KCtx;
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::InstBuilder;
+use cranelift_codegen::ir::{FuncRef, InstBuilder};
 use dnnc_passes::ConvGeom;
 use dnnc_runtime::cpu::group8::{pack_filter, Group8Geom};
 use dnnc_runtime::cpu::AlignedBuf;
@@ -23,8 +23,9 @@ pub(crate) fn runs(geom: &ConvGeom, algo: super::contraction::ConvAlgo) -> bool 
     algo == super::contraction::ConvAlgo::Direct && geom.grouped8()
 }
 
-/// The kernel's geometry descriptor for `geom`.
-fn descriptor(geom: &ConvGeom) -> Group8Geom {
+/// The geometry descriptor of `geom` that both window kernels
+/// (`dnnc_conv_group8`, `dnnc_conv_dw8`) take.
+pub(crate) fn descriptor(geom: &ConvGeom) -> Group8Geom {
     Group8Geom {
         c: geom.c,
         h: geom.h,
@@ -40,31 +41,47 @@ fn descriptor(geom: &ConvGeom) -> Group8Geom {
     }
 }
 
-/// The prepared buffers: the packed filter, then the descriptor (its
-/// `usize` fields in order, as the kernel reads them).
+/// A window kernel's prepared buffers: its packed filter, then the
+/// descriptor `d` (its `usize` fields in order, as the kernels read them).
+pub(crate) fn window_buffers(d: &Group8Geom, packed: &[f32]) -> Vec<AlignedBuf> {
+    let fields = [
+        d.c, d.h, d.w, d.oh, d.ow, d.kh, d.kw, d.sh, d.sw, d.pt, d.pl,
+    ];
+    const _: () = assert!(std::mem::size_of::<Group8Geom>() == 11 * 8);
+    vec![f32_buf(packed), i64_buf(&fields.map(|v| v as i64))]
+}
+
+/// The prepared buffers: the packed filter, then the descriptor.
 pub(crate) fn prepared(geom: &ConvGeom, w: &[f32]) -> Result<Vec<AlignedBuf>, String> {
     let d = descriptor(geom);
     if let Some(why) = d.unfit() {
         return Err(why.into());
     }
-    let fields = [
-        d.c, d.h, d.w, d.oh, d.ow, d.kh, d.kw, d.sh, d.sw, d.pt, d.pl,
-    ];
-    const _: () = assert!(std::mem::size_of::<Group8Geom>() == 11 * 8);
-    Ok(vec![
-        f32_buf(&pack_filter(w, geom.c, geom.kh * geom.kw)),
-        i64_buf(&fields.map(|v| v as i64)),
-    ])
+    Ok(window_buffers(
+        &d,
+        &pack_filter(w, geom.c, geom.kh * geom.kw),
+    ))
 }
 
-/// Emits grouped-8 conv kernel `c`.
-pub(crate) fn lower(
+/// Emits one call of window kernel `f` (`(w, x, y, geo, u0, u1, ep) ->
+/// i32`, its buffers as [`window_buffers`] prepared them) over the
+/// task's share of `units` units of kind `unit`: the kernel applies the
+/// parts of the epilogue `takes` accepts (bias, residual, clamp,
+/// sigmoid/SiLU); any other fused ops run afterwards through the generic
+/// elementwise epilogue over the whole result (the kernel then does not
+/// split). `refusal` describes the kernel's error code 1.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn lower_window_call(
     e: &mut Emit<'_>,
     c: &KCtx<'_>,
     geom: &ConvGeom,
+    f: FuncRef,
+    (units, unit): (usize, &'static str),
+    takes: impl Fn(&FusedEp) -> bool,
+    refusal: &str,
 ) -> Result<Vec<String>, String> {
     if !c.k.prologue.is_empty() {
-        return Err("a grouped conv takes no prologue".into());
+        return Err("a window kernel's conv takes no prologue".into());
     }
     let node = c.g.node(c.k.nodes[0]);
     let RuntimeConvEp {
@@ -73,18 +90,16 @@ pub(crate) fn lower(
         bias,
         res,
         spec,
-    } = conv_epilogue(e, c, geom.m, |_| true)?;
+    } = conv_epilogue(e, c, geom.m, takes)?;
     let desc = ep_desc(e, bias, res.map(|r| (r, (0, 0))), (ep.lo, ep.hi, ep.act));
-    let wp = e.bufs[*c.prep.first().ok_or("missing packed grouped filter")?];
-    let gp = e.bufs[*c.prep.get(1).ok_or("missing grouped conv geometry")?];
+    let wp = e.bufs[*c.prep.first().ok_or("missing packed filter")?];
+    let gp = e.bufs[*c.prep.get(1).ok_or("missing conv geometry")?];
     let x = e.bufs[c.arg(node.inputs[0])?];
     let y = e.bufs[acc];
-    let units = geom.n * geom.g * geom.oh;
     let (lo, hi) = match spec {
-        None => e.task_range(units, "rows")?,
+        None => e.task_range(units, unit)?,
         Some(_) => (e.ci(0), e.ci(units as i64)),
     };
-    let f = e.group8;
     let call = e.b.ins().call(f, &[wp, x, y, gp, lo, hi, desc]);
     let rc = e.b.inst_results(call)[0];
     let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
@@ -95,7 +110,24 @@ pub(crate) fn lower(
     }
     // Error code 1: the runtime kernel refused the geometry (checked when
     // the filter was prepared, so only a corrupted descriptor reaches it).
-    Ok(vec![
-        "the grouped-8 conv kernel does not compute this geometry".to_string(),
-    ])
+    Ok(vec![refusal.to_string()])
+}
+
+/// Emits grouped-8 conv kernel `c`.
+pub(crate) fn lower(
+    e: &mut Emit<'_>,
+    c: &KCtx<'_>,
+    geom: &ConvGeom,
+) -> Result<Vec<String>, String> {
+    let units = geom.n * geom.g * geom.oh;
+    let f = e.group8;
+    lower_window_call(
+        e,
+        c,
+        geom,
+        f,
+        (units, "rows"),
+        |_| true,
+        "the grouped-8 conv kernel does not compute this geometry",
+    )
 }
