@@ -311,3 +311,108 @@ fn runtime_filters_stay_plain() {
         "{msg}"
     );
 }
+
+/// A stem (`cin` channels, `k x k`, stride `s`) with `act`, then an
+/// inverted residual block on its blocked result.
+fn stem_chain(
+    n: usize,
+    (cin, c, hw): (usize, usize, usize),
+    (k, s): (usize, usize),
+    act: &str,
+) -> String {
+    let p = k / 2;
+    let mid = c * 3;
+    format!(
+        "  input %x: f32[{n},{cin},{hw},{hw}]
+  param %w0: f32[{c},{cin},{k},{k}] = he(seed=1)
+  param %b0: f32[{c}] = uniform(low=-0.2, high=0.2, seed=2)
+  param %w1: f32[{mid},{c},1,1] = he(seed=3)
+  param %w2: f32[{mid},1,3,3] = he(seed=5)
+  param %w3: f32[{c},{mid},1,1] = he(seed=7)
+  %e = Conv2d(%x, %w0, %b0) {{pads=[{p},{p},{p},{p}], strides=[{s},{s}]}}
+{act}
+  %m = Conv2d(%e2, %w1)
+  %d = Conv2d(%m, %w2) {{pads=[1,1,1,1], group={mid}}}
+  %q = Conv2d(%d, %w3)
+  %y = Add(%q, %e2)
+  output %y"
+    )
+}
+
+/// A stem of fewer than 8 channels feeding a blocked chain writes its
+/// result blocked itself (`data=nchw_to_nchw8c`, the runtime's window
+/// kernel): no reorder into the layout, against the interpreter, two
+/// threads bitwise equal to one. Strides 1 and 2, windows 1x1 to 7x7 (the
+/// padding reaching every side), odd block counts (a 24-wide panel),
+/// batch 2, with Clip, SiLU, Relu and Neg after it.
+#[test]
+fn stems_write_the_blocked_layout_directly() {
+    for (n, dims, taps, act) in [
+        (1, (3, 32, 29), (3, 2), "  %e2 = Clip(%e) {min=0, max=6}"),
+        (2, (3, 24, 17), (3, 1), SILU),
+        (1, (1, 8, 12), (5, 1), "  %e2 = Relu(%e)"),
+        (1, (4, 16, 23), (7, 2), "  %e2 = Neg(%e)"),
+        (1, (2, 40, 9), (1, 1), "  %e2 = Clip(%e) {min=-1, max=1}"),
+    ] {
+        let body = stem_chain(n, dims, taps, act);
+        let (g, ins, mut exe) = checked(&body, 13);
+        let mut b = g.clone();
+        dnnc_passes::block_channels::block_channels(&mut b).expect("block-channels");
+        let text = dnnc_ir::text::print(&b);
+        assert!(text.contains("data=nchw_to_nchw8c"), "{text}");
+        assert!(
+            exe.steps().iter().all(|s| !s.name.ends_with(".to_nchw8c")),
+            "a reorder into the layout:\n{body}"
+        );
+        let one = bits(&exe.run(&ins).expect("run"));
+        exe.set_threads(2).expect("threads");
+        assert_eq!(
+            one,
+            bits(&exe.run(&ins).expect("run")),
+            "2 threads:\n{body}"
+        );
+    }
+}
+
+/// Convs the kernel into the blocked layout does not compute say why,
+/// naming the node; a stem whose result plain ops read stays plain.
+#[test]
+fn bad_convs_into_the_blocked_layout_are_clear_errors() {
+    for (x, w, attrs, want) in [
+        (
+            "1,8,8,8",
+            "16,8,3,3",
+            "pads=[1,1,1,1]",
+            "fewer than 8 channels",
+        ),
+        ("1,4,8,8", "16,2,3,3", "group=2", "ungrouped"),
+        ("1,3,8,8", "16,3,3,3", "dilations=[2,2]", "undilated"),
+    ] {
+        let g = parse(&format!(
+            "  input %x: f32[{x}]\n  param %w: f32[{w}] = he(seed=1)\n  %c = Conv2d(%x, %w) {{data=nchw_to_nchw8c, {attrs}}}\n  output %c"
+        ));
+        let msg = match compile_cpu(&g, &CpuOptions::default()) {
+            Ok(_) => panic!("compiled: {x} {w} {attrs}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(msg.contains("%c") && msg.contains(want), "{msg}");
+    }
+    // The input of a data=nchw_to_nchw8c conv is plain.
+    let src = "graph t {\n  input %x: f32[1,1,8,8,8]\n  param %w: f32[16,8,1,1] = he(seed=1)\n  %c = Conv2d(%x, %w) {data=nchw_to_nchw8c}\n  output %c\n}\n";
+    let msg = dnnc_ir::text::parse(src, "t.dnn")
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("input must have rank 4"), "{msg}");
+    // A stem feeding a max pool (ResNet's) is no region entry.
+    let g = parse(
+        "  input %x: f32[1,3,16,16]
+  param %w: f32[16,3,3,3] = he(seed=1)
+  %c = Conv2d(%x, %w) {pads=[1,1,1,1]}
+  %p = MaxPool(%c) {kernel=[2,2], strides=[2,2]}
+  output %p",
+    );
+    let mut b = g.clone();
+    dnnc_passes::block_channels::block_channels(&mut b).expect("block-channels");
+    assert!(!dnnc_ir::text::print(&b).contains("nchw8c"));
+}

@@ -239,9 +239,11 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
             let (x, w) = (ins[0], ins[1]);
             need_dtype(x, &f32_only, "input")?;
             need_dtype(w, &f32_only, "weight")?;
-            let Some([n, cin, h, wd]) = c.data.logical_dims(&x.shape) else {
-                return Err(match c.data {
-                    DataLayout::Nchw => format!("input must have rank 4, found {x}"),
+            let Some([n, cin, h, wd]) = c.data.input().logical_dims(&x.shape) else {
+                return Err(match c.data.input() {
+                    DataLayout::Nchw | DataLayout::NchwToNchw8c => {
+                        format!("input must have rank 4, found {x}")
+                    }
                     DataLayout::Nchw8c => {
                         format!("input of a data=nchw8c conv must be [N, C/8, H, W, 8], found {x}")
                     }
@@ -301,7 +303,9 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
                         DataLayout::BLOCK
                     ))
                 }
-                (Some(ho), Some(wo)) => one(TensorType::f32(c.data.stored_shape(n, m, ho, wo))),
+                (Some(ho), Some(wo)) => {
+                    one(TensorType::f32(c.data.result().stored_shape(n, m, ho, wo)))
+                }
                 _ => Err(format!(
                     "kernel {kh}x{kw} (dilations {:?}) does not fit the padded {h}x{wd} input",
                     c.dilations

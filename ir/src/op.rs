@@ -52,11 +52,21 @@ pub enum DataLayout {
     Nchw,
     /// `[N, C/8, H, W, 8]`.
     Nchw8c,
+    /// A conv's input plain `[N, C, H, W]`, its result `[N, C/8, H, W,
+    /// 8]`: the conv that feeds a channel-blocked chain from a plain
+    /// tensor (a 3-channel stem) writes the chain's first activation
+    /// blocked instead of plain and then reordered. Only a conv's `data`
+    /// takes it; a tensor is stored in one of the other two.
+    NchwToNchw8c,
 }
 
 impl DataLayout {
     /// Every variant, in text-format order.
-    pub const ALL: [DataLayout; 2] = [DataLayout::Nchw, DataLayout::Nchw8c];
+    pub const ALL: [DataLayout; 3] = [
+        DataLayout::Nchw,
+        DataLayout::Nchw8c,
+        DataLayout::NchwToNchw8c,
+    ];
 
     /// Channels per block of the blocked layout.
     pub const BLOCK: usize = 8;
@@ -66,6 +76,23 @@ impl DataLayout {
         match self {
             DataLayout::Nchw => "nchw",
             DataLayout::Nchw8c => "nchw8c",
+            DataLayout::NchwToNchw8c => "nchw_to_nchw8c",
+        }
+    }
+
+    /// The layout of a conv's input under this `data` attribute.
+    pub fn input(self) -> DataLayout {
+        match self {
+            DataLayout::Nchw | DataLayout::NchwToNchw8c => DataLayout::Nchw,
+            DataLayout::Nchw8c => DataLayout::Nchw8c,
+        }
+    }
+
+    /// The layout of a conv's result under this `data` attribute.
+    pub fn result(self) -> DataLayout {
+        match self {
+            DataLayout::Nchw => DataLayout::Nchw,
+            DataLayout::Nchw8c | DataLayout::NchwToNchw8c => DataLayout::Nchw8c,
         }
     }
 
@@ -74,16 +101,19 @@ impl DataLayout {
         DataLayout::ALL.into_iter().find(|a| a.name() == s)
     }
 
-    /// The stored shape of a logical `[n, c, h, w]` activation.
+    /// The stored shape of a logical `[n, c, h, w]` activation (a conv's
+    /// result, for [`DataLayout::NchwToNchw8c`]).
     pub fn stored_shape(self, n: usize, c: usize, h: usize, w: usize) -> Vec<usize> {
-        match self {
+        match self.result() {
             DataLayout::Nchw => vec![n, c, h, w],
-            DataLayout::Nchw8c => vec![n, c / Self::BLOCK, h, w, Self::BLOCK],
+            _ => vec![n, c / Self::BLOCK, h, w, Self::BLOCK],
         }
     }
 
     /// The logical `[n, c, h, w]` of a stored shape, if it has this
-    /// layout's rank (and block).
+    /// layout's rank (and block); `None` for [`DataLayout::NchwToNchw8c`],
+    /// which is no tensor's layout (read a conv's operands through
+    /// [`DataLayout::input`] and [`DataLayout::result`]).
     pub fn logical_dims(self, s: &[usize]) -> Option<[usize; 4]> {
         match (self, s) {
             (DataLayout::Nchw, &[n, c, h, w]) => Some([n, c, h, w]),

@@ -13,6 +13,11 @@
 //! convs write: a lone conv would pay two reorders for one faster GEMM.
 //! Values keep their names; a value that plain ops still read keeps its
 //! name on the reordered copy, the blocked one is `NAME.nchw8c`.
+//!
+//! A conv of fewer than 8 input channels (a stem; see [`unfit_into`])
+//! joins a region as its entry: it reads its plain input and writes its
+//! result blocked (`data=nchw_to_nchw8c`), so the region needs no reorder
+//! of that result.
 
 use crate::conv_algo::ConvGeom;
 use crate::pipeline::{Pass, PassError, PassStats};
@@ -116,6 +121,54 @@ pub fn blockable_conv(g: &Graph, n: NodeId) -> bool {
     }
 }
 
+/// Most taps (`c x kh x kw`) of a conv into the blocked layout; the CPU
+/// kernel's own limit (`dnnc_runtime::cpu::blocked::INTO_MAX_TAPS`).
+pub const INTO_MAX_TAPS: usize = 256;
+
+/// Why conv `geom` cannot read a plain input and write its result blocked
+/// (`data=nchw_to_nchw8c`), or `None` when it can: an ungrouped,
+/// undilated conv of fewer than 8 input channels (a stem, whose input no
+/// blocked kernel reads), whole blocks of output channels, at most
+/// [`INTO_MAX_TAPS`] taps, its filter known at compile time. The one
+/// definition both this pass and the CPU backend's lowering check.
+pub fn unfit_into(geom: &ConvGeom) -> Option<String> {
+    let b = DataLayout::BLOCK;
+    let why = if geom.g != 1 {
+        "runs ungrouped convs only"
+    } else if geom.p.dilations != [1, 1] {
+        "runs undilated convs only"
+    } else if geom.c >= b {
+        "is for inputs of fewer than 8 channels"
+    } else if !geom.m.is_multiple_of(b) {
+        "needs output channels in blocks of 8"
+    } else if geom.c * geom.kh * geom.kw > INTO_MAX_TAPS {
+        "takes at most 256 taps per output"
+    } else if !geom.const_w {
+        "needs a filter known at compile time"
+    } else {
+        return None;
+    };
+    Some(format!("data=nchw_to_nchw8c {why}"))
+}
+
+/// Whether conv node `n` may write its result blocked from a plain input
+/// (see [`unfit_into`]): an NCHW f32 conv left to the backend's algorithm
+/// choice or set to a GEMM-like one (`direct`, `im2col`).
+fn into_blockable_conv(g: &Graph, n: NodeId) -> bool {
+    let node = g.node(n);
+    let Op::Conv2d(p) = &node.op else {
+        return false;
+    };
+    if p.data != DataLayout::Nchw
+        || p.layout != WeightLayout::Auto
+        || !matches!(p.algo, ConvAlgo::Auto | ConvAlgo::Direct | ConvAlgo::Im2col)
+        || g.value(node.inputs[0]).ty.dtype != DType::F32
+    {
+        return false;
+    }
+    ConvGeom::of_node(g, n).is_ok_and(|geom| unfit_into(&geom).is_none())
+}
+
 /// Whether `v` is a one-element operand, the same in either layout.
 fn scalar(g: &Graph, v: ValueId) -> bool {
     g.value(v).ty.shape.iter().product::<usize>() == 1
@@ -155,12 +208,18 @@ pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
     let mut blocked = vec![false; nv];
     let mut parent: Vec<usize> = (0..nv).collect();
     let mut convs: Vec<NodeId> = Vec::new();
+    // Convs that read a plain input and write blocked (region entries).
+    let mut entries: HashSet<NodeId> = HashSet::new();
     for &n in &order {
         let node = g.node(n);
         let Some(&out) = node.outputs.first() else {
             continue;
         };
-        if blockable_conv(g, n) {
+        if into_blockable_conv(g, n) {
+            blocked[out.index()] = true;
+            convs.push(n);
+            entries.insert(n);
+        } else if blockable_conv(g, n) {
             blocked[out.index()] = true;
             convs.push(n);
             let x = node.inputs[0];
@@ -196,7 +255,7 @@ pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
         let r = find(&mut parent, out.index());
         *conv_count.entry(r).or_default() += 1;
         *conv_elems.entry(r).or_default() += numel(g, out);
-        if !blocked[x.index()] && entered.insert(x) {
+        if !entries.contains(&n) && !blocked[x.index()] && entered.insert(x) {
             *reorder_elems.entry(r).or_default() += numel(g, x);
         }
     }
@@ -247,6 +306,16 @@ pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
         }
         let mut ins = Vec::with_capacity(node.inputs.len());
         let op = match &node.op {
+            // The kernel into the blocked layout is a direct conv: each
+            // tap's input read in place (gathered only at the padding).
+            Op::Conv2d(p) if entries.contains(&n) => {
+                ins.extend_from_slice(&node.inputs);
+                Op::Conv2d(Conv2d {
+                    data: DataLayout::NchwToNchw8c,
+                    algo: ConvAlgo::Direct,
+                    ..p.clone()
+                })
+            }
             Op::Conv2d(p) => {
                 ins.push(to_blocked(
                     g,

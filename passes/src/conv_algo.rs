@@ -138,11 +138,13 @@ impl ConvGeom {
         y: &[usize],
         const_w: bool,
     ) -> Result<ConvGeom, String> {
-        let (Some([n, c, h, w]), &[m, _, kh, kw], Some([_, _, oh, ow])) =
-            (p.data.logical_dims(x), w, p.data.logical_dims(y))
-        else {
+        let (Some([n, c, h, w]), &[m, _, kh, kw], Some([_, _, oh, ow])) = (
+            p.data.input().logical_dims(x),
+            w,
+            p.data.result().logical_dims(y),
+        ) else {
             return Err(format!(
-                "Conv2d operands must be rank 4 (data=nchw8c: input and result [N, C/8, H, W, 8]), found {x:?}, {w:?}, {y:?}"
+                "Conv2d operands must be rank 4 (data=nchw8c: input and result [N, C/8, H, W, 8]; data=nchw_to_nchw8c: the result), found {x:?}, {w:?}, {y:?}"
             ));
         };
         Ok(ConvGeom {

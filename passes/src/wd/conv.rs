@@ -56,13 +56,14 @@ impl ConvShape {
     /// channels, not `C/8`).
     pub fn from_types(c: &Conv2d, x: &TensorType, w: &TensorType, y: &TensorType) -> ConvShape {
         let d = |t: &TensorType, i: usize| t.shape.get(i).copied().unwrap_or(1) as u64;
-        let logical = |t: &TensorType| {
-            c.data.logical_dims(&t.shape).map_or_else(
+        let logical = |t: &TensorType, layout: dnnc_ir::op::DataLayout| {
+            layout.logical_dims(&t.shape).map_or_else(
                 || [d(t, 0), d(t, 1), d(t, 2), d(t, 3)],
                 |dims| dims.map(|v| v as u64),
             )
         };
-        let ([n, c_in, h, w_in], [_, _, h_out, w_out]) = (logical(x), logical(y));
+        let ([n, c_in, h, w_in], [_, _, h_out, w_out]) =
+            (logical(x, c.data.input()), logical(y, c.data.result()));
         ConvShape {
             n,
             c_in,

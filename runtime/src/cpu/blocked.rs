@@ -13,7 +13,90 @@
 //! Each output element is `bias + sum over k in order + residual`, then
 //! clamped and activated, the same in every split and tile.
 
+use super::group8::Group8Geom;
 use super::pgemm::{activate, Epilogue, ACT_NONE, ACT_SIGMOID, ACT_SILU};
+
+/// The accumulators of an AVX2 tile, `[pixel][8-lane block]`, each
+/// starting at the panel's bias (or zero). A macro so every access keeps
+/// literal indices in the tile's own body (see [`avx2_tile_n`]).
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile_accumulators {
+    ($t:expr, $nb:ident) => {{
+        use std::arch::x86_64::*;
+        let z = _mm256_setzero_ps();
+        let mut acc = [[z; 3]; 6];
+        if !$t.bias.is_null() {
+            let b0 = _mm256_loadu_ps($t.bias);
+            let b1 = if $nb > 1 {
+                _mm256_loadu_ps($t.bias.add(8))
+            } else {
+                z
+            };
+            let b2 = if $nb > 2 {
+                _mm256_loadu_ps($t.bias.add(16))
+            } else {
+                z
+            };
+            let b = [b0, b1, b2];
+            acc[0] = b;
+            acc[1] = b;
+            acc[2] = b;
+            acc[3] = b;
+            acc[4] = b;
+            acc[5] = b;
+        }
+        acc
+    }};
+}
+
+/// One accumulator of an AVX2 tile stored (pixel `$p`, block `$b`, both
+/// literals): residual, clamp to `$lo..$hi`, activation.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile_out {
+    ($t:expr, $acc:ident, $y:expr, $res:expr, ($np:ident, $nb:ident), ($lo:ident, $hi:ident), $p:literal, $b:literal) => {
+        if $p < $np && $b < $nb {
+            let off = $b * $t.y_stride + $p * 8;
+            let mut v = $acc[$p][$b];
+            if !$res.is_null() {
+                v = _mm256_add_ps(v, _mm256_loadu_ps($res.add(off)));
+            }
+            v = _mm256_min_ps($hi, _mm256_max_ps($lo, v));
+            if $t.act == ACT_NONE {
+                _mm256_storeu_ps($y.add(off), v);
+            } else {
+                store_activated($y.add(off), v, $t.act);
+            }
+        }
+    };
+}
+
+/// Stores an AVX2 tile's accumulators: residual (`y`'s layout), clamp,
+/// activation, each pixel's blocks `t.y_stride` floats apart.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile_store {
+    ($t:expr, $acc:ident, $y:expr, $res:expr, $np:ident, $nb:ident) => {{
+        use std::arch::x86_64::*;
+        let (lo, hi) = (_mm256_set1_ps($t.lo), _mm256_set1_ps($t.hi));
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 0, 0);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 0, 1);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 0, 2);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 1, 0);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 1, 1);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 1, 2);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 2, 0);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 2, 1);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 2, 2);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 3, 0);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 3, 1);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 3, 2);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 4, 0);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 4, 1);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 4, 2);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 5, 0);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 5, 1);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 5, 2);
+    }};
+}
 
 /// Output channels per filter panel: two 8-lane blocks, or three where
 /// the blocks are odd (a one-block panel would run half as many FMAs per
@@ -166,6 +249,336 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c_band(
     };
     image(w, k, m, x, &out, hw, (p0, p1), (0, usize::MAX), &ep);
     0
+}
+
+/// The geometry of a window conv from a plain NCHW input into the
+/// blocked layout ([`dnnc_conv_into_nchw8c`]), as the generated code
+/// passes it: the window's fields, then the output channels.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IntoBlockedGeom {
+    /// Input channels, extents, output extents, window, strides and
+    /// leading padding (any channel count).
+    pub conv: Group8Geom,
+    /// Output channels: whole blocks of 8.
+    pub m: usize,
+}
+
+/// Most taps (`c x kh x kw`) a conv into the blocked layout may have:
+/// a call keeps each tap's input offset on the stack.
+pub const INTO_MAX_TAPS: usize = 256;
+
+/// Why [`dnnc_conv_into_nchw8c`] does not compute `g`, or `None`.
+pub fn into_unfit(g: &IntoBlockedGeom) -> Option<&'static str> {
+    let c = &g.conv;
+    if g.m == 0 || !g.m.is_multiple_of(8) {
+        Some("output channels must be whole blocks of 8")
+    } else if c.c == 0 || c.h == 0 || c.w == 0 || c.oh == 0 || c.ow == 0 {
+        Some("empty input or output")
+    } else if c.sh == 0 || c.sw == 0 || c.kh == 0 || c.kw == 0 {
+        Some("strides and filter extents must be positive")
+    } else if c.c * c.kh * c.kw > INTO_MAX_TAPS {
+        Some("more than 256 taps per output")
+    } else {
+        None
+    }
+}
+
+/// Computes output rows `u0..u1` (row `img * oh + oy`) of the undilated,
+/// ungrouped conv `geo` of filter `w` (packed by [`pack_filter`] as an
+/// `m x (c kh kw)` matrix) over the NCHW input `x` into `y`, blocked
+/// (`[N, m/8, oh, ow, 8]`), with `ep`'s bias, residual (`y`'s layout),
+/// clamp and activation. The conv that feeds a blocked chain from a
+/// plain input (MobileNet-V2's 3-channel stem) writes the chain's first
+/// activation directly instead of in NCHW and then reordered: one tile of
+/// pixels of an output row against a panel of filter channels, one
+/// broadcast input element per pixel and tap, as [`dnnc_conv1x1_nchw8c`]
+/// per input channel; tiles whose window crosses the padding read a
+/// patch gathered with zeros. Returns 0, or 1 for a geometry it does not
+/// compute ([`into_unfit`]).
+///
+/// # Safety
+/// `w`, `x`, `y`, `geo` (and `ep`'s pointers) must be valid for the
+/// geometry and the images the rows reach; `y` must not overlap `x`.
+#[no_mangle]
+pub unsafe extern "C" fn dnnc_conv_into_nchw8c(
+    w: *const f32,
+    x: *const f32,
+    y: *mut f32,
+    geo: *const IntoBlockedGeom,
+    u0: usize,
+    u1: usize,
+    ep: *const Epilogue,
+) -> i32 {
+    into_blocked(w, x, y, &*geo, (u0, u1), ep, super::avx2_fma())
+}
+
+/// [`dnnc_conv_into_nchw8c`] on the AVX2 path or the portable one.
+unsafe fn into_blocked(
+    w: *const f32,
+    x: *const f32,
+    y: *mut f32,
+    geo: &IntoBlockedGeom,
+    (u0, u1): (usize, usize),
+    ep: *const Epilogue,
+    avx2: bool,
+) -> i32 {
+    if into_unfit(geo).is_some() {
+        return 1;
+    }
+    let ep = if ep.is_null() { Epilogue::NONE } else { *ep };
+    let (g, m) = (geo.conv, geo.m);
+    let taps = g.c * g.kh * g.kw;
+    // Each tap's input offset from its window's top-left element, in the
+    // filter's `[c][kh][kw]` order; in the row patch, a row per tap.
+    let mut offs = [0isize; INTO_MAX_TAPS];
+    let mut patch_offs = [0isize; INTO_MAX_TAPS];
+    let mut tap_at = [(0usize, 0usize, 0usize); INTO_MAX_TAPS];
+    for t in 0..taps {
+        let (ch, ky, kx) = (t / (g.kh * g.kw), t / g.kw % g.kh, t % g.kw);
+        offs[t] = (ch * g.h * g.w + ky * g.w + kx) as isize;
+        patch_offs[t] = (t * g.ow) as isize;
+        tap_at[t] = (ch, ky, kx);
+    }
+    let tap_at = &tap_at[..taps];
+    // The inputs of a row's pixels whose windows reach into the padding,
+    // `[tap][pixel]`, zero where they do.
+    let mut patch = vec![0f32; taps * g.ow];
+    // Output columns whose window lies inside the input's columns.
+    let ox_lo = g.pl.div_ceil(g.sw).min(g.ow);
+    let ox_hi = if g.w + g.pl >= g.kw {
+        ((g.w + g.pl - g.kw) / g.sw + 1).clamp(ox_lo, g.ow)
+    } else {
+        ox_lo
+    };
+    let plane = g.oh * g.ow;
+    for u in u0..u1 {
+        let (img, oy) = (u / g.oh, u % g.oh);
+        let iy0 = (oy * g.sh) as isize - g.pt as isize;
+        let row_inside = iy0 >= 0 && iy0 as usize + g.kh <= g.h;
+        let xi = x.add(img * g.c * g.h * g.w);
+        let yi = y.add(img * m * plane + oy * g.ow * 8);
+        let ri = if ep.res.is_null() {
+            ep.res
+        } else {
+            ep.res.add(img * m * plane + oy * g.ow * 8)
+        };
+        // Column segments: gathered, read in place, gathered.
+        let inner = if row_inside {
+            (ox_lo, ox_hi)
+        } else {
+            (g.ow, g.ow)
+        };
+        gather_patch(&mut patch, xi, &g, tap_at, iy0, (0, inner.0));
+        gather_patch(&mut patch, xi, &g, tap_at, iy0, (inner.1, g.ow));
+        let segments = [
+            (0, inner.0, false),
+            (inner.0, inner.1, true),
+            (inner.1, g.ow, false),
+        ];
+        let mut o = 0;
+        while o < m {
+            let width = panel_width(m, o);
+            let t = Tile {
+                w: w.add(o * taps),
+                width,
+                k: taps,
+                stride: 0,
+                y_stride: plane * 8,
+                bias: if ep.bias.is_null() {
+                    std::ptr::null()
+                } else {
+                    ep.bias.add(o)
+                },
+                lo: ep.lo,
+                hi: ep.hi,
+                act: ep.act,
+            };
+            let tile = tile_pixels(width);
+            let block = (o / 8) * plane * 8;
+            for (s0, s1, in_place) in segments {
+                let mut p = s0;
+                while p < s1 {
+                    let n = (s1 - p).min(tile);
+                    let yo = block + p * 8;
+                    let (yp, rp) = (yi.add(yo), if ri.is_null() { ri } else { ri.add(yo) });
+                    let win = if in_place {
+                        let ix0 = (p * g.sw - g.pl) as isize;
+                        Window {
+                            src: xi.offset(iy0 * g.w as isize + ix0),
+                            offs: offs.as_ptr(),
+                            ps: g.sw as isize,
+                        }
+                    } else {
+                        Window {
+                            src: patch.as_ptr().add(p),
+                            offs: patch_offs.as_ptr(),
+                            ps: 1,
+                        }
+                    };
+                    #[cfg(target_arch = "x86_64")]
+                    if avx2 {
+                        avx2_window_tile(&t, &win, yp, rp, n);
+                        p += n;
+                        continue;
+                    }
+                    let _ = avx2;
+                    portable_window_tile(&t, &win, yp, rp, n);
+                    p += n;
+                }
+            }
+            o += width;
+        }
+    }
+    0
+}
+
+/// Where a window tile reads pixel `p`'s input of tap `k`: `src +
+/// offs[k] + p * ps`.
+struct Window {
+    src: *const f32,
+    offs: *const isize,
+    ps: isize,
+}
+
+/// The inputs of output columns `p0..p1` of the row whose windows start
+/// at input row `iy0`, tap by tap (`patch[tap * ow + column]`), zero
+/// where a window reaches into the padding; `taps` gives each tap's
+/// `(channel, row, column)` in the filter.
+unsafe fn gather_patch(
+    patch: &mut [f32],
+    x: *const f32,
+    g: &Group8Geom,
+    taps: &[(usize, usize, usize)],
+    iy0: isize,
+    (p0, p1): (usize, usize),
+) {
+    if p0 >= p1 {
+        return;
+    }
+    for (t, &(ch, ky, kx)) in taps.iter().enumerate() {
+        let iy = iy0 + ky as isize;
+        let row = &mut patch[t * g.ow..(t + 1) * g.ow];
+        if iy < 0 || iy as usize >= g.h {
+            row[p0..p1].fill(0.0);
+            continue;
+        }
+        let xr = x.add(ch * g.h * g.w + iy as usize * g.w);
+        for (p, v) in row.iter_mut().enumerate().take(p1).skip(p0) {
+            let ix = (p * g.sw + kx) as isize - g.pl as isize;
+            *v = if ix >= 0 && (ix as usize) < g.w {
+                *xr.add(ix as usize)
+            } else {
+                0.0
+            };
+        }
+    }
+}
+
+/// A window tile one lane at a time, in the AVX2 tile's order (bias,
+/// taps in order, residual, clamp, activation).
+unsafe fn portable_window_tile(t: &Tile, win: &Window, y: *mut f32, res: *const f32, n: usize) {
+    for px in 0..n {
+        for j in 0..t.width {
+            let mut acc = if t.bias.is_null() {
+                0.0
+            } else {
+                *t.bias.add(j)
+            };
+            for kk in 0..t.k {
+                let a = *win.src.offset(*win.offs.add(kk) + px as isize * win.ps);
+                acc = t.w.add(kk * t.width + j).read().mul_add(a, acc);
+            }
+            let off = (j / 8) * t.y_stride + px * 8 + j % 8;
+            if !res.is_null() {
+                acc += *res.add(off);
+            }
+            let clamped = if acc.is_nan() {
+                acc
+            } else {
+                acc.clamp(t.lo, t.hi)
+            };
+            *y.add(off) = activate(t.act, clamped);
+        }
+    }
+}
+
+/// A window tile of `n` pixels of one panel on AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_window_tile(t: &Tile, win: &Window, y: *mut f32, res: *const f32, n: usize) {
+    match (n, t.width) {
+        (4, 24) => avx2_window_tile_n::<4, 3>(t, win, y, res),
+        (3, 24) => avx2_window_tile_n::<3, 3>(t, win, y, res),
+        (2, 24) => avx2_window_tile_n::<2, 3>(t, win, y, res),
+        (1, 24) => avx2_window_tile_n::<1, 3>(t, win, y, res),
+        (6, 16) => avx2_window_tile_n::<6, 2>(t, win, y, res),
+        (6, _) => avx2_window_tile_n::<6, 1>(t, win, y, res),
+        (5, 16) => avx2_window_tile_n::<5, 2>(t, win, y, res),
+        (5, _) => avx2_window_tile_n::<5, 1>(t, win, y, res),
+        (4, 16) => avx2_window_tile_n::<4, 2>(t, win, y, res),
+        (4, _) => avx2_window_tile_n::<4, 1>(t, win, y, res),
+        (3, 16) => avx2_window_tile_n::<3, 2>(t, win, y, res),
+        (3, _) => avx2_window_tile_n::<3, 1>(t, win, y, res),
+        (2, 16) => avx2_window_tile_n::<2, 2>(t, win, y, res),
+        (2, _) => avx2_window_tile_n::<2, 1>(t, win, y, res),
+        (_, 16) => avx2_window_tile_n::<1, 2>(t, win, y, res),
+        (_, _) => avx2_window_tile_n::<1, 1>(t, win, y, res),
+    }
+}
+
+/// [`avx2_tile_n`] with the input of each tap and pixel at its window
+/// offset: one filter row of the panel and one broadcast per pixel per
+/// tap.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline(never)]
+unsafe fn avx2_window_tile_n<const NP: usize, const NB: usize>(
+    t: &Tile,
+    win: &Window,
+    y: *mut f32,
+    res: *const f32,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = tile_accumulators!(t, NB);
+    let ps = win.ps;
+    let mut wp = t.w;
+    macro_rules! px {
+        ($a:expr, $w0:ident, $w1:ident, $w2:ident, $p:literal) => {
+            if $p < NP {
+                let v = _mm256_broadcast_ss(&*$a.offset($p * ps));
+                acc[$p][0] = _mm256_fmadd_ps($w0, v, acc[$p][0]);
+                if NB > 1 {
+                    acc[$p][1] = _mm256_fmadd_ps($w1, v, acc[$p][1]);
+                }
+                if NB > 2 {
+                    acc[$p][2] = _mm256_fmadd_ps($w2, v, acc[$p][2]);
+                }
+            }
+        };
+    }
+    for kk in 0..t.k {
+        let a = win.src.offset(*win.offs.add(kk));
+        let w0 = _mm256_loadu_ps(wp);
+        let w1 = if NB > 1 {
+            _mm256_loadu_ps(wp.add(8))
+        } else {
+            w0
+        };
+        let w2 = if NB > 2 {
+            _mm256_loadu_ps(wp.add(16))
+        } else {
+            w0
+        };
+        px!(a, w0, w1, w2, 0);
+        px!(a, w0, w1, w2, 1);
+        px!(a, w0, w1, w2, 2);
+        px!(a, w0, w1, w2, 3);
+        px!(a, w0, w1, w2, 4);
+        px!(a, w0, w1, w2, 5);
+        wp = wp.add(NB * 8);
+    }
+    tile_store!(t, acc, y, res, NP, NB);
 }
 
 /// Where [`image`] writes: pixel `p` of output block `b` at `y + b *
@@ -345,27 +758,7 @@ unsafe fn avx2_tile_n<const NP: usize, const NB: usize>(
     // Every access to `acc` has literal indices (the largest shape's
     // array; the guards fold away): with a loop index anywhere, LLVM kept
     // the accumulators in memory around the k loop, or in it.
-    let z = _mm256_setzero_ps();
-    let mut acc = [[z; 3]; 6];
-    if !t.bias.is_null() {
-        let b0 = _mm256_loadu_ps(t.bias);
-        let b1 = if NB > 1 {
-            _mm256_loadu_ps(t.bias.add(8))
-        } else {
-            z
-        };
-        let b2 = if NB > 2 {
-            _mm256_loadu_ps(t.bias.add(16))
-        } else {
-            z
-        };
-        macro_rules! init {
-            ($($p:literal)*) => {$(
-                acc[$p] = [b0, b1, b2];
-            )*};
-        }
-        init!(0 1 2 3 4 5);
-    }
+    let mut acc = tile_accumulators!(t, NB);
     // One input block (eight `k`) per iteration, unrolled, so every
     // broadcast's address is a constant offset from the block's start.
     let mut wp = t.w;
@@ -418,32 +811,7 @@ unsafe fn avx2_tile_n<const NP: usize, const NB: usize>(
         step!(a, 7);
         wp = wp.add(8 * NB * 8);
     }
-    let (lo, hi) = (_mm256_set1_ps(t.lo), _mm256_set1_ps(t.hi));
-    macro_rules! out {
-        ($p:literal, $b:literal) => {
-            if $p < NP && $b < NB {
-                let off = $b * t.y_stride + $p * 8;
-                let mut v = acc[$p][$b];
-                if !res.is_null() {
-                    v = _mm256_add_ps(v, _mm256_loadu_ps(res.add(off)));
-                }
-                v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
-                if t.act == ACT_NONE {
-                    _mm256_storeu_ps(y.add(off), v);
-                } else {
-                    store_activated(y.add(off), v, t.act);
-                }
-            }
-        };
-    }
-    macro_rules! row {
-        ($($p:literal)*) => {$(
-            out!($p, 0);
-            out!($p, 1);
-            out!($p, 2);
-        )*};
-    }
-    row!(0 1 2 3 4 5);
+    tile_store!(t, acc, y, res, NP, NB);
 }
 
 /// Eight lanes through activation `act`, in registers with the GEMM
@@ -755,5 +1123,222 @@ mod tests {
         // Odd block counts: a 24-wide first panel (4-pixel tiles).
         run(1, 24, 16, 30, true, &[13]);
         run(2, 56, 24, 17, false, &[3]);
+    }
+
+    /// The plain definition of a conv into the blocked layout, in f64,
+    /// before the clamp.
+    fn window_reference(
+        g: &IntoBlockedGeom,
+        n: usize,
+        (w, x, bias): (&[f32], &[f32], &[f32]),
+        res: Option<&[f32]>,
+    ) -> Vec<f64> {
+        let c = g.conv;
+        let mut y = vec![0f64; n * g.m * c.oh * c.ow];
+        for img in 0..n {
+            for o in 0..g.m {
+                for oy in 0..c.oh {
+                    for ox in 0..c.ow {
+                        let mut acc = bias[o] as f64;
+                        for ch in 0..c.c {
+                            for ky in 0..c.kh {
+                                for kx in 0..c.kw {
+                                    let iy = (oy * c.sh + ky) as isize - c.pt as isize;
+                                    let ix = (ox * c.sw + kx) as isize - c.pl as isize;
+                                    if iy < 0 || ix < 0 || iy as usize >= c.h || ix as usize >= c.w
+                                    {
+                                        continue;
+                                    }
+                                    let xv = x[((img * c.c + ch) * c.h + iy as usize) * c.w
+                                        + ix as usize];
+                                    let wv = w[((o * c.c + ch) * c.kh + ky) * c.kw + kx];
+                                    acc += xv as f64 * wv as f64;
+                                }
+                            }
+                        }
+                        let i =
+                            ((img * g.m / 8 + o / 8) * c.oh * c.ow + oy * c.ow + ox) * 8 + o % 8;
+                        if let Some(r) = res {
+                            acc += r[i] as f64;
+                        }
+                        y[i] = acc;
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    fn window_geom(
+        (c, h, w): (usize, usize, usize),
+        m: usize,
+        (kh, kw): (usize, usize),
+        (sh, sw): (usize, usize),
+        pads: [usize; 4],
+    ) -> IntoBlockedGeom {
+        let oh = (h + pads[0] + pads[2] - kh) / sh + 1;
+        let ow = (w + pads[1] + pads[3] - kw) / sw + 1;
+        IntoBlockedGeom {
+            conv: Group8Geom {
+                c,
+                h,
+                w,
+                oh,
+                ow,
+                kh,
+                kw,
+                sh,
+                sw,
+                pt: pads[0],
+                pl: pads[1],
+            },
+            m,
+        }
+    }
+
+    /// Runs `dnnc_conv_into_nchw8c` on `n` images of `g` (rows split at
+    /// `split`) on the AVX2 path or the portable one and checks it
+    /// against the definition; returns the result.
+    fn window_run(
+        g: &IntoBlockedGeom,
+        n: usize,
+        act: u32,
+        with_res: bool,
+        split: &[usize],
+        avx2: bool,
+    ) -> Vec<f32> {
+        let c = g.conv;
+        let x: Vec<f32> = (0..n * c.c * c.h * c.w)
+            .map(|i| ((i * 7919) % 101) as f32 * 0.02 - 1.0)
+            .collect();
+        let w: Vec<f32> = (0..g.m * c.c * c.kh * c.kw)
+            .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
+            .collect();
+        let bias: Vec<f32> = (0..g.m).map(|i| i as f32 * 0.01 - 0.1).collect();
+        let len = n * g.m * c.oh * c.ow;
+        let res: Vec<f32> = (0..len).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
+        let packed = pack_filter(&w, g.m, c.c * c.kh * c.kw);
+        let (lo, hi) = (-1.5, 2.0);
+        let ep = Epilogue {
+            bias: bias.as_ptr(),
+            res: if with_res {
+                res.as_ptr()
+            } else {
+                std::ptr::null()
+            },
+            lo,
+            hi,
+            act,
+            ..Epilogue::NONE
+        };
+        let mut y = vec![f32::NAN; len];
+        let mut bounds = vec![0];
+        bounds.extend_from_slice(split);
+        bounds.push(n * c.oh);
+        for s in bounds.windows(2) {
+            let rc = unsafe {
+                into_blocked(
+                    packed.as_ptr(),
+                    x.as_ptr(),
+                    y.as_mut_ptr(),
+                    g,
+                    (s[0], s[1]),
+                    &ep,
+                    avx2,
+                )
+            };
+            assert_eq!(rc, 0);
+        }
+        let want = window_reference(g, n, (&w, &x, &bias), with_res.then_some(&res[..]));
+        for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+            let b = activate(act, (*b as f32).clamp(lo, hi)) as f64;
+            assert!(
+                (*a as f64 - b).abs() <= 1e-5 + 1e-5 * b.abs(),
+                "{g:?} element {i}: {a} vs {b}"
+            );
+        }
+        y
+    }
+
+    #[test]
+    fn window_conv_into_blocks_matches_the_definition() {
+        let avx2 = crate::cpu::avx2_fma();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let cases = [
+            // A stem: 3 channels, 3x3 stride 2, padding 1 (top and left
+            // only reach into it), 32 channels out in two 16-wide panels.
+            (
+                window_geom((3, 15, 29), 32, (3, 3), (2, 2), [1, 1, 1, 1]),
+                2,
+                &[3, 9][..],
+            ),
+            // A 24-wide panel (4-pixel tiles), then 16; padding on every
+            // side; rows split mid-image.
+            (
+                window_geom((2, 9, 14), 40, (3, 3), (1, 1), [1, 1, 1, 1]),
+                1,
+                &[4],
+            ),
+            // Asymmetric window, strides and padding; rows wholly in the
+            // padding; one block out.
+            (
+                window_geom((1, 6, 20), 8, (5, 3), (1, 3), [3, 2, 3, 0]),
+                1,
+                &[],
+            ),
+            // Maps narrower than a tile, a window as wide as the input.
+            (
+                window_geom((4, 5, 3), 16, (2, 3), (1, 1), [0, 0, 1, 0]),
+                3,
+                &[1, 2],
+            ),
+        ];
+        for (g, n, split) in cases {
+            for (act, with_res) in [
+                (ACT_NONE, false),
+                (ACT_NONE, true),
+                (ACT_SILU, false),
+                (ACT_SIGMOID, true),
+            ] {
+                let portable = window_run(&g, n, act, with_res, split, false);
+                let fast = window_run(&g, n, act, with_res, split, avx2);
+                assert_eq!(
+                    bits(&portable),
+                    bits(&fast),
+                    "{g:?} act {act}: the paths differ"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn window_conv_into_blocks_refuses_what_it_does_not_compute() {
+        let good = window_geom((3, 8, 8), 16, (3, 3), (1, 1), [1, 1, 1, 1]);
+        let mut y = vec![0f32; 16 * 64];
+        let x = vec![0f32; 3 * 64];
+        let w = vec![0f32; 16 * 27];
+        for bad in [
+            IntoBlockedGeom { m: 12, ..good },
+            window_geom((30, 8, 8), 16, (3, 3), (1, 1), [1, 1, 1, 1]),
+            IntoBlockedGeom {
+                conv: Group8Geom { sw: 0, ..good.conv },
+                ..good
+            },
+        ] {
+            assert!(into_unfit(&bad).is_some(), "{bad:?}");
+            let rc = unsafe {
+                dnnc_conv_into_nchw8c(
+                    w.as_ptr(),
+                    x.as_ptr(),
+                    y.as_mut_ptr(),
+                    &bad,
+                    0,
+                    1,
+                    std::ptr::null(),
+                )
+            };
+            assert_eq!(rc, 1, "{bad:?}");
+        }
+        assert!(into_unfit(&good).is_none());
     }
 }

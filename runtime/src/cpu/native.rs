@@ -298,6 +298,10 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
             super::group8::dnnc_conv_group8 as *const u8,
         ),
         ("dnnc_conv_dw8", super::dw8::dnnc_conv_dw8 as *const u8),
+        (
+            "dnnc_conv_into_nchw8c",
+            super::blocked::dnnc_conv_into_nchw8c as *const u8,
+        ),
     ]
 }
 

@@ -45,20 +45,24 @@ impl Axis1 {
 }
 
 /// `y = conv(x, w) + b` with ONNX semantics; a `data=nchw8c` conv
-/// unblocks its input, convolves in NCHW and blocks the result, so the
-/// reference stays the one NCHW loop nest below.
+/// unblocks its input, convolves in NCHW and blocks the result (a
+/// `data=nchw_to_nchw8c` conv only blocks the result), so the reference
+/// stays the one NCHW loop nest below.
 pub(crate) fn conv2d(
     x: &ArrayD<f32>,
     w: &ArrayD<f32>,
     b: Option<&ArrayD<f32>>,
     c: &Conv2d,
 ) -> KResult<ArrayD<f32>> {
-    if c.data == DataLayout::Nchw8c {
+    if c.data != DataLayout::Nchw {
         let plain = Conv2d {
             data: DataLayout::Nchw,
             ..c.clone()
         };
-        let y = conv2d(&unblock(x)?, w, b, &plain)?;
+        let y = match c.data.input() {
+            DataLayout::Nchw8c => conv2d(&unblock(x)?, w, b, &plain)?,
+            _ => conv2d(x, w, b, &plain)?,
+        };
         return block(&y);
     }
     let (xs, ws) = (x.shape(), w.shape());

@@ -289,6 +289,9 @@ pub(crate) fn prepared(
     if super::blocked::is_blocked(&geom) {
         return super::blocked::prepared(g, k, &geom);
     }
+    if super::into_blocked::runs(&geom) {
+        return super::into_blocked::prepared(&geom, &f32_weight(g, anchor.inputs[1])?);
+    }
     let algo = choose_algo(&geom, g, k, opts);
     if super::group8::runs(&geom, algo) {
         return super::group8::prepared(&geom, &f32_weight(g, anchor.inputs[1])?);
@@ -360,6 +363,7 @@ pub(crate) fn superseded_weight(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Opt
             let algo = choose_algo(&geom, g, k, opts);
             let w = anchor.inputs[1];
             let prepared = super::blocked::is_blocked(&geom)
+                || super::into_blocked::runs(&geom)
                 || conv_packed(g, k, algo)
                 || algo.wino_m().is_some()
                 || algo == ConvAlgo::Fft
@@ -1196,6 +1200,12 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
             return Err("a channel-blocked conv takes no prologue".into());
         }
         return super::blocked::lower(e, c, &geom);
+    }
+    if super::into_blocked::runs(&geom) {
+        if !c.k.prologue.is_empty() {
+            return Err("a conv into the blocked layout takes no prologue".into());
+        }
+        return super::into_blocked::lower(e, c, &geom);
     }
     let algo = choose_algo(&geom, c.g, c.k, c.opts);
     if super::group8::runs(&geom, algo) {

@@ -39,6 +39,9 @@ pub(crate) struct Emit<'a> {
     /// The depthwise conv over channel-interleaved scratch
     /// (`dnnc_conv_dw8`), imported.
     pub dw8: FuncRef,
+    /// The conv from a plain input into the blocked layout
+    /// (`dnnc_conv_into_nchw8c`), imported.
+    pub into8c: FuncRef,
     /// Block every error path jumps to, with the error code as parameter.
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).

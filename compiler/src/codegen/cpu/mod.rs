@@ -24,6 +24,7 @@ mod extended;
 mod fastconv;
 pub(crate) mod group;
 mod group8;
+pub(crate) mod into_blocked;
 mod math;
 mod movement;
 pub mod partition;
@@ -544,6 +545,9 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let dw8_id = module
         .declare_function("dnnc_conv_dw8", Linkage::Import, &g8sg)
         .map_err(|e| backend(e.to_string()))?;
+    let into8c_id = module
+        .declare_function("dnnc_conv_into_nchw8c", Linkage::Import, &g8sg)
+        .map_err(|e| backend(e.to_string()))?;
 
     // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
@@ -637,6 +641,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let conv8c_band = module.declare_func_in_func(conv8c_band_id, &mut ctx.func);
             let group8 = module.declare_func_in_func(group8_id, &mut ctx.func);
             let dw8 = module.declare_func_in_func(dw8_id, &mut ctx.func);
+            let into8c = module.declare_func_in_func(into8c_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -661,6 +666,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 conv8c_band,
                 group8,
                 dw8,
+                into8c,
                 fail,
                 cfg: module.target_config(),
                 task,
