@@ -130,6 +130,16 @@ fn tile_pixels(width: usize) -> usize {
     }
 }
 
+/// The next tile's pixels when `left` remain and tiles hold at most
+/// `tile`: the remainder shared out over as many tiles as it takes
+/// (49 pixels in tiles of 6: four of 6 and five of 5, not eight and 1).
+/// A one-pixel tile keeps only its panel's two or three accumulators
+/// busy, each a chain of dependent FMAs (latency-bound: about as long as
+/// a full tile's pass over `k`); five pixels keep ten chains going.
+fn balanced_tile(left: usize, tile: usize) -> usize {
+    left.div_ceil(left.div_ceil(tile))
+}
+
 /// Pixel chunks are whole tiles of every width.
 const TILE_LCM: usize = 12;
 
@@ -399,7 +409,7 @@ unsafe fn into_blocked(
             for (s0, s1, in_place) in segments {
                 let mut p = s0;
                 while p < s1 {
-                    let n = (s1 - p).min(tile);
+                    let n = balanced_tile(s1 - p, tile);
                     let yo = block + p * 8;
                     let (yp, rp) = (yi.add(yo), if ri.is_null() { ri } else { ri.add(yo) });
                     let win = if in_place {
@@ -642,7 +652,7 @@ unsafe fn image(
             let block = (o / 8) * out.block;
             let mut p = c0;
             while p < c1 {
-                let n = (c1 - p).min(tile);
+                let n = balanced_tile(c1 - p, tile);
                 let xp = x.add(p * 8);
                 let yo = block + (p - out.origin) * 8;
                 let yp = out.y.add(yo);
