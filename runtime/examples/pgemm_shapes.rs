@@ -10,7 +10,8 @@
 //! path (`dnnc_sgemm_packed_gather`, every panel packed from its rows), as
 //! an implicit-im2col conv's does (`SEG=L`: in segments of L columns).
 //! `LAYOUT=lanes` (or `auto`, [`Layout::choose`]) packs A for the lanes
-//! kernel. `EP=bias,clamp` runs the fused epilogue of a conv + bias +
+//! kernel; `KERNEL=avx2` packs it for the AVX2 kernel on an AVX-512
+//! machine (to compare the two). `EP=bias,clamp` runs the fused epilogue of a conv + bias +
 //! Clip(0, 6) layer (`EP=bias` or `EP=clamp`: one part of it; `silu` or
 //! `sigmoid` adds that activation).
 //!
@@ -68,6 +69,9 @@ fn measure() {
     let pa = match std::env::var("LAYOUT").as_deref() {
         Ok("lanes") => pack_a_for(Layout::Lanes, m, k, &a, k, 1, 1.0),
         Ok("auto") => pack_a_for(Layout::choose(m, n, k), m, k, &a, k, 1, 1.0),
+        _ if std::env::var("KERNEL").as_deref() == Ok("avx2") => {
+            pack_a_with(Kernel::Avx2, m, k, &a, k, 1, 1.0)
+        }
         _ => pack_a_with(Kernel::best(), m, k, &a, k, 1, 1.0),
     };
     let flops = 2.0 * (m * n * k) as f64;
