@@ -83,13 +83,25 @@ fn run(body: &str) {
         .filter(|s| s.name.ends_with(".to_nchw8c"))
         .count();
     assert_eq!(blocked, 1, "one reorder into the blocked layout:\n{body}");
-    let one = bits(&exe.run(&ins).expect("run"));
+    two_threads_bitwise(&mut exe, &ins, body);
+}
+
+/// Runs `exe` at one thread and then at two, asserts the results are
+/// bitwise equal (`what` names the case), and returns them.
+fn two_threads_bitwise(
+    exe: &mut dnnc_runtime::cpu::Executable,
+    ins: &[(String, dnnc_ir::Tensor)],
+    what: &str,
+) -> Vec<u32> {
+    exe.set_threads(1).expect("threads");
+    let one = bits(&exe.run(ins).expect("run"));
     exe.set_threads(2).expect("threads");
     assert_eq!(
         one,
-        bits(&exe.run(&ins).expect("run")),
-        "2 threads bitwise:\n{body}"
+        bits(&exe.run(ins).expect("run")),
+        "2 threads bitwise:\n{what}"
     );
+    one
 }
 
 #[test]
@@ -162,13 +174,7 @@ fn fused_blocks_match_the_interpreter_and_the_unfused_build() {
             .filter(|s| s.op.starts_with("Conv2d+Clip+Conv2d+Clip+Conv2d"))
             .count();
         assert_eq!(fused_steps, usize::from(fused), "{body}");
-        let one = bits(&exe.run(&ins).expect("run"));
-        exe.set_threads(2).expect("threads");
-        assert_eq!(
-            one,
-            bits(&exe.run(&ins).expect("run")),
-            "2 threads:\n{body}"
-        );
+        let one = two_threads_bitwise(&mut exe, &ins, &body);
         let unfused = CpuOptions {
             unfused_blocks: true,
             ..Default::default()
@@ -364,13 +370,7 @@ fn stems_write_the_blocked_layout_directly() {
             exe.steps().iter().all(|s| !s.name.ends_with(".to_nchw8c")),
             "a reorder into the layout:\n{body}"
         );
-        let one = bits(&exe.run(&ins).expect("run"));
-        exe.set_threads(2).expect("threads");
-        assert_eq!(
-            one,
-            bits(&exe.run(&ins).expect("run")),
-            "2 threads:\n{body}"
-        );
+        two_threads_bitwise(&mut exe, &ins, &body);
     }
 }
 

@@ -98,6 +98,33 @@ macro_rules! tile_store {
     }};
 }
 
+/// Calls the monomorphic tile `$f::<NP, NB>` for `$n` pixels of a panel
+/// `$width` channels wide (24: three blocks and at most 4 pixels; 16: two
+/// blocks; else one).
+#[cfg(target_arch = "x86_64")]
+macro_rules! dispatch_tile {
+    ($f:ident, $n:expr, $width:expr, ($($arg:expr),*)) => {
+        match ($n, $width) {
+            (4, 24) => $f::<4, 3>($($arg),*),
+            (3, 24) => $f::<3, 3>($($arg),*),
+            (2, 24) => $f::<2, 3>($($arg),*),
+            (1, 24) => $f::<1, 3>($($arg),*),
+            (6, 16) => $f::<6, 2>($($arg),*),
+            (6, _) => $f::<6, 1>($($arg),*),
+            (5, 16) => $f::<5, 2>($($arg),*),
+            (5, _) => $f::<5, 1>($($arg),*),
+            (4, 16) => $f::<4, 2>($($arg),*),
+            (4, _) => $f::<4, 1>($($arg),*),
+            (3, 16) => $f::<3, 2>($($arg),*),
+            (3, _) => $f::<3, 1>($($arg),*),
+            (2, 16) => $f::<2, 2>($($arg),*),
+            (2, _) => $f::<2, 1>($($arg),*),
+            (_, 16) => $f::<1, 2>($($arg),*),
+            (_, _) => $f::<1, 1>($($arg),*),
+        }
+    };
+}
+
 /// Output channels per filter panel: two 8-lane blocks, or three where
 /// the blocks are odd (a one-block panel would run half as many FMAs per
 /// load: MobileNet-V2's 24-channel projections).
@@ -499,16 +526,7 @@ unsafe fn portable_window_tile(t: &Tile, win: &Window, y: *mut f32, res: *const 
                 let a = *win.src.offset(*win.offs.add(kk) + px as isize * win.ps);
                 acc = t.w.add(kk * t.width + j).read().mul_add(a, acc);
             }
-            let off = (j / 8) * t.y_stride + px * 8 + j % 8;
-            if !res.is_null() {
-                acc += *res.add(off);
-            }
-            let clamped = if acc.is_nan() {
-                acc
-            } else {
-                acc.clamp(t.lo, t.hi)
-            };
-            *y.add(off) = activate(t.act, clamped);
+            portable_store(t, acc, (j / 8) * t.y_stride + px * 8 + j % 8, y, res);
         }
     }
 }
@@ -517,24 +535,7 @@ unsafe fn portable_window_tile(t: &Tile, win: &Window, y: *mut f32, res: *const 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn avx2_window_tile(t: &Tile, win: &Window, y: *mut f32, res: *const f32, n: usize) {
-    match (n, t.width) {
-        (4, 24) => avx2_window_tile_n::<4, 3>(t, win, y, res),
-        (3, 24) => avx2_window_tile_n::<3, 3>(t, win, y, res),
-        (2, 24) => avx2_window_tile_n::<2, 3>(t, win, y, res),
-        (1, 24) => avx2_window_tile_n::<1, 3>(t, win, y, res),
-        (6, 16) => avx2_window_tile_n::<6, 2>(t, win, y, res),
-        (6, _) => avx2_window_tile_n::<6, 1>(t, win, y, res),
-        (5, 16) => avx2_window_tile_n::<5, 2>(t, win, y, res),
-        (5, _) => avx2_window_tile_n::<5, 1>(t, win, y, res),
-        (4, 16) => avx2_window_tile_n::<4, 2>(t, win, y, res),
-        (4, _) => avx2_window_tile_n::<4, 1>(t, win, y, res),
-        (3, 16) => avx2_window_tile_n::<3, 2>(t, win, y, res),
-        (3, _) => avx2_window_tile_n::<3, 1>(t, win, y, res),
-        (2, 16) => avx2_window_tile_n::<2, 2>(t, win, y, res),
-        (2, _) => avx2_window_tile_n::<2, 1>(t, win, y, res),
-        (_, 16) => avx2_window_tile_n::<1, 2>(t, win, y, res),
-        (_, _) => avx2_window_tile_n::<1, 1>(t, win, y, res),
-    }
+    dispatch_tile!(avx2_window_tile_n, n, t.width, (t, win, y, res))
 }
 
 /// [`avx2_tile_n`] with the input of each tap and pixel at its window
@@ -697,6 +698,20 @@ struct Tile {
     act: u32,
 }
 
+/// One output of a portable tile at offset `off`: residual, clamp,
+/// activation, in the AVX2 tiles' order.
+unsafe fn portable_store(t: &Tile, mut acc: f32, off: usize, y: *mut f32, res: *const f32) {
+    if !res.is_null() {
+        acc += *res.add(off);
+    }
+    let clamped = if acc.is_nan() {
+        acc
+    } else {
+        acc.clamp(t.lo, t.hi)
+    };
+    *y.add(off) = activate(t.act, clamped);
+}
+
 /// A tile of `n` pixels of one panel, one lane at a time: the AVX2 tile's
 /// arithmetic in the same order (bias, then `k` in order, residual,
 /// clamp, activation), for machines without AVX2.
@@ -712,16 +727,7 @@ unsafe fn portable_tile(t: &Tile, x: *const f32, y: *mut f32, res: *const f32, n
                 let a = *x.add((kk / 8) * t.stride + px * 8 + kk % 8);
                 acc = t.w.add(kk * t.width + j).read().mul_add(a, acc);
             }
-            let off = (j / 8) * t.y_stride + px * 8 + j % 8;
-            if !res.is_null() {
-                acc += *res.add(off);
-            }
-            let clamped = if acc.is_nan() {
-                acc
-            } else {
-                acc.clamp(t.lo, t.hi)
-            };
-            *y.add(off) = activate(t.act, clamped);
+            portable_store(t, acc, (j / 8) * t.y_stride + px * 8 + j % 8, y, res);
         }
     }
 }
@@ -732,24 +738,7 @@ unsafe fn portable_tile(t: &Tile, x: *const f32, y: *mut f32, res: *const f32, n
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn avx2_tile(t: &Tile, x: *const f32, y: *mut f32, res: *const f32, n: usize) {
-    match (n, t.width) {
-        (4, 24) => avx2_tile_n::<4, 3>(t, x, y, res),
-        (3, 24) => avx2_tile_n::<3, 3>(t, x, y, res),
-        (2, 24) => avx2_tile_n::<2, 3>(t, x, y, res),
-        (1, 24) => avx2_tile_n::<1, 3>(t, x, y, res),
-        (6, 16) => avx2_tile_n::<6, 2>(t, x, y, res),
-        (6, _) => avx2_tile_n::<6, 1>(t, x, y, res),
-        (5, 16) => avx2_tile_n::<5, 2>(t, x, y, res),
-        (5, _) => avx2_tile_n::<5, 1>(t, x, y, res),
-        (4, 16) => avx2_tile_n::<4, 2>(t, x, y, res),
-        (4, _) => avx2_tile_n::<4, 1>(t, x, y, res),
-        (3, 16) => avx2_tile_n::<3, 2>(t, x, y, res),
-        (3, _) => avx2_tile_n::<3, 1>(t, x, y, res),
-        (2, 16) => avx2_tile_n::<2, 2>(t, x, y, res),
-        (2, _) => avx2_tile_n::<2, 1>(t, x, y, res),
-        (_, 16) => avx2_tile_n::<1, 2>(t, x, y, res),
-        (_, _) => avx2_tile_n::<1, 1>(t, x, y, res),
-    }
+    dispatch_tile!(avx2_tile_n, n, t.width, (t, x, y, res))
 }
 
 /// One function per shape (`inline(never)`): inlined into the dispatch,
