@@ -1,6 +1,7 @@
-//! Lowering of depthwise convs with large windows on small maps to the
-//! runtime kernel `dnnc_conv_dw8` (channel-interleaved scratch; see its
-//! module docs): one call per task, over the task's share of the
+//! Lowering of depthwise convs to the runtime kernel `dnnc_conv_dw8`
+//! (channel-interleaved scratch; see its module docs) where it beats the
+//! plane kernel (every depthwise conv on AVX-512 machines, large windows
+//! on small maps elsewhere: [`wins`]): one call per task, over the task's share of the
 //! `N x C/8` channel blocks. The kernel applies bias, clamp and sigmoid/SiLU itself; a
 //! residual and any other fused ops run afterwards through the generic
 //! elementwise epilogue over the whole result (the kernel then does not
@@ -16,7 +17,7 @@ use dnnc_runtime::cpu::AlignedBuf;
 /// Whether conv `geom` under `algo` runs on the interleaved kernel: the
 /// `depthwise` algorithm on an undilated depthwise conv of whole 8-channel
 /// blocks with a compile-time filter, where it measured faster than the
-/// plane kernel ([`large_window_small_map`]). The one test the preparation, the
+/// plane kernel ([`wins`]). The one test the preparation, the
 /// superseded-weight check and the lowering share.
 pub(crate) fn runs(geom: &ConvGeom, algo: ConvAlgo) -> bool {
     algo == ConvAlgo::Depthwise
@@ -26,24 +27,42 @@ pub(crate) fn runs(geom: &ConvGeom, algo: ConvAlgo) -> bool {
         && geom.p.dilations == [1, 1]
         && geom.const_w
         && geom.p.data == dnnc_ir::op::DataLayout::Nchw
-        && large_window_small_map(geom)
+        && wins(geom)
 }
 
-/// Fewest filter taps for which the interleaved kernel runs.
+/// Fewest filter taps for which the interleaved kernel runs on a core
+/// without full-width 256-bit FMA units.
 const MIN_TAPS: usize = 25;
 
-/// Most output columns for which the interleaved kernel runs.
+/// Most output columns for which the interleaved kernel runs on such a
+/// core.
 const MAX_COLS: usize = 28;
 
-/// Whether the interleaved kernel beats the plane kernel on `geom`:
+/// Whether the interleaved kernel beats the plane kernel on `geom`.
+///
+/// On a core whose 256-bit FMAs run at full width (every AVX-512 core:
+/// AMD Zen 4, Intel Xeon) the interleaved kernel's ymm FMAs do twice the
+/// work of the plane kernel's generated f32x4 ones, and it wins on every
+/// depthwise conv: EfficientNet-B0 at batch 8, one thread, Zen 4, with
+/// SiLU: its 3x3 convs 0.55-0.75 of the plane kernel's time (32 channels
+/// on 112x112 3.85 -> 2.89 ms, 96 channels stride 2 from 112x112 6.80 ->
+/// 3.73, 240 channels on 14x14 1.12 -> 0.70).
+///
+/// On the AMD EPYC Zen 1 (AVX2 on 128-bit units) it wins only with
 /// windows of at least [`MIN_TAPS`] taps on maps of at most [`MAX_COLS`]
-/// output columns. Measured on EfficientNet-B0 at batch 8, one thread
-/// (AMD EPYC; per layer, with SiLU): its 5x5 convs on 28x28 to 7x7
-/// outputs 0.80-0.90 of the plane kernel's time (7x7: 2.93 -> 2.38 ms,
-/// 14x14: 5.95 -> 5.35, 28x28: 7.11 -> 6.34, stride 2 from 56x56: 5.90
-/// -> 4.88), its 3x3 convs 1.08-1.36 of it (the plane kernel keeps a
-/// 3x3 window's taps and the epilogue in registers; here the copies in
-/// and out weigh more against 9 taps than 25).
+/// output columns: EfficientNet-B0's 5x5 convs on 28x28 to 7x7 outputs
+/// 0.80-0.90 of the plane kernel's time (7x7: 2.93 -> 2.38 ms, 14x14:
+/// 5.95 -> 5.35, 28x28: 7.11 -> 6.34, stride 2 from 56x56: 5.90 ->
+/// 4.88), its 3x3 convs 1.08-1.36 of it (the plane kernel keeps a 3x3
+/// window's taps and the epilogue in registers; there the copies in and
+/// out weigh more against 9 taps than 25). Cores with AVX2 alone keep
+/// that rule (Zen 2 and 3 have full-width units but are unmeasured).
+fn wins(geom: &ConvGeom) -> bool {
+    dnnc_runtime::cpu::pgemm::Kernel::best() == dnnc_runtime::cpu::pgemm::Kernel::Avx512
+        || large_window_small_map(geom)
+}
+
+/// The rule for cores without full-width 256-bit FMAs (see [`wins`]).
 fn large_window_small_map(geom: &ConvGeom) -> bool {
     geom.kh * geom.kw >= MIN_TAPS && geom.ow <= MAX_COLS
 }
