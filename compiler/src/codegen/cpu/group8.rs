@@ -44,11 +44,23 @@ pub(crate) fn descriptor(geom: &ConvGeom) -> Group8Geom {
 /// A window kernel's prepared buffers: its packed filter, then the
 /// descriptor `d` (its `usize` fields in order, as the kernels read them).
 pub(crate) fn window_buffers(d: &Group8Geom, packed: &[f32]) -> Vec<AlignedBuf> {
+    window_buffers_with(d, &[], packed)
+}
+
+/// [`window_buffers`] with `extra` fields after the descriptor's (a
+/// kernel whose descriptor extends `Group8Geom`, as
+/// `IntoBlockedGeom` does with its output channels).
+pub(crate) fn window_buffers_with(
+    d: &Group8Geom,
+    extra: &[usize],
+    packed: &[f32],
+) -> Vec<AlignedBuf> {
     let fields = [
         d.c, d.h, d.w, d.oh, d.ow, d.kh, d.kw, d.sh, d.sw, d.pt, d.pl,
     ];
     const _: () = assert!(std::mem::size_of::<Group8Geom>() == 11 * 8);
-    vec![f32_buf(packed), i64_buf(&fields.map(|v| v as i64))]
+    let all: Vec<i64> = fields.iter().chain(extra).map(|&v| v as i64).collect();
+    vec![f32_buf(packed), i64_buf(&all)]
 }
 
 /// The prepared buffers: the packed filter, then the descriptor.

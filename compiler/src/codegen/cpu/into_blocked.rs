@@ -40,16 +40,8 @@ pub(crate) fn prepared(geom: &ConvGeom, w: &[f32]) -> Result<Vec<AlignedBuf>, St
         return Err(format!("data=nchw_to_nchw8c: {why}"));
     }
     let packed = pack_filter(w, geom.m, geom.c * geom.kh * geom.kw);
-    let mut bufs = super::group8::window_buffers(&d.conv, &packed);
-    bufs[1] = super::contraction::i64_buf(
-        &[
-            d.conv.c, d.conv.h, d.conv.w, d.conv.oh, d.conv.ow, d.conv.kh, d.conv.kw, d.conv.sh,
-            d.conv.sw, d.conv.pt, d.conv.pl, d.m,
-        ]
-        .map(|v| v as i64),
-    );
     const _: () = assert!(std::mem::size_of::<IntoBlockedGeom>() == 12 * 8);
-    Ok(bufs)
+    Ok(super::group8::window_buffers_with(&d.conv, &[d.m], &packed))
 }
 
 /// Emits conv kernel `c` into the blocked layout.
