@@ -50,22 +50,19 @@ macro_rules! tile_accumulators {
 }
 
 /// One accumulator of an AVX2 tile stored (pixel `$p`, block `$b`, both
-/// literals): residual, clamp to `$lo..$hi`, activation.
+/// literals) through [`store8`].
 #[cfg(target_arch = "x86_64")]
 macro_rules! tile_out {
     ($t:expr, $acc:ident, $y:expr, $res:expr, ($np:ident, $nb:ident), ($lo:ident, $hi:ident), $p:literal, $b:literal) => {
         if $p < $np && $b < $nb {
-            let off = $b * $t.y_stride + $p * 8;
-            let mut v = $acc[$p][$b];
-            if !$res.is_null() {
-                v = _mm256_add_ps(v, _mm256_loadu_ps($res.add(off)));
-            }
-            v = _mm256_min_ps($hi, _mm256_max_ps($lo, v));
-            if $t.act == ACT_NONE {
-                _mm256_storeu_ps($y.add(off), v);
-            } else {
-                store_activated($y.add(off), v, $t.act);
-            }
+            store8(
+                $t,
+                $acc[$p][$b],
+                $y,
+                $res,
+                $b * $t.y_stride + $p * 8,
+                ($lo, $hi),
+            );
         }
     };
 }
@@ -148,12 +145,51 @@ pub fn panel_count(m: usize) -> usize {
     n
 }
 
-/// Pixels per micro-kernel tile of a panel `width` channels wide: 12 ymm
-/// accumulators (6 x 2 or 4 x 3) plus the filter rows and a broadcast.
-fn tile_pixels(width: usize) -> usize {
-    match width {
-        24 => 4,
-        _ => 6,
+/// Which tile code a call runs: the widest this machine has, passed down
+/// so the tests can run every path on the same data (their results are
+/// bitwise equal: each output is bias, then `k` in order by FMA,
+/// residual, clamp, activation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// One lane at a time.
+    Portable,
+    /// ymm tiles ([`avx2_tile_n`]).
+    Avx2,
+    /// zmm tiles ([`avx512_tile_n`]): a 16-channel panel is one register.
+    Avx512,
+}
+
+impl Path {
+    /// The fastest path this machine runs (the AVX-512 tiles need
+    /// `avx512vl` too, for their 8-lane EVEX FMAs).
+    fn best() -> Path {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512vl")
+                && super::avx2_fma()
+            {
+                return Path::Avx512;
+            }
+            if super::avx2_fma() {
+                return Path::Avx2;
+            }
+        }
+        Path::Portable
+    }
+
+    /// Pixels per tile of a panel `width` channels wide. ymm: 12
+    /// accumulators (6 x 2 or 4 x 3) plus the filter rows and a
+    /// broadcast. zmm: 14 x 1 (16 channels) or 8 x (1 + a ymm) of the 32
+    /// registers, so a panel's filter row is read once per 14 pixels, not
+    /// per 6; an 8-wide panel keeps the ymm tile.
+    fn tile_pixels(self, width: usize) -> usize {
+        match (self, width) {
+            (Path::Avx512, 16) => 14,
+            (Path::Avx512, 24) => 8,
+            (_, 24) => 4,
+            _ => 6,
+        }
     }
 }
 
@@ -245,7 +281,7 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c(
             block: hw * 8,
             origin: 0,
         };
-        image(w, k, m, xi, &out, hw, (p0, p1), (n0, n1), &ep);
+        image(w, k, m, xi, &out, hw, (p0, p1), (n0, n1), &ep, Path::best());
         q = img * hw + p1;
     }
     0
@@ -284,7 +320,18 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c_band(
         block: y_block,
         origin: p0,
     };
-    image(w, k, m, x, &out, hw, (p0, p1), (0, usize::MAX), &ep);
+    image(
+        w,
+        k,
+        m,
+        x,
+        &out,
+        hw,
+        (p0, p1),
+        (0, usize::MAX),
+        &ep,
+        Path::best(),
+    );
     0
 }
 
@@ -431,7 +478,7 @@ unsafe fn into_blocked(
                 hi: ep.hi,
                 act: ep.act,
             };
-            let tile = tile_pixels(width);
+            let tile = Path::Avx2.tile_pixels(width);
             let block = (o / 8) * plane * 8;
             for (s0, s1, in_place) in segments {
                 let mut p = s0;
@@ -614,14 +661,13 @@ unsafe fn image(
     (p0, p1): (usize, usize),
     (n0, n1): (usize, usize),
     ep: &Epilogue,
+    path: Path,
 ) {
     let chunk = if (p1 - p0) * k <= WHOLE_FLOATS {
         p1 - p0
     } else {
         (CHUNK_FLOATS / k / TILE_LCM * TILE_LCM).max(TILE_LCM)
     };
-    #[cfg(target_arch = "x86_64")]
-    let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
     let mut c0 = p0;
     while c0 < p1 {
         let c1 = (c0 + chunk).min(p1);
@@ -634,7 +680,7 @@ unsafe fn image(
                 panel += 1;
                 continue;
             }
-            let tile = tile_pixels(width);
+            let tile = path.tile_pixels(width);
             let t = Tile {
                 w: w.add(o * k),
                 width,
@@ -662,13 +708,13 @@ unsafe fn image(
                 } else {
                     out.res.add(yo)
                 };
-                #[cfg(target_arch = "x86_64")]
-                if avx2 {
-                    avx2_tile(&t, xp, yp, rp, n);
-                    p += n;
-                    continue;
+                match path {
+                    #[cfg(target_arch = "x86_64")]
+                    Path::Avx512 => avx512_tile(&t, xp, yp, rp, n),
+                    #[cfg(target_arch = "x86_64")]
+                    Path::Avx2 => avx2_tile(&t, xp, yp, rp, n),
+                    _ => portable_tile(&t, xp, yp, rp, n),
                 }
-                portable_tile(&t, xp, yp, rp, n);
                 p += n;
             }
             o += width;
@@ -811,6 +857,157 @@ unsafe fn avx2_tile_n<const NP: usize, const NB: usize>(
         wp = wp.add(8 * NB * 8);
     }
     tile_store!(t, acc, y, res, NP, NB);
+}
+
+/// A tile of `n` pixels of one panel on AVX-512: a 16-channel panel
+/// row is one zmm register (two output blocks), a 24-channel one a zmm
+/// and a ymm; 8-channel panels run the ymm tile.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+unsafe fn avx512_tile(t: &Tile, x: *const f32, y: *mut f32, res: *const f32, n: usize) {
+    macro_rules! by_pixels {
+        ($w24:literal, [$($np:literal)*], $max:literal) => {
+            match n {
+                $($np => avx512_tile_n::<$np, $w24>(t, x, y, res),)*
+                _ => avx512_tile_n::<$max, $w24>(t, x, y, res),
+            }
+        };
+    }
+    match t.width {
+        16 => by_pixels!(false, [1 2 3 4 5 6 7 8 9 10 11 12 13], 14),
+        24 => by_pixels!(true, [1 2 3 4 5 6 7], 8),
+        _ => avx2_tile(t, x, y, res, n),
+    }
+}
+
+/// [`avx2_tile_n`] in zmm registers: per `k`, the panel's filter row (a
+/// zmm, plus a ymm when `W24`) and one broadcast per pixel feeding its
+/// FMAs. Literal accumulator indices throughout, as there.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+#[inline(never)]
+unsafe fn avx512_tile_n<const NP: usize, const W24: bool>(
+    t: &Tile,
+    x: *const f32,
+    y: *mut f32,
+    res: *const f32,
+) {
+    use std::arch::x86_64::*;
+    let (k, stride) = (t.k, t.stride);
+    let width = if W24 { 24 } else { 16 };
+    let (b16, b8) = if t.bias.is_null() {
+        (_mm512_setzero_ps(), _mm256_setzero_ps())
+    } else if W24 {
+        (_mm512_loadu_ps(t.bias), _mm256_loadu_ps(t.bias.add(16)))
+    } else {
+        (_mm512_loadu_ps(t.bias), _mm256_setzero_ps())
+    };
+    let mut a16 = [b16; 14];
+    let mut a8 = [b8; 14];
+    let mut wp = t.w;
+    macro_rules! px {
+        ($a:expr, $kk:literal, $w16:ident, $w8:ident, $p:literal) => {
+            if $p < NP {
+                let s = *$a.add($p * 8 + $kk);
+                a16[$p] = _mm512_fmadd_ps($w16, _mm512_set1_ps(s), a16[$p]);
+                if W24 {
+                    a8[$p] = _mm256_fmadd_ps($w8, _mm256_set1_ps(s), a8[$p]);
+                }
+            }
+        };
+    }
+    macro_rules! step {
+        ($a:expr, $kk:literal) => {{
+            let w16 = _mm512_loadu_ps(wp.add($kk * width));
+            let w8 = if W24 {
+                _mm256_loadu_ps(wp.add($kk * width + 16))
+            } else {
+                _mm256_setzero_ps()
+            };
+            px!($a, $kk, w16, w8, 0);
+            px!($a, $kk, w16, w8, 1);
+            px!($a, $kk, w16, w8, 2);
+            px!($a, $kk, w16, w8, 3);
+            px!($a, $kk, w16, w8, 4);
+            px!($a, $kk, w16, w8, 5);
+            px!($a, $kk, w16, w8, 6);
+            px!($a, $kk, w16, w8, 7);
+            px!($a, $kk, w16, w8, 8);
+            px!($a, $kk, w16, w8, 9);
+            px!($a, $kk, w16, w8, 10);
+            px!($a, $kk, w16, w8, 11);
+            px!($a, $kk, w16, w8, 12);
+            px!($a, $kk, w16, w8, 13);
+        }};
+    }
+    for kb in 0..k / 8 {
+        let a = x.add(kb * stride);
+        step!(a, 0);
+        step!(a, 1);
+        step!(a, 2);
+        step!(a, 3);
+        step!(a, 4);
+        step!(a, 5);
+        step!(a, 6);
+        step!(a, 7);
+        wp = wp.add(8 * width);
+    }
+    let (lo, hi) = (_mm256_set1_ps(t.lo), _mm256_set1_ps(t.hi));
+    macro_rules! out {
+        ($p:literal) => {
+            if $p < NP {
+                let v = a16[$p];
+                let v0 = _mm512_castps512_ps256(v);
+                let v1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+                store8(t, v0, y, res, $p * 8, (lo, hi));
+                store8(t, v1, y, res, t.y_stride + $p * 8, (lo, hi));
+                if W24 {
+                    store8(t, a8[$p], y, res, 2 * t.y_stride + $p * 8, (lo, hi));
+                }
+            }
+        };
+    }
+    out!(0);
+    out!(1);
+    out!(2);
+    out!(3);
+    out!(4);
+    out!(5);
+    out!(6);
+    out!(7);
+    out!(8);
+    out!(9);
+    out!(10);
+    out!(11);
+    out!(12);
+    out!(13);
+}
+
+/// Eight outputs of a tile at offset `off` (floats) of `y`: residual
+/// (`res`'s same offset, if any), clamp to `lo..hi`, the tile's
+/// activation. Every vector tile stores through it, so they all round
+/// alike.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn store8(
+    t: &Tile,
+    mut v: std::arch::x86_64::__m256,
+    y: *mut f32,
+    res: *const f32,
+    off: usize,
+    (lo, hi): (std::arch::x86_64::__m256, std::arch::x86_64::__m256),
+) {
+    use std::arch::x86_64::*;
+    if !res.is_null() {
+        v = _mm256_add_ps(v, _mm256_loadu_ps(res.add(off)));
+    }
+    v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+    if t.act == ACT_NONE {
+        _mm256_storeu_ps(y.add(off), v);
+    } else {
+        store_activated(y.add(off), v, t.act);
+    }
 }
 
 /// Eight lanes through activation `act`, in registers with the GEMM
@@ -981,6 +1178,90 @@ mod tests {
             }
         }
         assert!(plain.iter().any(|v| *v < -88.0) && plain.iter().any(|v| *v > 87.0));
+    }
+
+    /// The ymm and zmm tiles give bitwise the portable tile's result
+    /// (same FMA order, same epilogue) on every panel width (8, 16, 24
+    /// channels), full and partial pixel tiles of both tile sizes, with
+    /// residual and activations; a path this machine lacks is reported,
+    /// not run.
+    #[test]
+    fn every_path_is_bitwise_the_portable_one() {
+        let best = Path::best();
+        let paths: Vec<Path> = [Path::Avx2, Path::Avx512]
+            .into_iter()
+            .filter(|&p| p == Path::Avx2 && best != Path::Portable || p == best)
+            .collect();
+        if !paths.contains(&Path::Avx512) {
+            eprintln!("every_path_is_bitwise_the_portable_one: no AVX-512 here, zmm tiles not run");
+        }
+        for (m, k, hw) in [
+            (8, 16, 13),
+            (24, 24, 29),
+            (40, 8, 49),
+            (48, 64, 31),
+            (56, 16, 17),
+        ] {
+            let x: Vec<f32> = (0..k * hw)
+                .map(|i| ((i * 7919) % 101) as f32 * 0.05 - 2.5)
+                .collect();
+            let w: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
+                .collect();
+            let bias: Vec<f32> = (0..m).map(|i| i as f32 * 0.01 - 0.1).collect();
+            let res: Vec<f32> = (0..m * hw).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
+            let packed = pack_filter(&w, m, k);
+            for (act, with_res) in [(ACT_NONE, true), (ACT_SILU, false), (ACT_SIGMOID, true)] {
+                let ep = Epilogue {
+                    bias: bias.as_ptr(),
+                    res: if with_res {
+                        res.as_ptr()
+                    } else {
+                        std::ptr::null()
+                    },
+                    lo: -3.0,
+                    hi: 2.5,
+                    act,
+                    ..Epilogue::NONE
+                };
+                let run = |path: Path| {
+                    let mut y = vec![f32::NAN; m * hw];
+                    let out = Out {
+                        y: y.as_mut_ptr(),
+                        res: ep.res,
+                        block: hw * 8,
+                        origin: 0,
+                    };
+                    unsafe {
+                        image(
+                            packed.as_ptr(),
+                            k,
+                            m,
+                            x.as_ptr(),
+                            &out,
+                            hw,
+                            (0, hw),
+                            (0, usize::MAX),
+                            &ep,
+                            path,
+                        )
+                    };
+                    y
+                };
+                let want = run(Path::Portable);
+                assert!(want.iter().all(|v| v.is_finite()));
+                for &path in &paths {
+                    let got = run(path);
+                    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(
+                            a.to_bits(),
+                            b.to_bits(),
+                            "{path:?} m={m} k={k} hw={hw} act={act} element {i}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
