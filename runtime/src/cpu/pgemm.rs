@@ -2237,11 +2237,21 @@ pub(super) mod x86 {
             } else {
                 0
             };
-            for r in 0..rows {
-                let p = c.offset(r as isize * c_rs);
-                store16(c0[r], p, m0, r, 0, first, ep);
-                store16(c1[r], p.add(16), m1, r, 16, first, ep);
+            // One literal row index per store: with a loop over the rows
+            // (LLVM keeps it rolled, the epilogue being long) the
+            // accumulators went to the stack after the k loop and were
+            // zeroed there before it, ~150 cycles a tile: a third of a
+            // 16-deep one (SqueezeNet's expand convs).
+            macro_rules! row {
+                ($($r:literal)*) => {$(
+                    if $r < R && $r < rows {
+                        let p = c.offset($r as isize * c_rs);
+                        store16(c0[$r], p, m0, $r, 0, first, ep);
+                        store16(c1[$r], p.add(16), m1, $r, 16, first, ep);
+                    }
+                )*};
             }
+            row!(0 1 2 3 4 5 6 7 8 9 10 11 12 13);
         } else {
             let mut t = [0f32; MR * 32];
             for r in 0..R {
@@ -2375,9 +2385,15 @@ pub(super) mod x86 {
             } else {
                 (1u32 << cols) as u16 - 1
             };
-            for (r, &acc) in c0.iter().enumerate().take(rows) {
-                store16(acc, c.offset(r as isize * c_rs), m0, r, 0, first, ep);
+            // Literal row indices: see `finish_rows`.
+            macro_rules! row {
+                ($($r:literal)*) => {$(
+                    if $r < rows {
+                        store16(c0[$r], c.offset($r as isize * c_rs), m0, $r, 0, first, ep);
+                    }
+                )*};
             }
+            row!(0 1 2 3 4 5 6 7 8 9 10 11 12 13);
         } else {
             let mut t = [0f32; MR * 16];
             for (r, &acc) in c0.iter().enumerate() {
