@@ -81,6 +81,7 @@
 mod alloc;
 pub mod blocked;
 pub mod dw8;
+pub mod dwrow;
 pub mod fftconv;
 pub mod group8;
 pub mod native;

@@ -299,6 +299,10 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
         ),
         ("dnnc_conv_dw8", super::dw8::dnnc_conv_dw8 as *const u8),
         (
+            "dnnc_dw_row_nchw8c",
+            super::dwrow::dnnc_dw_row_nchw8c as *const u8,
+        ),
+        (
             "dnnc_conv_into_nchw8c",
             super::blocked::dnnc_conv_into_nchw8c as *const u8,
         ),

@@ -17,12 +17,12 @@ use super::emit::Emit;
 use super::group::Kernel;
 use super::KCtx;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::types::F32X4;
-use cranelift_codegen::ir::{InstBuilder, Value};
+use cranelift_codegen::ir::types::{F32X4, I64};
+use cranelift_codegen::ir::{InstBuilder, StackSlotData, StackSlotKind, Value};
 use dnnc_ir::op::DataLayout;
 use dnnc_ir::{DType, Graph};
 use dnnc_passes::ConvGeom;
-use dnnc_runtime::cpu::{blocked, pgemm, AlignedBuf};
+use dnnc_runtime::cpu::{blocked, dwrow, pgemm, AlignedBuf};
 
 /// Channels per block.
 const B: usize = DataLayout::BLOCK;
@@ -101,7 +101,7 @@ pub(crate) fn lower(
         return Err(why);
     }
     if !c.k.expansion.is_empty() {
-        return lower_rows(e, c, geom).map(|()| Vec::new());
+        return lower_rows(e, c, geom).map(|()| vec![ROW_REFUSAL.to_string()]);
     }
     let node = c.g.node(c.k.nodes[0]);
     // The fused epilogue when the kernel's ops fit it: the pointwise
@@ -211,7 +211,13 @@ pub(crate) fn lower(
     Ok(Vec::new())
 }
 
-/// A blocked depthwise conv kernel `c` with an expansion (and maybe a
+/// Error code 1 of a blocked depthwise kernel: a runtime kernel refused
+/// the geometry (checked when the kernel was lowered, so only a corrupted
+/// descriptor reaches it).
+const ROW_REFUSAL: &str =
+    "the channel-blocked depthwise row or pointwise band kernel refused its geometry";
+
+/// A blocked depthwise kernel `c` with an expansion (and maybe a
 /// projection, which [`takes_projection`] only gives such a kernel),
 /// walking its task's share of the `N x OH` output rows in order: each
 /// row's new tap rows expanded into the ring, the row of every channel
@@ -220,6 +226,12 @@ pub(crate) fn lower(
 /// in a scratch row that the projection turns into the same row of its
 /// output (bias, residual and clamp in its epilogue).
 fn lower_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), String> {
+    if geom.kh > dwrow::DW_ROW_MAX_KH {
+        return Err(format!(
+            "a fused block's depthwise rows take at most {} filter rows",
+            dwrow::DW_ROW_MAX_KH
+        ));
+    }
     let g = c.g;
     let node = g.node(c.k.nodes[0]);
     let bias_v = node.inputs.get(2).copied();
@@ -252,7 +264,20 @@ fn lower_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), Str
     };
     let wp = e.bufs[*c.prep.first().ok_or("missing blocked filter")?];
     let zero_row = e.bufs[*c.prep.get(1).ok_or("missing padding row")?];
-    e.in_order = true;
+    // Block `b`'s output row: `b` rows into the scratch row, or `b`
+    // planes on.
+    let y_block = if c.k.projection.is_empty() {
+        geom.oh * geom.ow
+    } else {
+        geom.ow
+    };
+    let call = dw_call(
+        e,
+        geom,
+        (lo, hi),
+        (geom.kh * geom.w * B, y_block * B),
+        zero_row,
+    );
     let cb = geom.c / B;
     let mut ws = c.ws.iter().copied();
     let a = ws.next().ok_or("missing expansion ring")?;
@@ -284,38 +309,41 @@ fn lower_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), Str
             let off = e.b.ins().imul_imm_s(slot, (geom.w * B * 4) as i64);
             taps.push((off, out));
         }
-        let s0 = e.ci(0);
-        let s1 = e.ci(cb as i64);
-        e.for_range(s0, s1, 1, |e, blk| {
-            // Unit `(img * C/8 + blk) * OH + oy` of the output rows.
-            let t = e.b.ins().imul_imm_s(img, cb as i64);
-            let plane = e.b.ins().iadd(t, blk);
-            let o = e.b.ins().imul_imm_s(blk, (geom.kh * geom.w * B * 4) as i64);
-            let base = e.b.ins().iadd(ring, o);
-            let rows: Vec<Value> = taps
-                .iter()
-                .map(|&(off, out)| {
-                    let p = e.b.ins().iadd(base, off);
-                    e.b.ins().select(out, zero_row, p)
-                })
-                .collect();
-            let (dst, u) = match (row, y) {
-                // The scratch row holds block `blk` at `blk` rows in.
-                (Some(row), _) => (row, blk),
-                (None, Some(y)) => {
-                    let t = e.b.ins().imul_imm_s(plane, geom.oh as i64);
-                    (y, e.b.ins().iadd(t, oy))
+        let rows: Vec<Value> = taps
+            .iter()
+            .map(|&(off, out)| {
+                let p = e.b.ins().iadd(ring, off);
+                e.b.ins().select(out, zero_row, p)
+            })
+            .collect();
+        // Block 0's output row: the scratch row's first, or row `oy` of
+        // the image's first plane.
+        let plane0 = e.b.ins().imul_imm_s(img, cb as i64);
+        let dst = match (row, y) {
+            (Some(row), _) => row,
+            (None, Some(y)) => {
+                let t = e.b.ins().imul_imm_s(plane0, geom.oh as i64);
+                let u = e.b.ins().iadd(t, oy);
+                let off = e.b.ins().imul_imm_s(u, (geom.ow * B * 4) as i64);
+                e.b.ins().iadd(y, off)
+            }
+            (None, None) => unreachable!("an output or a scratch row"),
+        };
+        let all = (e.ci(0), e.ci(cb as i64));
+        call_rows(e, &call, &rows, (wp, dst, None, bias), all);
+        if let Some(spec) = &spec {
+            let s0 = e.ci(0);
+            let s1 = e.ci(cb as i64);
+            e.for_range(s0, s1, 1, |e, blk| {
+                // Unit `(img * C/8 + blk) * OH + oy` of the output rows.
+                let plane = e.b.ins().iadd(plane0, blk);
+                let t = e.b.ins().imul_imm_s(plane, geom.oh as i64);
+                let u = e.b.ins().iadd(t, oy);
+                if err.is_ok() {
+                    err = row_epilogue(e, spec, geom, u, Some(cb));
                 }
-                (None, None) => unreachable!("an output or a scratch row"),
-            };
-            let done = row_pixels(e, geom, &rows, (wp, dst), (bias, None), (lo, hi), (u, blk));
-            if err.is_ok() {
-                err = done;
-            }
-            if let (Some(spec), true) = (&spec, err.is_ok()) {
-                err = row_epilogue(e, spec, geom, u, Some(cb));
-            }
-        });
+            });
+        }
         if let (Some(p), Some(row)) = (&proj, row) {
             project_row(e, geom, p, row, (img, oy));
         }
@@ -351,6 +379,7 @@ fn fusable_depthwise(g: &Graph, k: &Kernel) -> Option<ConvGeom> {
     let fits = is_blocked(&geom)
         && !pointwise(&geom)
         && dnnc_passes::block_channels::unfit(&geom).is_none()
+        && geom.kh <= dwrow::DW_ROW_MAX_KH
         && k.prologue.is_empty();
     fits.then_some(geom)
 }
@@ -641,6 +670,115 @@ fn row_epilogue(
     elementwise::emit(e, spec, &SubDomain { starts, lens })
 }
 
+/// Input row `iy` of tap row `ky` for output row `oy`, and whether it
+/// falls in the padding.
+fn tap_row(e: &mut Emit<'_>, geom: &ConvGeom, oy: Value, ky: usize) -> (Value, Value) {
+    let iy = e.b.ins().imul_imm_s(oy, geom.p.strides[0] as i64);
+    let iy = e.b.ins().iadd_imm_s(iy, ky as i64 - geom.p.pads[0] as i64);
+    let below = e.b.ins().icmp_imm_s(IntCC::SignedLessThan, iy, 0);
+    let above =
+        e.b.ins()
+            .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, iy, geom.h as i64);
+    (iy, e.b.ins().bor(below, above))
+}
+
+/// What every row call of a blocked depthwise kernel shares, built once
+/// before its loops: the row descriptor and the array of tap-row
+/// pointers each call fills.
+struct DwCall {
+    geo: Value,
+    rows: Value,
+}
+
+/// The [`dwrow::DwRowGeom`] of conv `geom` with clamp `lo..hi`, channel
+/// blocks `x_block` floats apart in its tap rows and `y_block` in its
+/// output rows, padding rows reading `zero`, in a stack slot; and a slot
+/// for its `kh` tap-row pointers.
+fn dw_call(
+    e: &mut Emit<'_>,
+    geom: &ConvGeom,
+    (lo, hi): (f32, f32),
+    (x_block, y_block): (usize, usize),
+    zero: Value,
+) -> DwCall {
+    let size = std::mem::size_of::<dwrow::DwRowGeom>() as u32;
+    let ss =
+        e.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 3));
+    let geo = e.b.ins().stack_addr(I64, ss, 0);
+    let fields = [
+        (geom.w, std::mem::offset_of!(dwrow::DwRowGeom, w)),
+        (geom.ow, std::mem::offset_of!(dwrow::DwRowGeom, ow)),
+        (geom.kh, std::mem::offset_of!(dwrow::DwRowGeom, kh)),
+        (geom.kw, std::mem::offset_of!(dwrow::DwRowGeom, kw)),
+        (
+            geom.p.strides[1],
+            std::mem::offset_of!(dwrow::DwRowGeom, sx),
+        ),
+        (geom.p.pads[1], std::mem::offset_of!(dwrow::DwRowGeom, pl)),
+        (x_block, std::mem::offset_of!(dwrow::DwRowGeom, x_block)),
+        (y_block, std::mem::offset_of!(dwrow::DwRowGeom, y_block)),
+    ];
+    let mem = super::emit::mem();
+    for (v, off) in fields {
+        let v = e.ci(v as i64);
+        e.b.ins().store(mem, v, geo, off as i32);
+    }
+    e.b.ins().store(
+        mem,
+        zero,
+        geo,
+        std::mem::offset_of!(dwrow::DwRowGeom, zero) as i32,
+    );
+    for (v, off) in [
+        (lo, std::mem::offset_of!(dwrow::DwRowGeom, lo)),
+        (hi, std::mem::offset_of!(dwrow::DwRowGeom, hi)),
+    ] {
+        let v = e.cf(v);
+        e.b.ins().store(mem, v, geo, off as i32);
+    }
+    let ss = e.b.create_sized_stack_slot(StackSlotData::new(
+        StackSlotKind::ExplicitSlot,
+        (geom.kh * 8) as u32,
+        3,
+    ));
+    let rows = e.b.ins().stack_addr(I64, ss, 0);
+    DwCall { geo, rows }
+}
+
+/// One output row of channel blocks `b0..b1` of a depthwise conv: one
+/// call of the runtime's row kernel (`dnnc_dw_row_nchw8c`) with block
+/// 0's tap rows `rows` (the zero row where in the padding), taps `w`,
+/// output row `y`, residual row `res` and biases `bias`; error code 1 if
+/// it refuses the descriptor.
+fn call_rows(
+    e: &mut Emit<'_>,
+    call: &DwCall,
+    rows: &[Value],
+    (w, y, res, bias): (Value, Value, Option<Value>, Option<Value>),
+    (b0, b1): (Value, Value),
+) {
+    for (ky, &row) in rows.iter().enumerate() {
+        e.b.ins()
+            .store(super::emit::mem(), row, call.rows, (ky * 8) as i32);
+    }
+    let null = e.ci(0);
+    let args = [
+        call.rows,
+        w,
+        y,
+        res.unwrap_or(null),
+        bias.unwrap_or(null),
+        call.geo,
+        b0,
+        b1,
+    ];
+    let f = e.dw8c_row;
+    let inst = e.b.ins().call(f, &args);
+    let rc = e.b.inst_results(inst)[0];
+    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+    e.fail_if(bad, 1);
+}
+
 /// Output pixels per interior group: 4 pixels x 2 vectors of
 /// accumulators, with the tap's two filter vectors and an input vector.
 const GROUP: usize = 4;
@@ -672,18 +810,6 @@ fn depthwise_row(
         rows.push(e.b.ins().select(out, zero, p));
     }
     row_pixels(e, geom, &rows, (w, y), (bias, res), (lo, hi), (u, blk))
-}
-
-/// Input row `iy` of tap row `ky` for output row `oy`, and whether it
-/// falls in the padding.
-fn tap_row(e: &mut Emit<'_>, geom: &ConvGeom, oy: Value, ky: usize) -> (Value, Value) {
-    let iy = e.b.ins().imul_imm_s(oy, geom.p.strides[0] as i64);
-    let iy = e.b.ins().iadd_imm_s(iy, ky as i64 - geom.p.pads[0] as i64);
-    let below = e.b.ins().icmp_imm_s(IntCC::SignedLessThan, iy, 0);
-    let above =
-        e.b.ins()
-            .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, iy, geom.h as i64);
-    (iy, e.b.ins().bor(below, above))
 }
 
 /// The pixels of output row `u` (of the `N x C/8 x OH` rows, channel

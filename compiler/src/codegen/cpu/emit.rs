@@ -42,6 +42,9 @@ pub(crate) struct Emit<'a> {
     /// The conv from a plain input into the blocked layout
     /// (`dnnc_conv_into_nchw8c`), imported.
     pub into8c: FuncRef,
+    /// One output row of one channel block of a blocked depthwise conv
+    /// (`dnnc_dw_row_nchw8c`), imported.
+    pub dw8c_row: FuncRef,
     /// Block every error path jumps to, with the error code as parameter.
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).

@@ -548,6 +548,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let into8c_id = module
         .declare_function("dnnc_conv_into_nchw8c", Linkage::Import, &g8sg)
         .map_err(|e| backend(e.to_string()))?;
+    let mut dwsg = module.make_signature();
+    for t in [ptr, ptr, ptr, ptr, ptr, ptr, I64, I64] {
+        dwsg.params.push(AbiParam::new(t));
+    }
+    dwsg.returns.push(AbiParam::new(I32));
+    let dw8c_row_id = module
+        .declare_function("dnnc_dw_row_nchw8c", Linkage::Import, &dwsg)
+        .map_err(|e| backend(e.to_string()))?;
 
     // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
@@ -642,6 +650,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let group8 = module.declare_func_in_func(group8_id, &mut ctx.func);
             let dw8 = module.declare_func_in_func(dw8_id, &mut ctx.func);
             let into8c = module.declare_func_in_func(into8c_id, &mut ctx.func);
+            let dw8c_row = module.declare_func_in_func(dw8c_row_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -667,6 +676,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 group8,
                 dw8,
                 into8c,
+                dw8c_row,
                 fail,
                 cfg: module.target_config(),
                 task,

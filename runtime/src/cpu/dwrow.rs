@@ -1,0 +1,557 @@
+//! One output row of one channel block of a depthwise conv on
+//! channel-blocked activations (`data=nchw8c`): the kernel the generated
+//! code of a blocked depthwise conv calls per row (and per row of a fused
+//! inverted-residual block, whose tap rows come from its expansion ring).
+//! A pixel's eight channels are one ymm register, so each tap of a pixel
+//! is one load and one FMA; the generated code, limited to Cranelift's
+//! 128-bit vectors, spent two of each.
+//!
+//! Each output is `bias + sum over taps (row by row, column by column) +
+//! residual`, then clamped: the same on every path (AVX2 and portable),
+//! for every pixel group size. Padding rows are read from a row of zeros
+//! the caller passes; padding columns are skipped.
+
+/// The geometry of a depthwise row, as the generated code passes it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DwRowGeom {
+    /// Input row width (pixels).
+    pub w: usize,
+    /// Output row width (pixels).
+    pub ow: usize,
+    /// Filter rows: entries of the row pointer array.
+    pub kh: usize,
+    /// Filter columns.
+    pub kw: usize,
+    /// Column stride.
+    pub sx: usize,
+    /// Left padding (columns).
+    pub pl: usize,
+    /// Floats from one channel block's tap row to the next block's.
+    pub x_block: usize,
+    /// Floats from one channel block's output row to the next block's
+    /// (the residual's too).
+    pub y_block: usize,
+    /// The row of zeros padding rows read (the same for every block).
+    pub zero: *const f32,
+    /// Clamp bounds (the infinities for none).
+    pub lo: f32,
+    /// Upper clamp bound.
+    pub hi: f32,
+}
+
+/// Most filter rows a call takes (the largest depthwise windows of the
+/// model zoo are 7x7; the bound only keeps a corrupted descriptor from
+/// reading past the row array).
+pub const DW_ROW_MAX_KH: usize = 32;
+
+/// Channels per block.
+const B: usize = 8;
+
+/// Computes one output row of channel blocks `b0..b1`. Block `b`'s
+/// output row (`[ow][8]`) is `y + b * y_block`, its tap row `ky` (`[w][8]`)
+/// `rows[ky] + b * x_block`, or the descriptor's row of zeros where
+/// `rows[ky]` is that row (a tap row in the padding), its taps `w + b *
+/// kh * kw * 8` (`[kh * kw][8]`) and biases `bias + b * 8` (or none for a
+/// null `bias`). Each output is the bias plus the taps, plus `res` (the
+/// output's layout, or null), clamped to the descriptor's bounds. Returns
+/// 0, or 1 for a descriptor it does not compute (see [`dw_row_fits`]).
+///
+/// # Safety
+/// The pointers must address buffers of those shapes; `y` must not
+/// overlap the rows or `w` (it may be `res`).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dnnc_dw_row_nchw8c(
+    rows: *const *const f32,
+    w: *const f32,
+    y: *mut f32,
+    res: *const f32,
+    bias: *const f32,
+    geo: *const DwRowGeom,
+    b0: usize,
+    b1: usize,
+) -> i32 {
+    dw_rows(rows, w, y, res, bias, &*geo, (b0, b1), Path::best())
+}
+
+/// Which code computes the row (the tests run both on the same data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    Portable,
+    Avx2,
+}
+
+impl Path {
+    fn best() -> Path {
+        if super::avx2_fma() {
+            Path::Avx2
+        } else {
+            Path::Portable
+        }
+    }
+}
+
+/// Whether `g` is a geometry [`dnnc_dw_row_nchw8c`] computes: any row
+/// of 1 to [`DW_ROW_MAX_KH`] filter rows, a positive stride and width
+/// (border pixels read only their taps inside the row, so every width
+/// and padding is safe).
+pub fn dw_row_fits(g: &DwRowGeom) -> bool {
+    g.kh > 0 && g.kh <= DW_ROW_MAX_KH && g.kw > 0 && g.sx > 0
+}
+
+/// The first and one-past-last output columns whose whole window lies
+/// inside the input row.
+fn interior(g: &DwRowGeom) -> (usize, usize) {
+    let xa = g.pl.div_ceil(g.sx).min(g.ow);
+    let xb = if g.w + g.pl >= g.kw {
+        ((g.w + g.pl - g.kw) / g.sx + 1).clamp(xa, g.ow)
+    } else {
+        xa
+    };
+    (xa, xb)
+}
+
+/// [`dnnc_dw_row_nchw8c`] on `path`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_rows(
+    rows: *const *const f32,
+    w: *const f32,
+    y: *mut f32,
+    res: *const f32,
+    bias: *const f32,
+    g: &DwRowGeom,
+    (b0, b1): (usize, usize),
+    path: Path,
+) -> i32 {
+    if !dw_row_fits(g) {
+        return 1;
+    }
+    let base = std::slice::from_raw_parts(rows, g.kh);
+    let mut block_rows = [std::ptr::null::<f32>(); DW_ROW_MAX_KH];
+    let block_rows = &mut block_rows[..g.kh];
+    let (xa, xb) = interior(g);
+    let taps = g.kh * g.kw * B;
+    for b in b0..b1 {
+        for (r, &p) in block_rows.iter_mut().zip(base) {
+            *r = if p == g.zero { p } else { p.add(b * g.x_block) };
+        }
+        let yb = y.add(b * g.y_block);
+        let rb = if res.is_null() {
+            res
+        } else {
+            res.add(b * g.y_block)
+        };
+        let bb = if bias.is_null() {
+            bias
+        } else {
+            bias.add(b * B)
+        };
+        let wb = w.add(b * taps);
+        match path {
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => x86::row(block_rows, wb, yb, rb, bb, g, (xa, xb)),
+            _ => {
+                for ox in 0..g.ow {
+                    portable_pixel(block_rows, wb, yb, rb, bb, g, ox);
+                }
+            }
+        }
+    }
+    0
+}
+
+/// Output pixel `ox` one lane at a time, its valid column taps only.
+unsafe fn portable_pixel(
+    rows: &[*const f32],
+    w: *const f32,
+    y: *mut f32,
+    res: *const f32,
+    bias: *const f32,
+    g: &DwRowGeom,
+    ox: usize,
+) {
+    for l in 0..B {
+        let mut acc = if bias.is_null() { 0.0 } else { *bias.add(l) };
+        for (ky, &row) in rows.iter().enumerate() {
+            for kx in 0..g.kw {
+                let ix = (ox * g.sx + kx) as isize - g.pl as isize;
+                if ix < 0 || ix as usize >= g.w {
+                    continue;
+                }
+                let x = *row.add(ix as usize * B + l);
+                acc = x.mul_add(*w.add((ky * g.kw + kx) * B + l), acc);
+            }
+        }
+        if !res.is_null() {
+            acc += *res.add(ox * B + l);
+        }
+        // `max(lo, v)` then `min(hi, v)` as the vector paths: a NaN sum
+        // passes through.
+        let v = if g.lo > acc { g.lo } else { acc };
+        let v = if g.hi < v { g.hi } else { v };
+        *y.add(ox * B + l) = v;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{DwRowGeom, B};
+    use std::arch::x86_64::*;
+
+    /// Where a row's results go: residual, clamp bounds, output.
+    struct Out {
+        y: *mut f32,
+        res: *const f32,
+        lo: __m256,
+        hi: __m256,
+    }
+
+    impl Out {
+        /// Pixel `ox`'s sum plus its residual, clamped, stored.
+        #[inline(always)]
+        unsafe fn put(&self, ox: usize, mut v: __m256) {
+            if !self.res.is_null() {
+                v = _mm256_add_ps(v, _mm256_loadu_ps(self.res.add(ox * B)));
+            }
+            _mm256_storeu_ps(
+                self.y.add(ox * B),
+                _mm256_min_ps(self.hi, _mm256_max_ps(self.lo, v)),
+            );
+        }
+    }
+
+    /// The row: border pixels one at a time with their valid taps, the
+    /// interior in groups of 8 pixels (eight independent FMA chains, as
+    /// many as two FMA pipes of latency 4 keep busy), then 4, then 1.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn row(
+        rows: &[*const f32],
+        w: *const f32,
+        y: *mut f32,
+        res: *const f32,
+        bias: *const f32,
+        g: &DwRowGeom,
+        (xa, xb): (usize, usize),
+    ) {
+        let b = if bias.is_null() {
+            _mm256_setzero_ps()
+        } else {
+            _mm256_loadu_ps(bias)
+        };
+        let out = Out {
+            y,
+            res,
+            lo: _mm256_set1_ps(g.lo),
+            hi: _mm256_set1_ps(g.hi),
+        };
+        for ox in (0..xa).chain(xb..g.ow) {
+            out.put(ox, border(rows, w, b, g, ox));
+        }
+        let mut ox = xa;
+        while ox + 8 <= xb {
+            group::<8>(rows, w, b, g, ox, &out);
+            ox += 8;
+        }
+        if ox + 4 <= xb {
+            group::<4>(rows, w, b, g, ox, &out);
+            ox += 4;
+        }
+        while ox < xb {
+            group::<1>(rows, w, b, g, ox, &out);
+            ox += 1;
+        }
+    }
+
+    /// One border pixel: only the column taps inside the row.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn border(
+        rows: &[*const f32],
+        w: *const f32,
+        b: __m256,
+        g: &DwRowGeom,
+        ox: usize,
+    ) -> __m256 {
+        let mut acc = b;
+        for (ky, &row) in rows.iter().enumerate() {
+            for kx in 0..g.kw {
+                let ix = (ox * g.sx + kx) as isize - g.pl as isize;
+                if ix < 0 || ix as usize >= g.w {
+                    continue;
+                }
+                let x = _mm256_loadu_ps(row.add(ix as usize * B));
+                acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(w.add((ky * g.kw + kx) * B)), acc);
+            }
+        }
+        acc
+    }
+
+    /// `NP` interior pixels from `ox` on, stored: per tap, the tap's
+    /// filter vector and one input vector per pixel. Every accumulator
+    /// access has a literal index (a loop index kept them in memory; see
+    /// `blocked::avx2_tile_n`).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline(never)]
+    unsafe fn group<const NP: usize>(
+        rows: &[*const f32],
+        w: *const f32,
+        b: __m256,
+        g: &DwRowGeom,
+        ox: usize,
+        out: &Out,
+    ) {
+        let mut acc = [b; 8];
+        let step = g.sx * B;
+        let x0 = ox * g.sx - g.pl;
+        let mut wp = w;
+        macro_rules! px {
+            ($r:ident, $wv:ident, $($p:literal)*) => {$(
+                if $p < NP {
+                    let x = _mm256_loadu_ps($r.add($p * step));
+                    acc[$p] = _mm256_fmadd_ps(x, $wv, acc[$p]);
+                }
+            )*};
+        }
+        for &row in rows {
+            let mut r = row.add(x0 * B);
+            for _ in 0..g.kw {
+                let wv = _mm256_loadu_ps(wp);
+                px!(r, wv, 0 1 2 3 4 5 6 7);
+                r = r.add(B);
+                wp = wp.add(B);
+            }
+        }
+        macro_rules! put {
+            ($($p:literal)*) => {$(
+                if $p < NP {
+                    out.put(ox + $p, acc[$p]);
+                }
+            )*};
+        }
+        put!(0 1 2 3 4 5 6 7);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Input planes of `NB` blocks, `h x w` pixels each.
+    const NB: usize = 3;
+
+    /// The definition in f64 for block `b`: taps in the padding are zero.
+    fn reference(
+        x: &[f32],
+        (h, iy0, b): (usize, isize, usize),
+        w: &[f32],
+        bias: &[f32],
+        res: Option<&[f32]>,
+        g: &DwRowGeom,
+    ) -> Vec<f32> {
+        let mut y = vec![0f32; g.ow * B];
+        let taps = g.kh * g.kw * B;
+        for ox in 0..g.ow {
+            for l in 0..B {
+                let mut acc = bias[b * B + l] as f64;
+                for ky in 0..g.kh {
+                    let iy = iy0 + ky as isize;
+                    for kx in 0..g.kw {
+                        let ix = (ox * g.sx + kx) as isize - g.pl as isize;
+                        if iy < 0 || iy >= h as isize || ix < 0 || ix >= g.w as isize {
+                            continue;
+                        }
+                        let at = b * g.x_block + (iy as usize * g.w + ix as usize) * B + l;
+                        acc += x[at] as f64 * w[b * taps + (ky * g.kw + kx) * B + l] as f64;
+                    }
+                }
+                if let Some(r) = res {
+                    acc += r[b * g.y_block + ox * B + l] as f64;
+                }
+                y[ox * B + l] = (acc as f32).max(g.lo).min(g.hi);
+            }
+        }
+        y
+    }
+
+    /// Every window size, stride and padding the zoo's depthwise convs use
+    /// and more (1x1 to 7x7, strides 1-3, rows wider and narrower than a
+    /// pixel group, rows in the top and bottom padding), three blocks per
+    /// call, with and without bias-residual-clamp: within 1e-5 of the f64
+    /// definition, and the AVX2 path bitwise the portable one. A call for
+    /// one block writes that block's row only.
+    #[test]
+    fn rows_match_the_definition_on_every_path() {
+        let mut cases = 0;
+        let geoms = [
+            (3, 1, 1),
+            (3, 2, 1),
+            (5, 1, 2),
+            (5, 2, 2),
+            (7, 1, 3),
+            (1, 1, 0),
+            (3, 3, 0),
+            (5, 1, 0),
+        ];
+        for (k, sx, pad) in geoms {
+            for w_in in [1usize, 3, 7, 14, 23, 56] {
+                if w_in + 2 * pad < k {
+                    continue;
+                }
+                let ow = (w_in + 2 * pad - k) / sx + 1;
+                let h = k + 2;
+                let x: Vec<f32> = (0..NB * h * w_in * B)
+                    .map(|i| ((i * 7919) % 101) as f32 * 0.02 - 1.0)
+                    .collect();
+                let taps: Vec<f32> = (0..NB * k * k * B)
+                    .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
+                    .collect();
+                let bias: Vec<f32> = (0..NB * B).map(|i| i as f32 * 0.05 - 0.2).collect();
+                let zb = vec![0f32; NB * B];
+                // Output rows one pixel apart beyond their width.
+                let y_block = (ow + 1) * B;
+                let res: Vec<f32> = (0..NB * y_block)
+                    .map(|i| (i % 13) as f32 * 0.1 - 0.6)
+                    .collect();
+                let zero = vec![0f32; w_in * B];
+                for iy0 in [-(pad as isize), 0, (h - k) as isize + pad as isize] {
+                    for full in [false, true] {
+                        let g = DwRowGeom {
+                            w: w_in,
+                            ow,
+                            kh: k,
+                            kw: k,
+                            sx,
+                            pl: pad,
+                            x_block: h * w_in * B,
+                            y_block,
+                            zero: zero.as_ptr(),
+                            lo: if full { -0.5 } else { f32::NEG_INFINITY },
+                            hi: if full { 1.25 } else { f32::INFINITY },
+                        };
+                        let rows: Vec<*const f32> = (0..k)
+                            .map(|ky| {
+                                let iy = iy0 + ky as isize;
+                                if iy < 0 || iy >= h as isize {
+                                    zero.as_ptr()
+                                } else {
+                                    x[iy as usize * w_in * B..].as_ptr()
+                                }
+                            })
+                            .collect();
+                        let (bp, rp) = if full {
+                            (bias.as_ptr(), res.as_ptr())
+                        } else {
+                            (std::ptr::null(), std::ptr::null())
+                        };
+                        let run = |path, (b0, b1)| {
+                            let mut y = vec![f32::NAN; NB * y_block];
+                            let rc = unsafe {
+                                dw_rows(
+                                    rows.as_ptr(),
+                                    taps.as_ptr(),
+                                    y.as_mut_ptr(),
+                                    rp,
+                                    bp,
+                                    &g,
+                                    (b0, b1),
+                                    path,
+                                )
+                            };
+                            assert_eq!(rc, 0);
+                            y
+                        };
+                        let portable = run(Path::Portable, (0, NB));
+                        for b in 0..NB {
+                            let want = reference(
+                                &x,
+                                (h, iy0, b),
+                                &taps,
+                                if full { &bias } else { &zb },
+                                full.then_some(&res[..]),
+                                &g,
+                            );
+                            let got = &portable[b * y_block..b * y_block + ow * B];
+                            for (i, (a, v)) in got.iter().zip(&want).enumerate() {
+                                assert!(
+                                    (a - v).abs() <= 1e-5 + 1e-5 * v.abs(),
+                                    "k={k} sx={sx} w={w_in} iy0={iy0} block {b} element {i}: {a} vs {v}"
+                                );
+                            }
+                        }
+                        if Path::best() == Path::Avx2 {
+                            let fast = run(Path::Avx2, (0, NB));
+                            for (i, (a, v)) in fast.iter().zip(&portable).enumerate() {
+                                assert_eq!(
+                                    a.to_bits(),
+                                    v.to_bits(),
+                                    "k={k} sx={sx} w={w_in} element {i}"
+                                );
+                            }
+                        }
+                        let one = run(Path::best(), (1, 2));
+                        for (i, (a, v)) in one.iter().zip(&portable).enumerate() {
+                            let in_block = (y_block..y_block + ow * B).contains(&i);
+                            assert!(
+                                if in_block {
+                                    a.to_bits() == v.to_bits()
+                                } else {
+                                    a.is_nan()
+                                },
+                                "block 1 alone, element {i}"
+                            );
+                        }
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        assert!(cases > 200, "{cases} cases");
+        if Path::best() != Path::Avx2 {
+            eprintln!(
+                "rows_match_the_definition_on_every_path: no AVX2+FMA here, the vector path not run"
+            );
+        }
+    }
+
+    /// Descriptors it does not compute are refused with code 1, not read.
+    #[test]
+    fn refuses_what_it_does_not_compute() {
+        let ok = DwRowGeom {
+            w: 8,
+            ow: 8,
+            kh: 3,
+            kw: 3,
+            sx: 1,
+            pl: 1,
+            x_block: 64,
+            y_block: 64,
+            zero: std::ptr::null(),
+            lo: f32::NEG_INFINITY,
+            hi: f32::INFINITY,
+        };
+        assert!(dw_row_fits(&ok));
+        for bad in [
+            DwRowGeom { kh: 0, ..ok },
+            DwRowGeom {
+                kh: DW_ROW_MAX_KH + 1,
+                ..ok
+            },
+            DwRowGeom { sx: 0, ..ok },
+            DwRowGeom { kw: 0, ..ok },
+        ] {
+            let rc = unsafe {
+                dnnc_dw_row_nchw8c(
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    &bad,
+                    0,
+                    1,
+                )
+            };
+            assert_eq!(rc, 1, "{bad:?}");
+        }
+    }
+}
