@@ -38,6 +38,17 @@ pub struct DwRowGeom {
     pub lo: f32,
     /// Upper clamp bound.
     pub hi: f32,
+    /// Input rows: read by [`dnnc_dw_nchw8c`], which finds each unit's
+    /// tap rows itself (a row call is handed them).
+    pub h: usize,
+    /// Output rows ([`dnnc_dw_nchw8c`]).
+    pub oh: usize,
+    /// Row stride ([`dnnc_dw_nchw8c`]).
+    pub sy: usize,
+    /// Top padding (rows, [`dnnc_dw_nchw8c`]).
+    pub pt: usize,
+    /// Channel blocks per image ([`dnnc_dw_nchw8c`]).
+    pub blocks: usize,
 }
 
 /// Most filter rows a call takes (the largest depthwise windows of the
@@ -73,6 +84,112 @@ pub unsafe extern "C" fn dnnc_dw_row_nchw8c(
     b1: usize,
 ) -> i32 {
     dw_rows(rows, w, y, res, bias, &*geo, (b0, b1), Path::best())
+}
+
+/// Computes units `u0..u1` of a whole depthwise conv on blocked data,
+/// `x: [N, C/8, H, W, 8]` into `y: [N, C/8, OH, OW, 8]`: unit `(img *
+/// C/8 + block) * OH + oy` is output row `oy` of one channel block of one
+/// image, so a task's units are consecutive rows of a block (whose tap
+/// rows the next row reads again from L1). The taps `w` are `[C/8][kh *
+/// kw][8]`, `bias` (or null) `[C]`, `res` (or null) has `y`'s layout.
+/// Each unit is one [`dnnc_dw_row_nchw8c`] row, its tap rows found here
+/// (the descriptor's `zero` row where they fall in the padding), so one
+/// call per task replaces a call per row. Returns 0, or 1 for a
+/// descriptor it does not compute.
+///
+/// # Safety
+/// As for [`dnnc_dw_row_nchw8c`], for every row the units reach; `x_block`
+/// and `y_block` are ignored (the planes are `H x W` and `OH x OW`).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dnnc_dw_nchw8c(
+    x: *const f32,
+    w: *const f32,
+    y: *mut f32,
+    res: *const f32,
+    bias: *const f32,
+    geo: *const DwRowGeom,
+    u0: usize,
+    u1: usize,
+) -> i32 {
+    dw_units(x, w, y, res, bias, &*geo, (u0, u1), Path::best())
+}
+
+/// [`dnnc_dw_nchw8c`] on `path`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_units(
+    x: *const f32,
+    w: *const f32,
+    y: *mut f32,
+    res: *const f32,
+    bias: *const f32,
+    g: &DwRowGeom,
+    (u0, u1): (usize, usize),
+    path: Path,
+) -> i32 {
+    if !dw_row_fits(g) || g.sy == 0 || g.oh == 0 || g.blocks == 0 {
+        return 1;
+    }
+    let mut rows = [std::ptr::null::<f32>(); DW_ROW_MAX_KH];
+    let rows = &mut rows[..g.kh];
+    let (xa, xb) = interior(g);
+    let (plane_in, plane_out) = (g.h * g.w * B, g.oh * g.ow * B);
+    let taps = g.kh * g.kw * B;
+    for u in u0..u1 {
+        let (plane, oy) = (u / g.oh, u % g.oh);
+        let blk = plane % g.blocks;
+        let xp = x.add(plane * plane_in);
+        for (ky, r) in rows.iter_mut().enumerate() {
+            let iy = (oy * g.sy + ky) as isize - g.pt as isize;
+            *r = if iy < 0 || iy as usize >= g.h {
+                g.zero
+            } else {
+                xp.add(iy as usize * g.w * B)
+            };
+        }
+        let off = plane * plane_out + oy * g.ow * B;
+        let rb = if res.is_null() { res } else { res.add(off) };
+        let bb = if bias.is_null() {
+            bias
+        } else {
+            bias.add(blk * B)
+        };
+        row_on(
+            rows,
+            w.add(blk * taps),
+            y.add(off),
+            rb,
+            bb,
+            g,
+            (xa, xb),
+            path,
+        );
+    }
+    0
+}
+
+/// One block's output row on `path` (see [`dnnc_dw_row_nchw8c`]).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+unsafe fn row_on(
+    rows: &[*const f32],
+    w: *const f32,
+    y: *mut f32,
+    res: *const f32,
+    bias: *const f32,
+    g: &DwRowGeom,
+    (xa, xb): (usize, usize),
+    path: Path,
+) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2 => x86::row(rows, w, y, res, bias, g, (xa, xb)),
+        _ => {
+            for ox in 0..g.ow {
+                portable_pixel(rows, w, y, res, bias, g, ox);
+            }
+        }
+    }
 }
 
 /// Which code computes the row (the tests run both on the same data).
@@ -147,16 +264,7 @@ unsafe fn dw_rows(
         } else {
             bias.add(b * B)
         };
-        let wb = w.add(b * taps);
-        match path {
-            #[cfg(target_arch = "x86_64")]
-            Path::Avx2 => x86::row(block_rows, wb, yb, rb, bb, g, (xa, xb)),
-            _ => {
-                for ox in 0..g.ow {
-                    portable_pixel(block_rows, wb, yb, rb, bb, g, ox);
-                }
-            }
-        }
+        row_on(block_rows, w.add(b * taps), yb, rb, bb, g, (xa, xb), path);
     }
     0
 }
@@ -223,9 +331,29 @@ mod x86 {
 
     /// The row: border pixels one at a time with their valid taps, the
     /// interior in groups of 8 pixels (eight independent FMA chains, as
-    /// many as two FMA pipes of latency 4 keep busy), then 4, then 1.
+    /// many as two FMA pipes of latency 4 keep busy), then one group of
+    /// the rest.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn row(
+        rows: &[*const f32],
+        w: *const f32,
+        y: *mut f32,
+        res: *const f32,
+        bias: *const f32,
+        g: &DwRowGeom,
+        xs: (usize, usize),
+    ) {
+        match g.kw {
+            3 => row_k::<3>(rows, w, y, res, bias, g, xs),
+            5 => row_k::<5>(rows, w, y, res, bias, g, xs),
+            _ => row_k::<0>(rows, w, y, res, bias, g, xs),
+        }
+    }
+
+    /// [`row`] with the filter width `KW` (see [`group`]).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn row_k<const KW: usize>(
         rows: &[*const f32],
         w: *const f32,
         y: *mut f32,
@@ -250,20 +378,25 @@ mod x86 {
         }
         let mut ox = xa;
         while ox + 8 <= xb {
-            group::<8>(rows, w, b, g, ox, &out);
+            group::<8, KW>(rows, w, b, g, ox, &out);
             ox += 8;
         }
-        if ox + 4 <= xb {
-            group::<4>(rows, w, b, g, ox, &out);
-            ox += 4;
-        }
-        while ox < xb {
-            group::<1>(rows, w, b, g, ox, &out);
-            ox += 1;
+        // The rest as one group: its pixels' FMA chains interleave (a
+        // lone pixel's taps are one dependent chain).
+        match xb - ox {
+            0 => {}
+            1 => group::<1, KW>(rows, w, b, g, ox, &out),
+            2 => group::<2, KW>(rows, w, b, g, ox, &out),
+            3 => group::<3, KW>(rows, w, b, g, ox, &out),
+            4 => group::<4, KW>(rows, w, b, g, ox, &out),
+            5 => group::<5, KW>(rows, w, b, g, ox, &out),
+            6 => group::<6, KW>(rows, w, b, g, ox, &out),
+            _ => group::<7, KW>(rows, w, b, g, ox, &out),
         }
     }
 
-    /// One border pixel: only the column taps inside the row.
+    /// One border pixel: only the column taps inside the row (a range,
+    /// found once).
     #[target_feature(enable = "avx2,fma")]
     unsafe fn border(
         rows: &[*const f32],
@@ -272,14 +405,13 @@ mod x86 {
         g: &DwRowGeom,
         ox: usize,
     ) -> __m256 {
+        let x0 = (ox * g.sx) as isize - g.pl as isize;
+        let kx0 = (-x0).clamp(0, g.kw as isize) as usize;
+        let kx1 = (g.w as isize - x0).clamp(kx0 as isize, g.kw as isize) as usize;
         let mut acc = b;
         for (ky, &row) in rows.iter().enumerate() {
-            for kx in 0..g.kw {
-                let ix = (ox * g.sx + kx) as isize - g.pl as isize;
-                if ix < 0 || ix as usize >= g.w {
-                    continue;
-                }
-                let x = _mm256_loadu_ps(row.add(ix as usize * B));
+            for kx in kx0..kx1 {
+                let x = _mm256_loadu_ps(row.offset((x0 + kx as isize) * B as isize));
                 acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(w.add((ky * g.kw + kx) * B)), acc);
             }
         }
@@ -290,9 +422,11 @@ mod x86 {
     /// filter vector and one input vector per pixel. Every accumulator
     /// access has a literal index (a loop index kept them in memory; see
     /// `blocked::avx2_tile_n`).
+    /// `KW` is the filter's width when it is 3 or 5 (the loop over a
+    /// tap row unrolled), else 0 (the descriptor's).
     #[target_feature(enable = "avx2,fma")]
     #[inline(never)]
-    unsafe fn group<const NP: usize>(
+    unsafe fn group<const NP: usize, const KW: usize>(
         rows: &[*const f32],
         w: *const f32,
         b: __m256,
@@ -312,9 +446,10 @@ mod x86 {
                 }
             )*};
         }
+        let kw = if KW > 0 { KW } else { g.kw };
         for &row in rows {
             let mut r = row.add(x0 * B);
-            for _ in 0..g.kw {
+            for _ in 0..kw {
                 let wv = _mm256_loadu_ps(wp);
                 px!(r, wv, 0 1 2 3 4 5 6 7);
                 r = r.add(B);
@@ -338,6 +473,26 @@ mod tests {
 
     /// Input planes of `NB` blocks, `h x w` pixels each.
     const NB: usize = 3;
+
+    /// The fields only [`dnnc_dw_nchw8c`] reads, for row-call tests.
+    const UNITS_UNUSED: DwRowGeom = DwRowGeom {
+        w: 0,
+        ow: 0,
+        kh: 0,
+        kw: 0,
+        sx: 0,
+        pl: 0,
+        x_block: 0,
+        y_block: 0,
+        zero: std::ptr::null(),
+        lo: 0.0,
+        hi: 0.0,
+        h: 0,
+        oh: 0,
+        sy: 0,
+        pt: 0,
+        blocks: 0,
+    };
 
     /// The definition in f64 for block `b`: taps in the padding are zero.
     fn reference(
@@ -427,6 +582,7 @@ mod tests {
                             zero: zero.as_ptr(),
                             lo: if full { -0.5 } else { f32::NEG_INFINITY },
                             hi: if full { 1.25 } else { f32::INFINITY },
+                            ..UNITS_UNUSED
                         };
                         let rows: Vec<*const f32> = (0..k)
                             .map(|ky| {
@@ -513,6 +669,129 @@ mod tests {
         }
     }
 
+    /// The whole-conv entry: two images of two blocks, windows 3x3 and
+    /// 5x5, strides 1 and 2, maps wider and narrower than a pixel group,
+    /// units split mid-plane as tasks would split them: within 1e-5 of the
+    /// f64 definition, the AVX2 path bitwise the portable one.
+    #[test]
+    fn whole_convs_match_the_definition() {
+        let (n, blocks) = (2, 2);
+        for (k, s, pad, hw) in [(3, 1, 1, 12), (3, 2, 1, 9), (5, 1, 2, 7), (5, 2, 2, 19)] {
+            let oh = (hw + 2 * pad - k) / s + 1;
+            let x: Vec<f32> = (0..n * blocks * hw * hw * B)
+                .map(|i| ((i * 7919) % 101) as f32 * 0.02 - 1.0)
+                .collect();
+            let taps: Vec<f32> = (0..blocks * k * k * B)
+                .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
+                .collect();
+            let bias: Vec<f32> = (0..blocks * B).map(|i| i as f32 * 0.05 - 0.2).collect();
+            let len = n * blocks * oh * oh * B;
+            let res: Vec<f32> = (0..len).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
+            let zero = vec![0f32; hw * B];
+            let g = DwRowGeom {
+                w: hw,
+                ow: oh,
+                kh: k,
+                kw: k,
+                sx: s,
+                pl: pad,
+                x_block: 0,
+                y_block: 0,
+                zero: zero.as_ptr(),
+                lo: -0.5,
+                hi: 1.25,
+                h: hw,
+                oh,
+                sy: s,
+                pt: pad,
+                blocks,
+            };
+            let mut want = vec![0f32; len];
+            for plane in 0..n * blocks {
+                let blk = plane % blocks;
+                for oy in 0..oh {
+                    for ox in 0..oh {
+                        for l in 0..B {
+                            let mut acc = bias[blk * B + l] as f64;
+                            for ky in 0..k {
+                                for kx in 0..k {
+                                    let iy = (oy * s + ky) as isize - pad as isize;
+                                    let ix = (ox * s + kx) as isize - pad as isize;
+                                    if iy < 0 || ix < 0 || iy >= hw as isize || ix >= hw as isize {
+                                        continue;
+                                    }
+                                    let xi =
+                                        ((plane * hw + iy as usize) * hw + ix as usize) * B + l;
+                                    let wi = (blk * k * k + ky * k + kx) * B + l;
+                                    acc += x[xi] as f64 * taps[wi] as f64;
+                                }
+                            }
+                            let i = ((plane * oh + oy) * oh + ox) * B + l;
+                            acc += res[i] as f64;
+                            want[i] = (acc as f32).clamp(-0.5, 1.25);
+                        }
+                    }
+                }
+            }
+            let units = n * blocks * oh;
+            let run = |path| {
+                let mut y = vec![f32::NAN; len];
+                for (u0, u1) in [(0, units / 3), (units / 3, units)] {
+                    let rc = unsafe {
+                        dw_units(
+                            x.as_ptr(),
+                            taps.as_ptr(),
+                            y.as_mut_ptr(),
+                            res.as_ptr(),
+                            bias.as_ptr(),
+                            &g,
+                            (u0, u1),
+                            path,
+                        )
+                    };
+                    assert_eq!(rc, 0);
+                }
+                y
+            };
+            let portable = run(Path::Portable);
+            for (i, (a, b)) in portable.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 + 1e-5 * b.abs(),
+                    "k={k} s={s} element {i}: {a} vs {b}"
+                );
+            }
+            if Path::best() == Path::Avx2 {
+                let fast = run(Path::Avx2);
+                assert!(fast
+                    .iter()
+                    .zip(&portable)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()));
+            }
+        }
+        let bad = DwRowGeom {
+            sy: 0,
+            kh: 3,
+            kw: 3,
+            sx: 1,
+            oh: 1,
+            blocks: 1,
+            ..UNITS_UNUSED
+        };
+        let rc = unsafe {
+            dnnc_dw_nchw8c(
+                std::ptr::null(),
+                std::ptr::null(),
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+                &bad,
+                0,
+                1,
+            )
+        };
+        assert_eq!(rc, 1, "a zero row stride is refused");
+    }
+
     /// Descriptors it does not compute are refused with code 1, not read.
     #[test]
     fn refuses_what_it_does_not_compute() {
@@ -528,6 +807,7 @@ mod tests {
             zero: std::ptr::null(),
             lo: f32::NEG_INFINITY,
             hi: f32::INFINITY,
+            ..UNITS_UNUSED
         };
         assert!(dw_row_fits(&ok));
         for bad in [

@@ -302,6 +302,7 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
             "dnnc_dw_row_nchw8c",
             super::dwrow::dnnc_dw_row_nchw8c as *const u8,
         ),
+        ("dnnc_dw_nchw8c", super::dwrow::dnnc_dw_nchw8c as *const u8),
         (
             "dnnc_conv_into_nchw8c",
             super::blocked::dnnc_conv_into_nchw8c as *const u8,

@@ -16,8 +16,8 @@ use super::elementwise::{self, SubDomain};
 use super::emit::Emit;
 use super::group::Kernel;
 use super::KCtx;
-use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::types::{F32X4, I64};
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::I64;
 use cranelift_codegen::ir::{InstBuilder, StackSlotData, StackSlotKind, Value};
 use dnnc_ir::op::DataLayout;
 use dnnc_ir::{DType, Graph};
@@ -180,35 +180,39 @@ pub(crate) fn lower(
         return Ok(Vec::new());
     }
     let zero_row = e.bufs[*c.prep.get(1).ok_or("missing padding row")?];
-    // The emission order is the schedule: each tap's filter and input
-    // loads next to their FMAs (the e-graph pass would hoist every load
-    // of a pixel group ahead of its FMAs and spill them).
-    e.in_order = true;
     let cb = geom.c / B;
     let x = e.bufs[c.arg(node.inputs[0])?];
+    let call = dw_call(e, geom, (ep.lo, ep.hi), (0, 0), zero_row);
+    // One call for the task's rows (unit `(img * C/8 + blk) * OH + oy`):
+    // a task walks a block's rows in order, each reading the previous
+    // row's tap rows again from L1.
     let (lo, hi) = e.task_range(geom.n * geom.oh * cb, "rows")?;
+    let null = e.ci(0);
+    let args = [
+        x,
+        wp,
+        y,
+        res.unwrap_or(null),
+        bias.unwrap_or(null),
+        call.geo,
+        lo,
+        hi,
+    ];
+    let f = e.dw8c;
+    let inst = e.b.ins().call(f, &args);
+    let rc = e.b.inst_results(inst)[0];
+    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+    e.fail_if(bad, 1);
     let mut err = Ok(());
-    e.for_range(lo, hi, 1, |e, u| {
-        let r = depthwise_row(
-            e,
-            geom,
-            (x, wp, zero_row, y),
-            (bias, res),
-            (ep.lo, ep.hi),
-            u,
-        );
-        if r.is_ok() {
-            if let Some(spec) = &spec {
-                if err.is_ok() {
-                    err = row_epilogue(e, spec, geom, u, Some(cb));
-                }
+    if let Some(spec) = &spec {
+        e.for_range(lo, hi, 1, |e, u| {
+            if err.is_ok() {
+                err = row_epilogue(e, spec, geom, u, Some(cb));
             }
-        } else if err.is_ok() {
-            err = r;
-        }
-    });
+        });
+    }
     err?;
-    Ok(Vec::new())
+    Ok(vec![ROW_REFUSAL.to_string()])
 }
 
 /// Error code 1 of a blocked depthwise kernel: a runtime kernel refused
@@ -717,6 +721,14 @@ fn dw_call(
         (geom.p.pads[1], std::mem::offset_of!(dwrow::DwRowGeom, pl)),
         (x_block, std::mem::offset_of!(dwrow::DwRowGeom, x_block)),
         (y_block, std::mem::offset_of!(dwrow::DwRowGeom, y_block)),
+        (geom.h, std::mem::offset_of!(dwrow::DwRowGeom, h)),
+        (geom.oh, std::mem::offset_of!(dwrow::DwRowGeom, oh)),
+        (
+            geom.p.strides[0],
+            std::mem::offset_of!(dwrow::DwRowGeom, sy),
+        ),
+        (geom.p.pads[0], std::mem::offset_of!(dwrow::DwRowGeom, pt)),
+        (geom.c / B, std::mem::offset_of!(dwrow::DwRowGeom, blocks)),
     ];
     let mem = super::emit::mem();
     for (v, off) in fields {
@@ -777,184 +789,4 @@ fn call_rows(
     let rc = e.b.inst_results(inst)[0];
     let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
     e.fail_if(bad, 1);
-}
-
-/// Output pixels per interior group: 4 pixels x 2 vectors of
-/// accumulators, with the tap's two filter vectors and an input vector.
-const GROUP: usize = 4;
-
-/// One output row of one channel block of a depthwise conv: unit `u` of
-/// the `N x C/8 x OH` rows. Padding rows read `zero` (a row of zeros);
-/// padding columns are skipped at compile time (the border pixels' taps
-/// are known); interior pixels go in groups of [`GROUP`].
-fn depthwise_row(
-    e: &mut Emit<'_>,
-    geom: &ConvGeom,
-    (x, w, zero, y): (Value, Value, Value, Value),
-    (bias, res): (Option<Value>, Option<Value>),
-    (lo, hi): (f32, f32),
-    u: Value,
-) -> Result<(), String> {
-    let (plane, _, blk, oy) = row_unit(e, u, geom.oh, geom.c / B);
-    // Byte address of the input plane.
-    let plane_in =
-        e.b.ins()
-            .imul_imm_s(plane, (geom.h * geom.w * B * 4) as i64);
-    let plane_in = e.b.ins().iadd(x, plane_in);
-    // Each tap row's start, or the zero row where it falls in the padding.
-    let mut rows = Vec::with_capacity(geom.kh);
-    for ky in 0..geom.kh {
-        let (iy, out) = tap_row(e, geom, oy, ky);
-        let off = e.b.ins().imul_imm_s(iy, (geom.w * B * 4) as i64);
-        let p = e.b.ins().iadd(plane_in, off);
-        rows.push(e.b.ins().select(out, zero, p));
-    }
-    row_pixels(e, geom, &rows, (w, y), (bias, res), (lo, hi), (u, blk))
-}
-
-/// The pixels of output row `u` (of the `N x C/8 x OH` rows, channel
-/// block `blk`) of a depthwise conv whose tap rows start at `rows`.
-fn row_pixels(
-    e: &mut Emit<'_>,
-    geom: &ConvGeom,
-    rows: &[Value],
-    (w, y): (Value, Value),
-    (bias, res): (Option<Value>, Option<Value>),
-    (lo, hi): (f32, f32),
-    (u, blk): (Value, Value),
-) -> Result<(), String> {
-    let kw = geom.kw;
-    let sx = geom.p.strides[1];
-    let pl = geom.p.pads[1];
-    // Byte addresses: the output row, the block's taps.
-    let yrow = e.b.ins().imul_imm_s(u, (geom.ow * B * 4) as i64);
-    let yrow_res = res.map(|r| e.b.ins().iadd(r, yrow));
-    let yrow = e.b.ins().iadd(y, yrow);
-    let wb = e.b.ins().imul_imm_s(blk, (geom.kh * kw * B * 4) as i64);
-    let wb = e.b.ins().iadd(w, wb);
-    let bias_v = bias.map(|b| {
-        let off = e.b.ins().imul_imm_s(blk, (B * 4) as i64);
-        let p = e.b.ins().iadd(b, off);
-        let mem = super::emit::mem();
-        (
-            e.b.ins().load(F32X4, mem, p, 0),
-            e.b.ins().load(F32X4, mem, p, 16),
-        )
-    });
-    // Interior: every column tap inside the row.
-    let xa = pl.div_ceil(sx).min(geom.ow);
-    let last_ok = |ox: usize| ox * sx + kw - 1 < geom.w + pl;
-    let xb = (xa..geom.ow)
-        .take_while(|&ox| last_ok(ox))
-        .last()
-        .map_or(xa, |v| v + 1);
-    let vlo = e.vf(lo);
-    let vhi = e.vf(hi);
-    let ctx = RowCtx {
-        rows,
-        wb,
-        yrow,
-        yrow_res,
-        bias: bias_v,
-        vlo,
-        vhi,
-        geom,
-        clamp: lo > f32::NEG_INFINITY || hi < f32::INFINITY,
-    };
-    // Border pixels, one at a time, with only their valid column taps.
-    let z = e.ci(0);
-    for ox in (0..xa).chain(xb.max(xa)..geom.ow) {
-        pixels(e, &ctx, (z, z), &[ox]);
-    }
-    let groups = (xb - xa) / GROUP;
-    if groups > 0 {
-        // The loop walks the output; its input offset is `sx` times as far.
-        let start = e.ci(0);
-        let end = e.ci((groups * GROUP * B * 4) as i64);
-        let offs: Vec<usize> = (0..GROUP).map(|j| xa + j).collect();
-        e.for_range(start, end, (GROUP * B * 4) as i64, |e, oo| {
-            let o = if sx == 1 {
-                oo
-            } else {
-                e.b.ins().imul_imm_s(oo, sx as i64)
-            };
-            pixels(e, &ctx, (o, oo), &offs);
-        });
-    }
-    for ox in xa + groups * GROUP..xb {
-        pixels(e, &ctx, (z, z), &[ox]);
-    }
-    Ok(())
-}
-
-/// What [`pixels`] needs of its row.
-struct RowCtx<'a> {
-    rows: &'a [Value],
-    wb: Value,
-    yrow: Value,
-    yrow_res: Option<Value>,
-    bias: Option<(Value, Value)>,
-    vlo: Value,
-    vhi: Value,
-    geom: &'a ConvGeom,
-    clamp: bool,
-}
-
-/// Output pixels `oxs` of the row, their input columns `o` bytes and
-/// their outputs `oo` bytes further (an interior loop's offsets).
-fn pixels(e: &mut Emit<'_>, r: &RowCtx<'_>, (o, oo): (Value, Value), oxs: &[usize]) {
-    let g = r.geom;
-    let (kw, sx, pl) = (g.kw, g.p.strides[1], g.p.pads[1]);
-    let mem = super::emit::mem();
-    let zero = e.vf(0.0);
-    let mut acc: Vec<[Value; 2]> = oxs
-        .iter()
-        .map(|_| match r.bias {
-            Some((b0, b1)) => [b0, b1],
-            None => [zero, zero],
-        })
-        .collect();
-    let rows: Vec<Value> = r.rows.iter().map(|&p| e.b.ins().iadd(p, o)).collect();
-    for (ky, &row) in rows.iter().enumerate() {
-        for kx in 0..kw {
-            let tap = ((ky * kw + kx) * B * 4) as i32;
-            let mut w = None;
-            for (j, &ox) in oxs.iter().enumerate() {
-                let ix = (ox * sx + kx) as isize - pl as isize;
-                if ix < 0 || ix >= g.w as isize {
-                    continue;
-                }
-                let (w0, w1) = *w.get_or_insert_with(|| {
-                    (
-                        e.b.ins().load(F32X4, mem, r.wb, tap),
-                        e.b.ins().load(F32X4, mem, r.wb, tap + 16),
-                    )
-                });
-                let off = (ix as usize * B * 4) as i32;
-                let v0 = e.b.ins().load(F32X4, mem, row, off);
-                let v1 = e.b.ins().load(F32X4, mem, row, off + 16);
-                acc[j][0] = e.b.ins().fma(v0, w0, acc[j][0]);
-                acc[j][1] = e.b.ins().fma(v1, w1, acc[j][1]);
-            }
-        }
-    }
-    let yp = e.b.ins().iadd(r.yrow, oo);
-    let rp = r.yrow_res.map(|p| e.b.ins().iadd(p, oo));
-    for (j, &ox) in oxs.iter().enumerate() {
-        for (h, v) in acc[j].into_iter().enumerate() {
-            let off = ((ox * B + h * 4) * 4) as i32;
-            let mut v = v;
-            if let Some(rp) = rp {
-                let rv = e.b.ins().load(F32X4, mem, rp, off);
-                v = e.b.ins().fadd(v, rv);
-            }
-            if r.clamp {
-                // The elementwise Clip's selects: a NaN `v` is kept, and
-                // each lowers to one maxps/minps.
-                v = e.fsel(FloatCC::LessThan, v, r.vlo, r.vlo, v);
-                v = e.fsel(FloatCC::LessThan, r.vhi, v, r.vhi, v);
-            }
-            e.b.ins().store(mem, v, yp, off);
-        }
-    }
 }

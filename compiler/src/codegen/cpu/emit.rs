@@ -45,6 +45,9 @@ pub(crate) struct Emit<'a> {
     /// One output row of one channel block of a blocked depthwise conv
     /// (`dnnc_dw_row_nchw8c`), imported.
     pub dw8c_row: FuncRef,
+    /// A task's rows of a blocked depthwise conv (`dnnc_dw_nchw8c`),
+    /// imported.
+    pub dw8c: FuncRef,
     /// Block every error path jumps to, with the error code as parameter.
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).

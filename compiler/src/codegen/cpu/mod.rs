@@ -556,6 +556,9 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let dw8c_row_id = module
         .declare_function("dnnc_dw_row_nchw8c", Linkage::Import, &dwsg)
         .map_err(|e| backend(e.to_string()))?;
+    let dw8c_id = module
+        .declare_function("dnnc_dw_nchw8c", Linkage::Import, &dwsg)
+        .map_err(|e| backend(e.to_string()))?;
 
     // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
@@ -651,6 +654,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let dw8 = module.declare_func_in_func(dw8_id, &mut ctx.func);
             let into8c = module.declare_func_in_func(into8c_id, &mut ctx.func);
             let dw8c_row = module.declare_func_in_func(dw8c_row_id, &mut ctx.func);
+            let dw8c = module.declare_func_in_func(dw8c_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -677,6 +681,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 dw8,
                 into8c,
                 dw8c_row,
+                dw8c,
                 fail,
                 cfg: module.target_config(),
                 task,
