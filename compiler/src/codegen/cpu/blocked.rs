@@ -1,9 +1,11 @@
 //! Lowering of channel-blocked convolutions (`data=nchw8c`, placed by the
 //! `block-channels` pass): the pointwise conv calls the blocked GEMM
-//! kernel (`dnnc_runtime::cpu::blocked`), the depthwise conv is generated
-//! here, eight channels of a pixel as two f32x4 vectors, one FMA per tap
-//! per vector. Both split over output rows (`image x channel block x row`
-//! for the depthwise conv) and apply bias, residual and clamp in their
+//! kernel (`dnnc_runtime::cpu::blocked`), the depthwise conv the row
+//! kernel (`dnnc_runtime::cpu::dwrow`: eight channels of a pixel one ymm
+//! vector, one FMA per tap), once per task, or once per output row inside
+//! a fused inverted-residual block. Both split over output rows (`image x
+//! channel block x row` for the depthwise conv) and apply bias, residual
+//! and clamp in their
 //! own epilogue (the pointwise conv sigmoid and SiLU too); other fused
 //! ops (all elementwise on the blocked result, which the pass
 //! guarantees) run after each row through the generic elementwise
