@@ -221,6 +221,21 @@ fn every_op_the_ir_supports_is_covered() {
             ));
         }
     }
+    // Sums and means that keep a last axis of whole f32x4 vectors (a
+    // channel-blocked tensor's planes averaged) run four lanes a vector.
+    for op in ["ReduceMean", "ReduceSum"] {
+        for (shape, axes, keep) in [
+            ("[2,3,5,7,8]", "[2,3]", 1),
+            ("[2,3,5,7,8]", "[1,3]", 0),
+            ("[3,4,12]", "[0,1]", 1),
+        ] {
+            seen.extend(diff(
+                &format!("input %x: f32{shape}\n%y = {op}(%x) {{axes={axes}, keepdims={keep}}}\noutput %y"),
+                -3.0,
+                3.0,
+            ));
+        }
+    }
     for op in ["GlobalAveragePool", "GlobalMaxPool"] {
         seen.extend(diff(
             &format!("input %x: f32[2,3,7,9]\n%y = {op}(%x)\noutput %y"),

@@ -21,7 +21,7 @@
 
 use crate::conv_algo::ConvGeom;
 use crate::pipeline::{Pass, PassError, PassStats};
-use dnnc_ir::op::{Conv2d, ConvAlgo, DataLayout, WeightLayout};
+use dnnc_ir::op::{Conv2d, ConvAlgo, DataLayout, ReduceKind, WeightLayout};
 use dnnc_ir::{DType, Graph, GraphError, NodeId, Op, ValueId};
 use std::collections::{HashMap, HashSet};
 
@@ -349,6 +349,38 @@ pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
         stats.rewrites += 1;
     }
     let replaced: HashSet<NodeId> = old_nodes.iter().copied().collect();
+    // A global average pool of a blocked value averages each channel
+    // block's planes instead (`[N, C/8, 1, 1, 8]`, already NCHW order):
+    // the reorder out moves C floats, not the whole map.
+    let mut pools: Vec<NodeId> = Vec::new();
+    for &(v, t) in &twins {
+        for (u, _) in g.users(v) {
+            let un = g.node(u);
+            if !matches!(un.op, Op::GlobalAveragePool) || un.inputs[0] != v || replaced.contains(&u)
+            {
+                continue;
+            }
+            let out = un.outputs[0];
+            let name = g.value(out).name.clone();
+            let mean = g.add(
+                Op::Reduce {
+                    kind: ReduceKind::Mean,
+                    axes: vec![2, 3],
+                    keepdims: true,
+                },
+                &[t],
+                &format!("{name}.nchw8c"),
+            )?;
+            let plain = from_blocked(g, mean, &name)?;
+            g.replace_all_uses(out, plain)?;
+            renames.push((plain, name));
+            pools.push(u);
+            stats.rewrites += 1;
+        }
+    }
+    for &n in &pools {
+        g.remove_node(n)?;
+    }
     // Plain readers and graph outputs get a reordered copy, which takes
     // the original name; a value only blocked ops read takes it itself.
     for &(v, t) in &twins {
@@ -542,5 +574,56 @@ mod tests {
         assert_eq!(g.value(c).ty.shape, [1, 16, 8, 8]);
         let blocked = g.value_by_name("c.nchw8c").expect("blocked twin");
         assert_eq!(g.value(blocked).ty.shape, [1, 2, 8, 8, 8]);
+    }
+
+    #[test]
+    fn global_pools_average_the_blocked_planes() {
+        // The pool reads the blocked result: a ReduceMean over its planes
+        // ([1, 2, 1, 1, 8], NCHW order already) is reordered, not the map;
+        // the pool's result keeps its name and the interpreter's values.
+        let text = "graph head {
+          input %x: f32[1,8,6,6]
+          param %w1: f32[32,8,1,1] = he(seed=1)
+          param %w2: f32[32,1,3,3] = he(seed=2)
+          param %w3: f32[32,32,1,1] = he(seed=3)
+          param %w4: f32[32,1,3,3] = he(seed=4)
+          param %w5: f32[16,32,1,1] = he(seed=5)
+          %a = Conv2d(%x, %w1)
+          %b = Conv2d(%a, %w2) {pads=[1,1,1,1], group=32}
+          %b2 = Conv2d(%b, %w3)
+          %b3 = Conv2d(%b2, %w4) {pads=[1,1,1,1], group=32}
+          %c = Conv2d(%b3, %w5)
+          %p = GlobalAveragePool(%c)
+          %f = Flatten(%p) {axis=1}
+          output %f
+        }";
+        let plain = parse(text, "head.dnn").unwrap();
+        let mut g = plain.clone();
+        block_channels(&mut g).unwrap();
+        dnnc_ir::verify(&g).unwrap();
+        let printed = print(&g);
+        assert!(!printed.contains("GlobalAveragePool"), "{printed}");
+        let mean = g.value_by_name("p.nchw8c").expect("blocked mean");
+        assert_eq!(g.value(mean).ty.shape, [1, 2, 1, 1, 8]);
+        let p = g.value_by_name("p").expect("the pool's name");
+        assert_eq!(g.value(p).ty.shape, [1, 16, 1, 1]);
+        assert!(g.value_by_name("c.planes").is_none(), "{printed}");
+        let x = dnnc_ir::Tensor::F32(ndarray::ArrayD::from_shape_fn(vec![1, 8, 6, 6], |i| {
+            (i[1] * 36 + i[2] * 6 + i[3]) as f32 * 0.01 - 1.0
+        }));
+        let run = |g: &Graph| {
+            let out = dnnc_runtime::run(g, &[("x".to_string(), x.clone())]).unwrap();
+            out[0]
+                .as_f32()
+                .unwrap()
+                .iter()
+                .copied()
+                .collect::<Vec<f32>>()
+        };
+        let (want, got) = (run(&plain), run(&g));
+        assert_eq!(want.len(), 16);
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-5 + 1e-5 * b.abs(), "{a} vs {b}");
+        }
     }
 }
