@@ -122,6 +122,29 @@ macro_rules! dispatch_tile {
     };
 }
 
+/// A pointwise tile's loop over `$k` input channels: one input block
+/// (eight `k`, `$stride` floats apart) per iteration, `$step!(a, kk)` for
+/// each of its channels (unrolled, so every broadcast's address is a
+/// constant offset from the block's start), the filter pointer `$wp`
+/// moving eight rows of `$row` floats.
+#[cfg(target_arch = "x86_64")]
+macro_rules! k_blocks {
+    ($x:expr, $stride:expr, $k:expr, $step:ident, $wp:ident, $row:expr) => {
+        for kb in 0..$k / 8 {
+            let a = $x.add(kb * $stride);
+            $step!(a, 0);
+            $step!(a, 1);
+            $step!(a, 2);
+            $step!(a, 3);
+            $step!(a, 4);
+            $step!(a, 5);
+            $step!(a, 6);
+            $step!(a, 7);
+            $wp = $wp.add(8 * $row);
+        }
+    };
+}
+
 /// The accumulators of an AVX-512 tile, `[pixel]` zmm (two blocks) and,
 /// for a 24-channel panel (`$w24`), `[pixel]` ymm (the third), each
 /// starting at the panel's bias (or zero).
@@ -895,18 +918,7 @@ unsafe fn avx2_tile_n<const NP: usize, const NB: usize>(
             px!($a, $kk, w0, w1, w2, 5);
         }};
     }
-    for kb in 0..k / 8 {
-        let a = x.add(kb * stride);
-        step!(a, 0);
-        step!(a, 1);
-        step!(a, 2);
-        step!(a, 3);
-        step!(a, 4);
-        step!(a, 5);
-        step!(a, 6);
-        step!(a, 7);
-        wp = wp.add(8 * NB * 8);
-    }
+    k_blocks!(x, stride, k, step, wp, NB * 8);
     tile_store!(t, acc, y, res, NP, NB);
 }
 
@@ -983,18 +995,7 @@ unsafe fn avx512_tile_n<const NP: usize, const W24: bool>(
             px!($a, $kk, w16, w8, 13);
         }};
     }
-    for kb in 0..k / 8 {
-        let a = x.add(kb * stride);
-        step!(a, 0);
-        step!(a, 1);
-        step!(a, 2);
-        step!(a, 3);
-        step!(a, 4);
-        step!(a, 5);
-        step!(a, 6);
-        step!(a, 7);
-        wp = wp.add(8 * width);
-    }
+    k_blocks!(x, stride, k, step, wp, width);
     zmm_store!(t, a16, a8, y, res, NP, W24);
 }
 
@@ -1048,6 +1049,28 @@ unsafe fn store_activated(y: *mut f32, v: std::arch::x86_64::__m256, act: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A test epilogue: `bias`, the residual `res` when `with_res`, the
+    /// clamp `lo..hi` and activation `act`.
+    fn test_ep(
+        bias: &[f32],
+        (res, with_res): (&[f32], bool),
+        (lo, hi): (f32, f32),
+        act: u32,
+    ) -> Epilogue {
+        Epilogue {
+            bias: bias.as_ptr(),
+            res: if with_res {
+                res.as_ptr()
+            } else {
+                std::ptr::null()
+            },
+            lo,
+            hi,
+            act,
+            ..Epilogue::NONE
+        }
+    }
 
     /// The plain definition: `y[o][p] = bias[o] + sum_c w[o][c] x[c][p] +
     /// res[o][p]`, clamped, on blocked addresses.
@@ -1126,17 +1149,7 @@ mod tests {
             .map(|i| (i % 13) as f32 * 0.1 - 0.6)
             .collect();
         let packed = pack_filter(&w, m, k);
-        let ep = Epilogue {
-            bias: bias.as_ptr(),
-            res: if with_res {
-                res.as_ptr()
-            } else {
-                std::ptr::null()
-            },
-            lo: -0.25,
-            hi: 0.75,
-            ..Epilogue::NONE
-        };
+        let ep = test_ep(&bias, (&res, with_res), (-0.25, 0.75), ACT_NONE);
         // Each split point starts a call, as tasks would.
         let mut bounds = vec![0];
         bounds.extend_from_slice(split);
@@ -1227,18 +1240,7 @@ mod tests {
             let res: Vec<f32> = (0..m * hw).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
             let packed = pack_filter(&w, m, k);
             for (act, with_res) in [(ACT_NONE, true), (ACT_SILU, false), (ACT_SIGMOID, true)] {
-                let ep = Epilogue {
-                    bias: bias.as_ptr(),
-                    res: if with_res {
-                        res.as_ptr()
-                    } else {
-                        std::ptr::null()
-                    },
-                    lo: -3.0,
-                    hi: 2.5,
-                    act,
-                    ..Epilogue::NONE
-                };
+                let ep = test_ep(&bias, (&res, with_res), (-3.0, 2.5), act);
                 let run = |path: Path| {
                     let mut y = vec![f32::NAN; m * hw];
                     let out = Out {
@@ -1514,18 +1516,7 @@ mod tests {
         let res: Vec<f32> = (0..len).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
         let packed = pack_filter(&w, g.m, c.c * c.kh * c.kw);
         let (lo, hi) = (-1.5, 2.0);
-        let ep = Epilogue {
-            bias: bias.as_ptr(),
-            res: if with_res {
-                res.as_ptr()
-            } else {
-                std::ptr::null()
-            },
-            lo,
-            hi,
-            act,
-            ..Epilogue::NONE
-        };
+        let ep = test_ep(&bias, (&res, with_res), (lo, hi), act);
         let mut y = vec![f32::NAN; len];
         let mut bounds = vec![0];
         bounds.extend_from_slice(split);

@@ -768,31 +768,25 @@ mod tests {
                     .all(|(a, b)| a.to_bits() == b.to_bits()));
             }
         }
-        let bad = DwRowGeom {
-            sy: 0,
-            kh: 3,
-            kw: 3,
-            sx: 1,
-            oh: 1,
-            blocks: 1,
-            ..UNITS_UNUSED
-        };
-        let rc = unsafe {
-            dnnc_dw_nchw8c(
-                std::ptr::null(),
-                std::ptr::null(),
-                std::ptr::null_mut(),
-                std::ptr::null(),
-                std::ptr::null(),
-                &bad,
-                0,
-                1,
-            )
-        };
-        assert_eq!(rc, 1, "a zero row stride is refused");
     }
 
-    /// Descriptors it does not compute are refused with code 1, not read.
+    /// What the row entry point (`rows`) or the whole-conv one returns
+    /// for descriptor `g` given no buffers (only a refusal may return
+    /// without reading them).
+    fn entry_code(g: &DwRowGeom, rows: bool) -> i32 {
+        let (null, out) = (std::ptr::null::<f32>(), std::ptr::null_mut());
+        unsafe {
+            if rows {
+                dnnc_dw_row_nchw8c(std::ptr::null(), null, out, null, null, g, 0, 1)
+            } else {
+                dnnc_dw_nchw8c(null, null, out, null, null, g, 0, 1)
+            }
+        }
+    }
+
+    /// Descriptors they do not compute are refused with code 1, not read:
+    /// both entry points for a bad row, the whole-conv one for a bad
+    /// plane (zero row stride, output rows or blocks).
     #[test]
     fn refuses_what_it_does_not_compute() {
         let ok = DwRowGeom {
@@ -807,7 +801,11 @@ mod tests {
             zero: std::ptr::null(),
             lo: f32::NEG_INFINITY,
             hi: f32::INFINITY,
-            ..UNITS_UNUSED
+            h: 8,
+            oh: 8,
+            sy: 1,
+            pt: 1,
+            blocks: 1,
         };
         assert!(dw_row_fits(&ok));
         for bad in [
@@ -819,19 +817,15 @@ mod tests {
             DwRowGeom { sx: 0, ..ok },
             DwRowGeom { kw: 0, ..ok },
         ] {
-            let rc = unsafe {
-                dnnc_dw_row_nchw8c(
-                    std::ptr::null(),
-                    std::ptr::null(),
-                    std::ptr::null_mut(),
-                    std::ptr::null(),
-                    std::ptr::null(),
-                    &bad,
-                    0,
-                    1,
-                )
-            };
-            assert_eq!(rc, 1, "{bad:?}");
+            assert_eq!(entry_code(&bad, true), 1, "{bad:?}");
+            assert_eq!(entry_code(&bad, false), 1, "{bad:?}");
+        }
+        for bad in [
+            DwRowGeom { sy: 0, ..ok },
+            DwRowGeom { oh: 0, ..ok },
+            DwRowGeom { blocks: 0, ..ok },
+        ] {
+            assert_eq!(entry_code(&bad, false), 1, "{bad:?}");
         }
     }
 }

@@ -141,10 +141,7 @@ pub(crate) fn lower(
                 desc,
             ];
             let f = e.conv8c;
-            let call = e.b.ins().call(f, &args);
-            let rc = e.b.inst_results(call)[0];
-            let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
-            e.fail_if(bad, 1);
+            call_checked(e, f, &args);
         };
         match &spec {
             // A map whose input fits L2 splits by filter panels, a larger
@@ -201,10 +198,7 @@ pub(crate) fn lower(
         hi,
     ];
     let f = e.dw8c;
-    let inst = e.b.ins().call(f, &args);
-    let rc = e.b.inst_results(inst)[0];
-    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
-    e.fail_if(bad, 1);
+    call_checked(e, f, &args);
     let mut err = Ok(());
     if let Some(spec) = &spec {
         e.for_range(lo, hi, 1, |e, u| {
@@ -566,6 +560,12 @@ fn fused_pointwise(
 /// when it returns non-zero.
 fn call_band(e: &mut Emit<'_>, args: &[Value]) {
     let f = e.conv8c_band;
+    call_checked(e, f, args);
+}
+
+/// Emits a call of runtime kernel `f`, failing with error code 1 when it
+/// returns non-zero (a refused descriptor).
+fn call_checked(e: &mut Emit<'_>, f: cranelift_codegen::ir::FuncRef, args: &[Value]) {
     let call = e.b.ins().call(f, args);
     let rc = e.b.inst_results(call)[0];
     let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
@@ -787,8 +787,5 @@ fn call_rows(
         b1,
     ];
     let f = e.dw8c_row;
-    let inst = e.b.ins().call(f, &args);
-    let rc = e.b.inst_results(inst)[0];
-    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
-    e.fail_if(bad, 1);
+    call_checked(e, f, &args);
 }
