@@ -240,6 +240,22 @@ fn bad_blocked_convs_are_clear_errors() {
         msg.contains("%c") && msg.contains("undilated depthwise"),
         "{msg}"
     );
+    // A window taller than the row kernel takes: refused when compiled,
+    // not when run.
+    let g = parse(
+        "  input %x: f32[1,2,40,8,8]
+  param %w: f32[16,1,33,1] = he(seed=1)
+  %c = Conv2d(%x, %w) {data=nchw8c, group=16, pads=[16,0,16,0]}
+  output %c",
+    );
+    let msg = match compile_cpu(&g, &CpuOptions::default()) {
+        Ok(_) => panic!("a 33-row blocked depthwise conv compiled"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        msg.contains("%c") && msg.contains("at most 32 rows"),
+        "{msg}"
+    );
 }
 
 /// Transposes that swap two axes with contiguous runs go in 4 x 4 tiles:

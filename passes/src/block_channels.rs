@@ -75,9 +75,15 @@ pub fn blocked_kernel(geom: &ConvGeom) -> Option<BlockedKernel> {
     }
 }
 
+/// Most window rows of a blocked depthwise conv: the row kernel's own
+/// bound (`dnnc_runtime::cpu::dwrow::DW_ROW_MAX_KH`; a test checks the
+/// two agree).
+pub const DW_MAX_ROWS: usize = 32;
+
 /// Why conv `geom` has no blocked kernel, or `None` when it has one: a
 /// pointwise (1x1, stride 1, unpadded, ungrouped) or undilated depthwise
-/// conv, channels in whole blocks, its filter known at compile time (the
+/// conv (at most [`DW_MAX_ROWS`] window rows),
+/// channels in whole blocks, its filter known at compile time (the
 /// kernels take it packed). The one definition both this pass and the CPU
 /// backend's lowering of a `data=nchw8c` conv check.
 pub fn unfit(geom: &ConvGeom) -> Option<String> {
@@ -87,6 +93,11 @@ pub fn unfit(geom: &ConvGeom) -> Option<String> {
     }
     if !geom.const_w {
         return Some("data=nchw8c needs a filter known at compile time".into());
+    }
+    if geom.kh > DW_MAX_ROWS {
+        return Some(format!(
+            "data=nchw8c runs depthwise windows of at most {DW_MAX_ROWS} rows"
+        ));
     }
     blocked_kernel(geom).is_none().then(|| {
         "data=nchw8c runs pointwise (1x1, stride 1, unpadded, one group) and undilated depthwise convs only"
@@ -574,6 +585,12 @@ mod tests {
         assert_eq!(g.value(c).ty.shape, [1, 16, 8, 8]);
         let blocked = g.value_by_name("c.nchw8c").expect("blocked twin");
         assert_eq!(g.value(blocked).ty.shape, [1, 2, 8, 8, 8]);
+    }
+
+    #[test]
+    fn bounds_are_the_runtime_kernels() {
+        assert_eq!(DW_MAX_ROWS, dnnc_runtime::cpu::dwrow::DW_ROW_MAX_KH);
+        assert_eq!(INTO_MAX_TAPS, dnnc_runtime::cpu::blocked::INTO_MAX_TAPS);
     }
 
     #[test]

@@ -226,12 +226,6 @@ const ROW_REFUSAL: &str =
 /// in a scratch row that the projection turns into the same row of its
 /// output (bias, residual and clamp in its epilogue).
 fn lower_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), String> {
-    if geom.kh > dwrow::DW_ROW_MAX_KH {
-        return Err(format!(
-            "a fused block's depthwise rows take at most {} filter rows",
-            dwrow::DW_ROW_MAX_KH
-        ));
-    }
     let g = c.g;
     let node = g.node(c.k.nodes[0]);
     let bias_v = node.inputs.get(2).copied();
@@ -379,7 +373,6 @@ fn fusable_depthwise(g: &Graph, k: &Kernel) -> Option<ConvGeom> {
     let fits = is_blocked(&geom)
         && !pointwise(&geom)
         && dnnc_passes::block_channels::unfit(&geom).is_none()
-        && geom.kh <= dwrow::DW_ROW_MAX_KH
         && k.prologue.is_empty();
     fits.then_some(geom)
 }
