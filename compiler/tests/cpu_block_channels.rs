@@ -144,6 +144,36 @@ fn generic_epilogues_on_blocked_convs_match_the_interpreter() {
     }
 }
 
+/// Depthwise convs with asymmetric padding (more on one side, none on
+/// the other, as exporters of "same" padding write for stride 2) and
+/// rectangular windows: border rows and columns on each side as the row
+/// kernel finds them, against the interpreter, two threads bitwise one.
+#[test]
+fn asymmetric_padding_and_rectangular_windows() {
+    for (hw, (kh, kw), stride, pads) in [
+        (15, (3, 3), 2, "[0,0,1,1]"),
+        (14, (3, 3), 2, "[1,1,0,0]"),
+        (13, (5, 3), 1, "[1,2,3,0]"),
+        (9, (1, 5), 1, "[0,0,0,4]"),
+    ] {
+        let body = format!(
+            "  input %x: f32[2,8,{hw},{hw}]
+  param %w0: f32[32,8,1,1] = he(seed=1)
+  param %w1: f32[32,1,{kh},{kw}] = he(seed=2)
+  param %b1: f32[32] = uniform(low=-0.2, high=0.2, seed=3)
+  param %w2: f32[16,32,1,1] = he(seed=4)
+  param %w3: f32[16,1,3,3] = he(seed=5)
+  %a = Conv2d(%x, %w0)
+  %d = Conv2d(%a, %w1, %b1) {{pads={pads}, strides=[{stride},{stride}], group=32}}
+  %d6 = Clip(%d) {{min=0, max=6}}
+  %p = Conv2d(%d6, %w2)
+  %q = Conv2d(%p, %w3) {{pads=[1,1,1,1], group=16}}
+  output %q"
+        );
+        run(&body);
+    }
+}
+
 /// Inverted residual blocks whose expansion is at least 1 MiB run as one
 /// kernel: the expansion a ring of rows at a time, the depthwise rows,
 /// each projected (with its residual at stride 1, its clamp at stride 2)
