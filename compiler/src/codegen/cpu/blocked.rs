@@ -182,30 +182,25 @@ pub(crate) fn lower(
     let cb = geom.c / B;
     let x = e.bufs[c.arg(node.inputs[0])?];
     let call = dw_call(e, geom, (ep.lo, ep.hi), (0, 0), zero_row);
-    // One call for the task's rows (unit `(img * C/8 + blk) * OH + oy`):
-    // a task walks a block's rows in order, each reading the previous
-    // row's tap rows again from L1.
+    // Units are `(img * C/8 + blk) * OH + oy`: a task walks a block's
+    // rows in order, each reading the previous row's tap rows again from
+    // L1. One call for the task's rows; with a generic epilogue (an
+    // activation the kernel does not apply), one call per row, each row
+    // then finished while it is in cache.
     let (lo, hi) = e.task_range(geom.n * geom.oh * cb, "rows")?;
     let null = e.ci(0);
-    let args = [
-        x,
-        wp,
-        y,
-        res.unwrap_or(null),
-        bias.unwrap_or(null),
-        call.geo,
-        lo,
-        hi,
-    ];
+    let (res, bias) = (res.unwrap_or(null), bias.unwrap_or(null));
     let f = e.dw8c;
-    call_checked(e, f, &args);
     let mut err = Ok(());
-    if let Some(spec) = &spec {
-        e.for_range(lo, hi, 1, |e, u| {
+    match &spec {
+        None => call_checked(e, f, &[x, wp, y, res, bias, call.geo, lo, hi]),
+        Some(spec) => e.for_range(lo, hi, 1, |e, u| {
+            let next = e.b.ins().iadd_imm_s(u, 1);
+            call_checked(e, f, &[x, wp, y, res, bias, call.geo, u, next]);
             if err.is_ok() {
                 err = row_epilogue(e, spec, geom, u, Some(cb));
             }
-        });
+        }),
     }
     err?;
     Ok(vec![ROW_REFUSAL.to_string()])
