@@ -540,21 +540,7 @@ unsafe fn into_blocked(
         let mut o = 0;
         while o < m {
             let width = panel_width(m, o);
-            let t = Tile {
-                w: w.add(o * taps),
-                width,
-                k: taps,
-                stride: 0,
-                y_stride: plane * 8,
-                bias: if ep.bias.is_null() {
-                    std::ptr::null()
-                } else {
-                    ep.bias.add(o)
-                },
-                lo: ep.lo,
-                hi: ep.hi,
-                act: ep.act,
-            };
+            let t = Tile::panel(w, (o, width), (taps, 0), plane * 8, &ep);
             let tile = path.tile_pixels(width);
             let block = (o / 8) * plane * 8;
             for (s0, s1, in_place) in segments {
@@ -755,21 +741,7 @@ unsafe fn image(
                 continue;
             }
             let tile = path.tile_pixels(width);
-            let t = Tile {
-                w: w.add(o * k),
-                width,
-                k,
-                stride: hw * 8,
-                y_stride: out.block,
-                bias: if ep.bias.is_null() {
-                    std::ptr::null()
-                } else {
-                    ep.bias.add(o)
-                },
-                lo: ep.lo,
-                hi: ep.hi,
-                act: ep.act,
-            };
+            let t = Tile::panel(w, (o, width), (k, hw * 8), out.block, ep);
             let block = (o / 8) * out.block;
             let mut p = c0;
             while p < c1 {
@@ -816,6 +788,36 @@ struct Tile {
     lo: f32,
     hi: f32,
     act: u32,
+}
+
+impl Tile {
+    /// The panel of `width` output channels from channel `o` of a filter
+    /// packed by [`pack_filter`] (`k` deep, input blocks `stride` floats
+    /// apart), its outputs' blocks `y_stride` apart, with `ep`'s bias
+    /// from channel `o`, clamp and activation.
+    unsafe fn panel(
+        w: *const f32,
+        (o, width): (usize, usize),
+        (k, stride): (usize, usize),
+        y_stride: usize,
+        ep: &Epilogue,
+    ) -> Tile {
+        Tile {
+            w: w.add(o * k),
+            width,
+            k,
+            stride,
+            y_stride,
+            bias: if ep.bias.is_null() {
+                std::ptr::null()
+            } else {
+                ep.bias.add(o)
+            },
+            lo: ep.lo,
+            hi: ep.hi,
+            act: ep.act,
+        }
+    }
 }
 
 /// One output of a portable tile at offset `off`: residual, clamp,
