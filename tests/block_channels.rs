@@ -80,14 +80,17 @@ fn mobilenet_v2_cpu_blocked_matches_onnxruntime() {
     };
     let opts = dnnc_compiler::codegen::cpu::CpuOptions::default();
     let mut exe = dnnc_compiler::codegen::cpu::compile_cpu(&g, &opts).expect("compiles");
-    let blocked = exe
-        .steps()
-        .iter()
-        .filter(|s| s.algo.is_some() && s.name.ends_with(".nchw8c"))
-        .count();
-    assert_eq!(
-        blocked, 1,
-        "the final 1x1 conv runs blocked (its copy is plain)"
+    // The whole chain, the final 1x1 conv included, runs blocked: its
+    // global pool is a mean over the blocked planes, and the one reorder
+    // left moves the 1280 means out (a plain final conv would leave the
+    // mean plain and reorder its 1280 x 7 x 7 input instead).
+    let ops = |op: &str| exe.steps().iter().filter(|s| s.op == op).count();
+    assert_eq!(ops("Transpose"), 1, "one reorder, of the pooled means");
+    assert!(
+        exe.steps()
+            .iter()
+            .any(|s| s.op == "ReduceMean" && s.name.ends_with(".nchw8c")),
+        "the pool is a mean over the blocked planes"
     );
     // Blocks 2-4 (112x112 and 56x56 maps, 1.8-4.8 MB expanded) each run
     // as one kernel: expansion, depthwise conv, projection.
