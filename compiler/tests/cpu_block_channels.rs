@@ -3,9 +3,9 @@
 //! `data=nchw8c` activations against the interpreter on the plain graph
 //! (the oracle), over batch, stride, padding, kernel size, odd block
 //! counts (24-channel panels), fused bias / Clip / residual epilogues and
-//! sigmoid and SiLU (in the pointwise tiles' registers), activations
-//! the kernels leave to the generic epilogue (Tanh; Sigmoid and SiLU
-//! after a depthwise conv),
+//! sigmoid and SiLU (in the pointwise tiles' and depthwise rows'
+//! registers), activations the kernels leave to the generic epilogue
+//! (Tanh), squeeze-excitation blocks inside a blocked chain,
 //! splits by filter panels (small maps) and by pixel groups (large ones);
 //! two threads bitwise equal to one, and the plan really blocked.
 
@@ -124,23 +124,110 @@ fn blocked_chains_match_the_interpreter() {
 }
 
 /// Activations the blocked kernels do not apply themselves run as the
-/// generic epilogue after each row: Tanh after a pointwise conv, Sigmoid
-/// and SiLU after a depthwise conv.
+/// generic epilogue after each row: Tanh after a pointwise conv and
+/// after a depthwise conv.
 #[test]
 fn generic_epilogues_on_blocked_convs_match_the_interpreter() {
-    for (n, dims, taps, after_dw) in [
-        (1, (16, 48, 14), (3, 1), "  %d6 = Sigmoid(%d)"),
-        (
-            2,
-            (24, 72, 9),
-            (3, 2),
-            "  %ds = Sigmoid(%d)\n  %d6 = Mul(%d, %ds)",
-        ),
-    ] {
+    for (n, dims, taps) in [(1, (16, 48, 14), (3, 1)), (2, (24, 72, 9), (3, 2))] {
         let body = chain(n, dims, taps, TANH);
         let clip = "  %d6 = Clip(%d) {min=0, max=6}";
         assert!(body.contains(clip));
+        run(&body.replace(clip, "  %d6 = Tanh(%d)"));
+    }
+}
+
+/// Sigmoid and SiLU after a depthwise conv run in the row kernel's
+/// registers (no generic epilogue), on maps wide enough for border
+/// pixels and narrow enough for zero-padded rows: against the
+/// interpreter, two threads bitwise one.
+#[test]
+fn depthwise_activations_in_registers_match_the_interpreter() {
+    let sigmoid = "  %d6 = Sigmoid(%d)";
+    let silu = "  %ds = Sigmoid(%d)\n  %d6 = Mul(%d, %ds)";
+    for (n, dims, taps, after_dw) in [
+        (1, (16, 48, 14), (3, 1), sigmoid),
+        (2, (24, 72, 9), (3, 2), silu),
+        (1, (16, 48, 7), (5, 1), silu),
+        (1, (16, 32, 40), (3, 1), silu),
+        (2, (16, 40, 19), (5, 2), sigmoid),
+    ] {
+        let body = chain(n, dims, taps, SILU);
+        let clip = "  %d6 = Clip(%d) {min=0, max=6}";
         run(&body.replace(clip, after_dw));
+    }
+}
+
+/// EfficientNet's block: expansion and depthwise conv with SiLU, then
+/// squeeze-excitation (global pool, two small convs, sigmoid, a
+/// per-image channel scale), projection and residual. The whole block
+/// stays blocked: the pool is a mean over the blocked planes, the scale
+/// multiplies the blocked map, and only the input, the pooled means and
+/// the output are reordered (no map inside the block). Against the interpreter, two threads
+/// bitwise one.
+#[test]
+fn squeeze_excitation_blocks_stay_blocked() {
+    for (n, (c, mid, sq, hw), (k, s)) in [
+        (2, (16, 64, 4, 12), (3, 1)),
+        (1, (24, 96, 8, 9), (5, 1)),
+        (2, (16, 48, 6, 14), (5, 2)),
+    ] {
+        let p = k / 2;
+        let tail = if s == 1 {
+            "%y = Add(%q, %a)"
+        } else {
+            "%y = Clip(%q) {min=-3, max=3}"
+        };
+        let body = format!(
+            "  input %x: f32[{n},8,{hw},{hw}]
+  param %w0: f32[{c},8,1,1] = he(seed=1)
+  param %w1: f32[{mid},{c},1,1] = he(seed=3)
+  param %b1: f32[{mid}] = uniform(low=-0.2, high=0.2, seed=4)
+  param %w2: f32[{mid},1,{k},{k}] = he(seed=5)
+  param %b2: f32[{mid}] = uniform(low=-0.2, high=0.2, seed=6)
+  param %ws1: f32[{sq},{mid},1,1] = he(seed=7)
+  param %bs1: f32[{sq}] = uniform(low=-0.2, high=0.2, seed=8)
+  param %ws2: f32[{mid},{sq},1,1] = he(seed=9)
+  param %bs2: f32[{mid}] = uniform(low=-0.2, high=0.2, seed=10)
+  param %w3: f32[{c},{mid},1,1] = he(seed=11)
+  %a = Conv2d(%x, %w0)
+  %e = Conv2d(%a, %w1, %b1)
+  %es = Sigmoid(%e)
+  %e2 = Mul(%e, %es)
+  %d = Conv2d(%e2, %w2, %b2) {{pads=[{p},{p},{p},{p}], strides=[{s},{s}], group={mid}}}
+  %ds = Sigmoid(%d)
+  %d2 = Mul(%d, %ds)
+  %pool = GlobalAveragePool(%d2)
+  %s1 = Conv2d(%pool, %ws1, %bs1)
+  %s1s = Sigmoid(%s1)
+  %s1a = Mul(%s1, %s1s)
+  %s2 = Conv2d(%s1a, %ws2, %bs2)
+  %sc = Sigmoid(%s2)
+  %m = Mul(%d2, %sc)
+  %q = Conv2d(%m, %w3)
+  {tail}
+  output %y"
+        );
+        let (_, ins, mut exe) = checked(&body, 13);
+        let mut reorders: Vec<&str> = exe
+            .steps()
+            .iter()
+            .filter(|st| st.op == "Transpose")
+            .map(|st| st.name.as_str())
+            .collect();
+        reorders.sort();
+        // A squeeze conv of whole blocks runs blocked too, reading the
+        // means reordered back (C floats an image).
+        let want: &[&str] = if sq % 8 == 0 {
+            &["pool.planes", "pool.to_nchw8c", "x.to_nchw8c", "y.planes"]
+        } else {
+            &["pool.planes", "x.to_nchw8c", "y.planes"]
+        };
+        assert_eq!(reorders, want, "{body}");
+        assert!(
+            exe.steps().iter().all(|st| st.op != "GlobalAveragePool"),
+            "{body}"
+        );
+        two_threads_bitwise(&mut exe, &ins, &body);
     }
 }
 

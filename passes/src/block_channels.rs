@@ -22,7 +22,7 @@
 use crate::conv_algo::ConvGeom;
 use crate::pipeline::{Pass, PassError, PassStats};
 use dnnc_ir::op::{Conv2d, ConvAlgo, DataLayout, ReduceKind, WeightLayout};
-use dnnc_ir::{DType, Graph, GraphError, NodeId, Op, ValueId};
+use dnnc_ir::{DType, Graph, GraphError, NodeId, Op, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
 
 /// Fewest convs a blocked region holds.
@@ -185,9 +185,24 @@ fn scalar(g: &Graph, v: ValueId) -> bool {
     g.value(v).ty.shape.iter().product::<usize>() == 1
 }
 
+/// Whether `v` is a per-channel operand of a binary op with result type
+/// `out`: `[N or 1, C, 1, 1]` (a squeeze-excitation scale, a channel
+/// constant). Reordered into the blocked layout (`[., C/8, 1, 1, 8]`, C
+/// elements an image) it broadcasts over the blocked result as it did
+/// over the plain one.
+fn per_channel(g: &Graph, v: ValueId, out: &TensorType) -> bool {
+    let ty = &g.value(v).ty;
+    ty.dtype == out.dtype
+        && ty.rank() == 4
+        && (ty.shape[0] == out.shape[0] || ty.shape[0] == 1)
+        && ty.shape[1] == out.shape[1]
+        && ty.shape[2] == 1
+        && ty.shape[3] == 1
+}
+
 /// Whether elementwise node `n` computes the same in the blocked layout:
-/// a unary op, or a binary one whose operands are scalars or have its
-/// result's shape (no per-channel broadcast), on a rank-4 f32 result.
+/// a unary op, or a binary one whose operands are scalars, per-channel
+/// ([`per_channel`]) or of its result's shape, on a rank-4 f32 result.
 fn layout_free(g: &Graph, n: NodeId) -> bool {
     let node = g.node(n);
     if !matches!(node.op, Op::Unary(_) | Op::Binary(_)) || node.outputs.len() != 1 {
@@ -197,10 +212,24 @@ fn layout_free(g: &Graph, n: NodeId) -> bool {
     out.dtype == DType::F32
         && out.rank() == 4
         && out.shape[1].is_multiple_of(DataLayout::BLOCK)
-        && node
-            .inputs
-            .iter()
-            .all(|&v| scalar(g, v) || g.value(v).ty == *out)
+        && node.inputs.iter().all(|&v| {
+            scalar(g, v)
+                || g.value(v).ty == *out
+                || (matches!(node.op, Op::Binary(_)) && per_channel(g, v, out))
+        })
+}
+
+/// The operands of layout-free node `n` that must be blocked for it to
+/// run blocked: those of its result's shape (scalars and per-channel
+/// operands are reordered or read as they are).
+fn full_operands(g: &Graph, n: NodeId) -> Vec<ValueId> {
+    let node = g.node(n);
+    let out = &g.value(node.outputs[0]).ty;
+    node.inputs
+        .iter()
+        .copied()
+        .filter(|&v| g.value(v).ty == *out && !scalar(g, v))
+        .collect()
 }
 
 fn find(parent: &mut [usize], mut i: usize) -> usize {
@@ -239,15 +268,13 @@ pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
                 parent[a] = b;
             }
         } else if layout_free(g, n) {
-            let ins: Vec<ValueId> = node
-                .inputs
-                .iter()
-                .copied()
-                .filter(|&v| !scalar(g, v))
-                .collect();
+            let ins = full_operands(g, n);
             if !ins.is_empty() && ins.iter().all(|v| blocked[v.index()]) {
                 blocked[out.index()] = true;
-                for v in ins {
+                // A blocked per-channel operand (a squeeze-excitation
+                // branch of blocked convs) joins the region too.
+                let joined = node.inputs.iter().filter(|v| blocked[v.index()]);
+                for v in joined {
                     let (a, b) = (find(&mut parent, v.index()), find(&mut parent, out.index()));
                     parent[a] = b;
                 }
@@ -272,14 +299,25 @@ pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
     }
     for v in (0..nv).filter(|&i| blocked[i]) {
         let vid = ValueId(v as u32);
-        let plain_use = g.outputs().contains(&vid)
-            || g.users(vid).iter().any(|&(u, _)| {
-                let un = g.node(u);
-                !un.outputs.first().is_some_and(|o| blocked[o.index()])
-            });
-        if plain_use {
+        // A global pool reads the blocked value itself and reorders only
+        // its means (see the rewrite below).
+        let mut pooled = 0;
+        let mut plain_use = g.outputs().contains(&vid);
+        for (u, _) in g.users(vid) {
+            let un = g.node(u);
+            if un.outputs.first().is_some_and(|o| blocked[o.index()]) {
+                continue;
+            }
+            if matches!(un.op, Op::GlobalAveragePool) {
+                pooled += numel(g, un.outputs[0]);
+            } else {
+                plain_use = true;
+            }
+        }
+        let moved = if plain_use { numel(g, vid) } else { 0 } + pooled;
+        if moved > 0 {
             let r = find(&mut parent, v);
-            *reorder_elems.entry(r).or_default() += numel(g, vid);
+            *reorder_elems.entry(r).or_default() += moved;
         }
     }
     let keep: HashSet<usize> = conv_count
@@ -556,11 +594,44 @@ mod tests {
         }
     }
 
+    /// `text`'s first output on the interpreter before and after the
+    /// pass, for input `x` of `shape` (a ramp).
+    fn before_after(text: &str, shape: [usize; 4]) -> (Graph, Vec<f32>, Vec<f32>) {
+        let plain = parse(text, "t.dnn").unwrap();
+        let mut g = plain.clone();
+        block_channels(&mut g).unwrap();
+        dnnc_ir::verify(&g).unwrap();
+        let n: usize = shape.iter().product();
+        let x = dnnc_ir::Tensor::F32(ndarray::ArrayD::from_shape_fn(shape.to_vec(), |i| {
+            let flat = ((i[0] * shape[1] + i[1]) * shape[2] + i[2]) * shape[3] + i[3];
+            flat as f32 * 2.0 / n as f32 - 1.0
+        }));
+        let run = |g: &Graph| {
+            let out = dnnc_runtime::run(g, &[("x".to_string(), x.clone())]).unwrap();
+            out[0]
+                .as_f32()
+                .unwrap()
+                .iter()
+                .copied()
+                .collect::<Vec<f32>>()
+        };
+        let (want, got) = (run(&plain), run(&g));
+        (g, want, got)
+    }
+
+    fn assert_close(got: &[f32], want: &[f32]) {
+        assert_eq!(got.len(), want.len());
+        for (a, b) in got.iter().zip(want) {
+            assert!((a - b).abs() <= 1e-5 + 1e-5 * b.abs(), "{a} vs {b}");
+        }
+    }
+
     #[test]
-    fn per_channel_broadcasts_end_a_region() {
-        // The Mul by a [1,C,1,1] scale reads a plain copy; the chain
-        // before it is blocked, and the output keeps its name.
-        let text = "graph se {
+    fn per_channel_operands_are_reordered_not_the_map() {
+        // The Mul by a [1,C,1,1] scale runs blocked on a reordered copy
+        // of the scale (C elements); the map is reordered once, for the
+        // output, which keeps its name.
+        let text = "graph scale {
           input %x: f32[1,8,8,8]
           param %w1: f32[32,8,1,1] = he(seed=1)
           param %w2: f32[32,1,3,3] = he(seed=2)
@@ -576,15 +647,60 @@ mod tests {
           %y = Mul(%c, %s)
           output %y
         }";
-        let mut g = parse(text, "se.dnn").unwrap();
-        block_channels(&mut g).unwrap();
-        dnnc_ir::verify(&g).unwrap();
-        let out = g.value(g.outputs()[0]).name.clone();
-        assert_eq!(out, "y");
-        let c = g.value_by_name("c").expect("plain copy keeps the name");
-        assert_eq!(g.value(c).ty.shape, [1, 16, 8, 8]);
-        let blocked = g.value_by_name("c.nchw8c").expect("blocked twin");
-        assert_eq!(g.value(blocked).ty.shape, [1, 2, 8, 8, 8]);
+        let (g, want, got) = before_after(text, [1, 8, 8, 8]);
+        assert_eq!(g.value(g.outputs()[0]).name, "y");
+        assert!(g.value_by_name("c.planes").is_none(), "{}", print(&g));
+        let scale = g.value_by_name("s.to_nchw8c").expect("scale reordered");
+        assert_eq!(g.value(scale).ty.shape, [1, 2, 1, 1, 8]);
+        let y = g.value_by_name("y.nchw8c").expect("blocked Mul");
+        assert_eq!(g.value(y).ty.shape, [1, 2, 8, 8, 8]);
+        assert_close(&got, &want);
+    }
+
+    #[test]
+    fn squeeze_excitation_stays_in_the_region() {
+        // EfficientNet's block: expand, depthwise, squeeze-excitation
+        // (pool, two small convs, sigmoid, per-image channel scale),
+        // project. The pool is a blocked mean and the scale a reordered
+        // [N,C,1,1]; no map leaves the blocked layout until the output.
+        let text = "graph se {
+          input %x: f32[2,8,6,6]
+          param %we: f32[32,8,1,1] = he(seed=1)
+          param %wd: f32[32,1,5,5] = he(seed=2)
+          param %ws1: f32[4,32,1,1] = he(seed=3)
+          param %bs1: f32[4] = uniform(low=-0.1, high=0.1, seed=4)
+          param %ws2: f32[32,4,1,1] = he(seed=5)
+          param %bs2: f32[32] = uniform(low=-0.1, high=0.1, seed=6)
+          param %wp: f32[8,32,1,1] = he(seed=7)
+          %e = Conv2d(%x, %we)
+          %es = Sigmoid(%e)
+          %e2 = Mul(%e, %es)
+          %d = Conv2d(%e2, %wd) {pads=[2,2,2,2], group=32}
+          %p = GlobalAveragePool(%d)
+          %s1 = Conv2d(%p, %ws1, %bs1)
+          %s1r = Relu(%s1)
+          %s2 = Conv2d(%s1r, %ws2, %bs2)
+          %sc = Sigmoid(%s2)
+          %m = Mul(%d, %sc)
+          %y = Conv2d(%m, %wp)
+          output %y
+        }";
+        let (g, want, got) = before_after(text, [2, 8, 6, 6]);
+        let printed = print(&g);
+        assert!(!printed.contains("GlobalAveragePool"), "{printed}");
+        for map in ["e", "e2", "d", "m"] {
+            assert!(
+                g.value_by_name(&format!("{map}.planes")).is_none(),
+                "{map} reordered: {printed}"
+            );
+        }
+        let m = g.value_by_name("m").expect("blocked Mul keeps the name");
+        assert_eq!(g.value(m).ty.shape, [2, 4, 6, 6, 8]);
+        // The excitation conv (4 input channels) writes the scale blocked
+        // itself, as a stem does.
+        let sc = g.value_by_name("sc").expect("the scale");
+        assert_eq!(g.value(sc).ty.shape, [2, 4, 1, 1, 8], "{printed}");
+        assert_close(&got, &want);
     }
 
     #[test]

@@ -56,7 +56,6 @@ macro_rules! tile_out {
     ($t:expr, $acc:ident, $y:expr, $res:expr, ($np:ident, $nb:ident), ($lo:ident, $hi:ident), $p:literal, $b:literal) => {
         if $p < $np && $b < $nb {
             store8(
-                $t,
                 $acc[$p][$b],
                 $y,
                 $res,
@@ -92,6 +91,7 @@ macro_rules! tile_store {
         tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 5, 0);
         tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 5, 1);
         tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 5, 2);
+        activate_tile($t, $y, $np, $nb);
     }};
 }
 
@@ -173,10 +173,10 @@ macro_rules! zmm_out {
             let v = $a16[$p];
             let v0 = _mm512_castps512_ps256(v);
             let v1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-            store8($t, v0, $y, $res, $p * 8, ($lo, $hi));
-            store8($t, v1, $y, $res, $t.y_stride + $p * 8, ($lo, $hi));
+            store8(v0, $y, $res, $p * 8, ($lo, $hi));
+            store8(v1, $y, $res, $t.y_stride + $p * 8, ($lo, $hi));
             if $w24 {
-                store8($t, $a8[$p], $y, $res, 2 * $t.y_stride + $p * 8, ($lo, $hi));
+                store8($a8[$p], $y, $res, 2 * $t.y_stride + $p * 8, ($lo, $hi));
             }
         }
     )*};
@@ -190,6 +190,7 @@ macro_rules! zmm_store {
         use std::arch::x86_64::*;
         let (lo, hi) = (_mm256_set1_ps($t.lo), _mm256_set1_ps($t.hi));
         zmm_out!($t, ($a16, $a8), $y, $res, ($np, $w24), (lo, hi), 0 1 2 3 4 5 6 7 8 9 10 11 12 13);
+        activate_tile($t, $y, $np, if $w24 { 3 } else { 2 });
     }};
 }
 
@@ -1002,14 +1003,13 @@ unsafe fn avx512_tile_n<const NP: usize, const W24: bool>(
 }
 
 /// Eight outputs of a tile at offset `off` (floats) of `y`: residual
-/// (`res`'s same offset, if any), clamp to `lo..hi`, the tile's
-/// activation. Every vector tile stores through it, so they all round
-/// alike.
+/// (`res`'s same offset, if any), clamp to `lo..hi` (the activation
+/// follows in [`activate_tile`]). Every vector tile stores through them,
+/// so they all round alike.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn store8(
-    t: &Tile,
     mut v: std::arch::x86_64::__m256,
     y: *mut f32,
     res: *const f32,
@@ -1020,32 +1020,66 @@ unsafe fn store8(
     if !res.is_null() {
         v = _mm256_add_ps(v, _mm256_loadu_ps(res.add(off)));
     }
-    v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+    _mm256_storeu_ps(y.add(off), _mm256_min_ps(hi, _mm256_max_ps(lo, v)));
+}
+
+/// The tile's activation (`t.act`), applied to its `np` pixels of `nb`
+/// blocks after [`store8`] stored them clamped: eight vectors at a time
+/// from L1, each step across all eight (`act8_n`, bitwise the scalar
+/// [`activate`]), where one vector's ~20-step chain, division included,
+/// would wait on itself. Out of line: in the tile's store sequence the
+/// activation of each accumulator kept one chain in flight (EfficientNet-
+/// B0's 16-deep expansions were epilogue-bound), and called there it
+/// clobbered the accumulators.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline(never)]
+unsafe fn activate_tile(t: &Tile, y: *mut f32, np: usize, nb: usize) {
     if t.act == ACT_NONE {
-        _mm256_storeu_ps(y.add(off), v);
-    } else {
-        store_activated(y.add(off), v, t.act);
+        return;
+    }
+    for b in 0..nb {
+        let run = y.add(b * t.y_stride);
+        match t.act {
+            ACT_SIGMOID => activate_run::<ACT_SIGMOID>(run, np),
+            _ => activate_run::<ACT_SILU>(run, np),
+        }
     }
 }
 
-/// Eight lanes through activation `act`, in registers with the GEMM
-/// epilogue's `sigmoid8` (bitwise [`activate`]'s result). Inlined: as an
-/// out-of-line call (or a scalar loop over the lanes) it clobbered every
-/// ymm register, and LLVM then stored each accumulator to the stack at
-/// every k step of the tile's loop (EfficientNet-B0's blocked convs with
-/// SiLU).
+/// Activation `ACT` over the `n` vectors at `p`, in place.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn store_activated(y: *mut f32, v: std::arch::x86_64::__m256, act: u32) {
-    use super::pgemm::x86::sigmoid8;
+unsafe fn activate_run<const ACT: u32>(p: *mut f32, n: usize) {
+    use super::pgemm::x86::act8_n;
     use std::arch::x86_64::*;
-    let v = match act {
-        ACT_SIGMOID => sigmoid8(v),
-        ACT_SILU => _mm256_mul_ps(v, sigmoid8(v)),
-        _ => v,
-    };
-    _mm256_storeu_ps(y, v);
+    let mut i = 0;
+    while i + 8 <= n {
+        let mut v = [_mm256_setzero_ps(); 8];
+        for (j, v) in v.iter_mut().enumerate() {
+            *v = _mm256_loadu_ps(p.add((i + j) * 8));
+        }
+        for (j, v) in act8_n::<ACT, 8>(v).iter().enumerate() {
+            _mm256_storeu_ps(p.add((i + j) * 8), *v);
+        }
+        i += 8;
+    }
+    while i + 4 <= n {
+        let mut v = [_mm256_setzero_ps(); 4];
+        for (j, v) in v.iter_mut().enumerate() {
+            *v = _mm256_loadu_ps(p.add((i + j) * 8));
+        }
+        for (j, v) in act8_n::<ACT, 4>(v).iter().enumerate() {
+            _mm256_storeu_ps(p.add((i + j) * 8), *v);
+        }
+        i += 4;
+    }
+    while i < n {
+        let v = act8_n::<ACT, 1>([_mm256_loadu_ps(p.add(i * 8))]);
+        _mm256_storeu_ps(p.add(i * 8), v[0]);
+        i += 1;
+    }
 }
 
 #[cfg(test)]

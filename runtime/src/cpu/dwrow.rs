@@ -7,8 +7,9 @@
 //! 128-bit vectors, spent two of each.
 //!
 //! Each output is `bias + sum over taps (row by row, column by column) +
-//! residual`, then clamped: the same on every path (AVX2 and portable),
-//! for every pixel group size. Padding rows are read from a row of zeros
+//! residual`, then clamped, then activated (sigmoid or SiLU, bitwise the
+//! GEMM epilogue's): the same on every path (AVX2 and portable), for
+//! every pixel group size. Padding rows are read from a row of zeros
 //! the caller passes; padding columns are skipped.
 
 /// The geometry of a depthwise row, as the generated code passes it.
@@ -49,6 +50,10 @@ pub struct DwRowGeom {
     pub pt: usize,
     /// Channel blocks per image ([`dnnc_dw_nchw8c`]).
     pub blocks: usize,
+    /// Activation after the clamp ([`pgemm::ACT_NONE`],
+    /// [`pgemm::ACT_SIGMOID`] or [`pgemm::ACT_SILU`]), applied while the
+    /// pixel is in registers: as a generic epilogue it re-read every row.
+    pub act: u32,
 }
 
 /// Most filter rows a call takes (the largest depthwise windows of the
@@ -58,6 +63,8 @@ pub const DW_ROW_MAX_KH: usize = 32;
 
 /// Channels per block.
 const B: usize = 8;
+
+use super::pgemm;
 
 /// Computes one output row of channel blocks `b0..b1`. Block `b`'s
 /// output row (`[ow][8]`) is `y + b * y_block`, its tap row `ky` (`[w][8]`)
@@ -130,9 +137,13 @@ unsafe fn dw_units(
     if !dw_row_fits(g) || g.sy == 0 || g.oh == 0 || g.blocks == 0 {
         return 1;
     }
+    let (xa, xb) = interior(g);
+    if path == Path::Avx2 && (xa + g.ow - xb) * PADDED_BORDER >= g.ow && u1 - u0 >= g.kh {
+        padded_units(x, w, y, res, bias, g, (u0, u1), path);
+        return 0;
+    }
     let mut rows = [std::ptr::null::<f32>(); DW_ROW_MAX_KH];
     let rows = &mut rows[..g.kh];
-    let (xa, xb) = interior(g);
     let (plane_in, plane_out) = (g.h * g.w * B, g.oh * g.ow * B);
     let taps = g.kh * g.kw * B;
     for u in u0..u1 {
@@ -166,6 +177,86 @@ unsafe fn dw_units(
         );
     }
     0
+}
+
+/// Rows whose border pixels are at least one in this many run on
+/// zero-padded copies of their tap rows ([`padded_units`]): a border
+/// pixel is one dependent chain of multiply-adds, an interior group eight
+/// chains in flight (a 7x7 map under a 5x5 window has 4 border pixels in
+/// 7).
+const PADDED_BORDER: usize = 8;
+
+/// [`dw_units`] on zero-padded copies of the input rows: a ring of `kh`
+/// rows `pl + w + pr` pixels wide (the padding columns stay zero; a row
+/// is copied once per plane while consecutive units reuse it), so every
+/// output pixel is an interior one. The padding's products are the zero
+/// products the border pixels take, so results are bitwise the same.
+#[allow(clippy::too_many_arguments)]
+unsafe fn padded_units(
+    x: *const f32,
+    w: *const f32,
+    y: *mut f32,
+    res: *const f32,
+    bias: *const f32,
+    g: &DwRowGeom,
+    (u0, u1): (usize, usize),
+    path: Path,
+) {
+    let wp = ((g.ow - 1) * g.sx + g.kw).max(g.pl + g.w);
+    let row_len = wp * B;
+    // `kh` ring slots, then a row of zeros for the padding rows.
+    let mut ring = vec![0f32; (g.kh + 1) * row_len];
+    let ring = ring.as_mut_ptr();
+    let zero = ring.add(g.kh * row_len) as *const f32;
+    let gp = DwRowGeom {
+        w: wp,
+        pl: 0,
+        zero,
+        ..*g
+    };
+    let mut held = [usize::MAX; DW_ROW_MAX_KH];
+    let mut rows = [std::ptr::null::<f32>(); DW_ROW_MAX_KH];
+    let rows = &mut rows[..g.kh];
+    let (plane_in, plane_out) = (g.h * g.w * B, g.oh * g.ow * B);
+    let taps = g.kh * g.kw * B;
+    for u in u0..u1 {
+        let (plane, oy) = (u / g.oh, u % g.oh);
+        let blk = plane % g.blocks;
+        for (ky, r) in rows.iter_mut().enumerate() {
+            let iy = (oy * g.sy + ky) as isize - g.pt as isize;
+            if iy < 0 || iy as usize >= g.h {
+                *r = zero;
+                continue;
+            }
+            let iy = iy as usize;
+            let slot = iy % g.kh;
+            let dst = ring.add(slot * row_len);
+            let key = plane * g.h + iy;
+            if held[slot] != key {
+                let src = x.add(plane * plane_in + iy * g.w * B);
+                std::ptr::copy_nonoverlapping(src, dst.add(g.pl * B), g.w * B);
+                held[slot] = key;
+            }
+            *r = dst;
+        }
+        let off = plane * plane_out + oy * g.ow * B;
+        let rb = if res.is_null() { res } else { res.add(off) };
+        let bb = if bias.is_null() {
+            bias
+        } else {
+            bias.add(blk * B)
+        };
+        row_on(
+            rows,
+            w.add(blk * taps),
+            y.add(off),
+            rb,
+            bb,
+            &gp,
+            (0, g.ow),
+            path,
+        );
+    }
 }
 
 /// One block's output row on `path` (see [`dnnc_dw_row_nchw8c`]).
@@ -214,7 +305,7 @@ impl Path {
 /// (border pixels read only their taps inside the row, so every width
 /// and padding is safe).
 pub fn dw_row_fits(g: &DwRowGeom) -> bool {
-    g.kh > 0 && g.kh <= DW_ROW_MAX_KH && g.kw > 0 && g.sx > 0
+    g.kh > 0 && g.kh <= DW_ROW_MAX_KH && g.kw > 0 && g.sx > 0 && g.act <= pgemm::ACT_SILU
 }
 
 /// The first and one-past-last output columns whose whole window lies
@@ -269,7 +360,8 @@ unsafe fn dw_rows(
     0
 }
 
-/// Output pixel `ox` one lane at a time, its valid column taps only.
+/// Output pixel `ox` one lane at a time, every tap (zero in the
+/// padding).
 unsafe fn portable_pixel(
     rows: &[*const f32],
     w: *const f32,
@@ -284,10 +376,11 @@ unsafe fn portable_pixel(
         for (ky, &row) in rows.iter().enumerate() {
             for kx in 0..g.kw {
                 let ix = (ox * g.sx + kx) as isize - g.pl as isize;
-                if ix < 0 || ix as usize >= g.w {
-                    continue;
-                }
-                let x = *row.add(ix as usize * B + l);
+                let x = if ix < 0 || ix as usize >= g.w {
+                    0.0
+                } else {
+                    *row.add(ix as usize * B + l)
+                };
                 acc = x.mul_add(*w.add((ky * g.kw + kx) * B + l), acc);
             }
         }
@@ -298,34 +391,63 @@ unsafe fn portable_pixel(
         // passes through.
         let v = if g.lo > acc { g.lo } else { acc };
         let v = if g.hi < v { g.hi } else { v };
-        *y.add(ox * B + l) = v;
+        *y.add(ox * B + l) = pgemm::activate(g.act, v);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{DwRowGeom, B};
+    use super::{pgemm, DwRowGeom, B};
     use std::arch::x86_64::*;
 
-    /// Where a row's results go: residual, clamp bounds, output.
+    /// Where a row's results go: residual, clamp bounds, activation,
+    /// output.
     struct Out {
         y: *mut f32,
         res: *const f32,
         lo: __m256,
         hi: __m256,
+        act: u32,
     }
 
     impl Out {
-        /// Pixel `ox`'s sum plus its residual, clamped, stored.
+        /// Pixel `ox`'s sum plus its residual, clamped, activated, stored.
         #[inline(always)]
         unsafe fn put(&self, ox: usize, mut v: __m256) {
             if !self.res.is_null() {
                 v = _mm256_add_ps(v, _mm256_loadu_ps(self.res.add(ox * B)));
             }
-            _mm256_storeu_ps(
-                self.y.add(ox * B),
-                _mm256_min_ps(self.hi, _mm256_max_ps(self.lo, v)),
-            );
+            let v = _mm256_min_ps(self.hi, _mm256_max_ps(self.lo, v));
+            let v = match self.act {
+                pgemm::ACT_SIGMOID => pgemm::x86::sigmoid8(v),
+                pgemm::ACT_SILU => _mm256_mul_ps(v, pgemm::x86::sigmoid8(v)),
+                _ => v,
+            };
+            _mm256_storeu_ps(self.y.add(ox * B), v);
+        }
+
+        /// [`Out::put`] for the `NP` pixels of a group from `ox` on, the
+        /// activation's steps interleaved across them (`act8_n`, bitwise
+        /// `sigmoid8`): one pixel's ~20-step chain, division included,
+        /// would wait on itself.
+        #[inline(always)]
+        unsafe fn put_n<const NP: usize>(&self, ox: usize, acc: &[__m256; 8]) {
+            let mut v = [_mm256_setzero_ps(); NP];
+            for (p, v) in v.iter_mut().enumerate() {
+                let mut a = acc[p];
+                if !self.res.is_null() {
+                    a = _mm256_add_ps(a, _mm256_loadu_ps(self.res.add((ox + p) * B)));
+                }
+                *v = _mm256_min_ps(self.hi, _mm256_max_ps(self.lo, a));
+            }
+            let v = match self.act {
+                pgemm::ACT_SIGMOID => pgemm::x86::act8_n::<{ pgemm::ACT_SIGMOID }, NP>(v),
+                pgemm::ACT_SILU => pgemm::x86::act8_n::<{ pgemm::ACT_SILU }, NP>(v),
+                _ => v,
+            };
+            for (p, v) in v.iter().enumerate() {
+                _mm256_storeu_ps(self.y.add((ox + p) * B), *v);
+            }
         }
     }
 
@@ -372,6 +494,7 @@ mod x86 {
             res,
             lo: _mm256_set1_ps(g.lo),
             hi: _mm256_set1_ps(g.hi),
+            act: g.act,
         };
         for ox in (0..xa).chain(xb..g.ow) {
             out.put(ox, border(rows, w, b, g, ox));
@@ -395,8 +518,9 @@ mod x86 {
         }
     }
 
-    /// One border pixel: only the column taps inside the row (a range,
-    /// found once).
+    /// One border pixel: every tap, a zero vector for the columns
+    /// outside the row (the padding's products, as the interior pixels
+    /// of a padded row take them).
     #[target_feature(enable = "avx2,fma")]
     unsafe fn border(
         rows: &[*const f32],
@@ -408,10 +532,15 @@ mod x86 {
         let x0 = (ox * g.sx) as isize - g.pl as isize;
         let kx0 = (-x0).clamp(0, g.kw as isize) as usize;
         let kx1 = (g.w as isize - x0).clamp(kx0 as isize, g.kw as isize) as usize;
+        let zero = _mm256_setzero_ps();
         let mut acc = b;
         for (ky, &row) in rows.iter().enumerate() {
-            for kx in kx0..kx1 {
-                let x = _mm256_loadu_ps(row.offset((x0 + kx as isize) * B as isize));
+            for kx in 0..g.kw {
+                let x = if (kx0..kx1).contains(&kx) {
+                    _mm256_loadu_ps(row.offset((x0 + kx as isize) * B as isize))
+                } else {
+                    zero
+                };
                 acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(w.add((ky * g.kw + kx) * B)), acc);
             }
         }
@@ -456,14 +585,7 @@ mod x86 {
                 wp = wp.add(B);
             }
         }
-        macro_rules! put {
-            ($($p:literal)*) => {$(
-                if $p < NP {
-                    out.put(ox + $p, acc[$p]);
-                }
-            )*};
-        }
-        put!(0 1 2 3 4 5 6 7);
+        out.put_n::<NP>(ox, &acc);
     }
 }
 
@@ -492,7 +614,18 @@ mod tests {
         sy: 0,
         pt: 0,
         blocks: 0,
+        act: pgemm::ACT_NONE,
     };
+
+    /// Activation `act` in f64 (the definition the kernels approximate).
+    fn act_f64(act: u32, v: f64) -> f64 {
+        let sig = 1.0 / (1.0 + (-v).exp());
+        match act {
+            pgemm::ACT_SIGMOID => sig,
+            pgemm::ACT_SILU => v * sig,
+            _ => v,
+        }
+    }
 
     /// The definition in f64 for block `b`: taps in the padding are zero.
     fn reference(
@@ -522,7 +655,8 @@ mod tests {
                 if let Some(r) = res {
                     acc += r[b * g.y_block + ox * B + l] as f64;
                 }
-                y[ox * B + l] = (acc as f32).max(g.lo).min(g.hi);
+                let v = (acc as f32).max(g.lo).min(g.hi);
+                y[ox * B + l] = act_f64(g.act, v as f64) as f32;
             }
         }
         y
@@ -531,9 +665,10 @@ mod tests {
     /// Every window size, stride and padding the zoo's depthwise convs use
     /// and more (1x1 to 7x7, strides 1-3, rows wider and narrower than a
     /// pixel group, rows in the top and bottom padding), three blocks per
-    /// call, with and without bias-residual-clamp: within 1e-5 of the f64
-    /// definition, and the AVX2 path bitwise the portable one. A call for
-    /// one block writes that block's row only.
+    /// call, with and without bias-residual-clamp, and with each
+    /// activation: within 1e-5 of the f64 definition, and the AVX2 path
+    /// bitwise the portable one. A call for one block writes that block's
+    /// row only.
     #[test]
     fn rows_match_the_definition_on_every_path() {
         let mut cases = 0;
@@ -569,7 +704,12 @@ mod tests {
                     .collect();
                 let zero = vec![0f32; w_in * B];
                 for iy0 in [-(pad as isize), 0, (h - k) as isize + pad as isize] {
-                    for full in [false, true] {
+                    for (full, act) in [
+                        (false, pgemm::ACT_NONE),
+                        (true, pgemm::ACT_NONE),
+                        (true, pgemm::ACT_SIGMOID),
+                        (false, pgemm::ACT_SILU),
+                    ] {
                         let g = DwRowGeom {
                             w: w_in,
                             ow,
@@ -582,6 +722,7 @@ mod tests {
                             zero: zero.as_ptr(),
                             lo: if full { -0.5 } else { f32::NEG_INFINITY },
                             hi: if full { 1.25 } else { f32::INFINITY },
+                            act,
                             ..UNITS_UNUSED
                         };
                         let rows: Vec<*const f32> = (0..k)
@@ -630,7 +771,7 @@ mod tests {
                             for (i, (a, v)) in got.iter().zip(&want).enumerate() {
                                 assert!(
                                     (a - v).abs() <= 1e-5 + 1e-5 * v.abs(),
-                                    "k={k} sx={sx} w={w_in} iy0={iy0} block {b} element {i}: {a} vs {v}"
+                                    "k={k} sx={sx} w={w_in} iy0={iy0} act={act} block {b} element {i}: {a} vs {v}"
                                 );
                             }
                         }
@@ -640,7 +781,7 @@ mod tests {
                                 assert_eq!(
                                     a.to_bits(),
                                     v.to_bits(),
-                                    "k={k} sx={sx} w={w_in} element {i}"
+                                    "k={k} sx={sx} w={w_in} act={act} element {i}"
                                 );
                             }
                         }
@@ -661,7 +802,7 @@ mod tests {
                 }
             }
         }
-        assert!(cases > 200, "{cases} cases");
+        assert!(cases > 400, "{cases} cases");
         if Path::best() != Path::Avx2 {
             eprintln!(
                 "rows_match_the_definition_on_every_path: no AVX2+FMA here, the vector path not run"
@@ -671,12 +812,18 @@ mod tests {
 
     /// The whole-conv entry: two images of two blocks, windows 3x3 and
     /// 5x5, strides 1 and 2, maps wider and narrower than a pixel group,
-    /// units split mid-plane as tasks would split them: within 1e-5 of the
-    /// f64 definition, the AVX2 path bitwise the portable one.
+    /// units split mid-plane as tasks would split them, each activation:
+    /// within 1e-5 of the f64 definition, the AVX2 path bitwise the
+    /// portable one.
     #[test]
     fn whole_convs_match_the_definition() {
         let (n, blocks) = (2, 2);
-        for (k, s, pad, hw) in [(3, 1, 1, 12), (3, 2, 1, 9), (5, 1, 2, 7), (5, 2, 2, 19)] {
+        for (k, s, pad, hw, act) in [
+            (3, 1, 1, 12, pgemm::ACT_NONE),
+            (3, 2, 1, 9, pgemm::ACT_SILU),
+            (5, 1, 2, 7, pgemm::ACT_SIGMOID),
+            (5, 2, 2, 19, pgemm::ACT_SILU),
+        ] {
             let oh = (hw + 2 * pad - k) / s + 1;
             let x: Vec<f32> = (0..n * blocks * hw * hw * B)
                 .map(|i| ((i * 7919) % 101) as f32 * 0.02 - 1.0)
@@ -705,6 +852,7 @@ mod tests {
                 sy: s,
                 pt: pad,
                 blocks,
+                act,
             };
             let mut want = vec![0f32; len];
             for plane in 0..n * blocks {
@@ -728,7 +876,8 @@ mod tests {
                             }
                             let i = ((plane * oh + oy) * oh + ox) * B + l;
                             acc += res[i] as f64;
-                            want[i] = (acc as f32).clamp(-0.5, 1.25);
+                            let v = (acc as f32).clamp(-0.5, 1.25);
+                            want[i] = act_f64(act, v as f64) as f32;
                         }
                     }
                 }
@@ -785,7 +934,7 @@ mod tests {
     }
 
     /// Descriptors they do not compute are refused with code 1, not read:
-    /// both entry points for a bad row, the whole-conv one for a bad
+    /// both entry points for a bad row (an unknown activation included), the whole-conv one for a bad
     /// plane (zero row stride, output rows or blocks).
     #[test]
     fn refuses_what_it_does_not_compute() {
@@ -806,6 +955,7 @@ mod tests {
             sy: 1,
             pt: 1,
             blocks: 1,
+            act: pgemm::ACT_SILU,
         };
         assert!(dw_row_fits(&ok));
         for bad in [
@@ -816,6 +966,10 @@ mod tests {
             },
             DwRowGeom { sx: 0, ..ok },
             DwRowGeom { kw: 0, ..ok },
+            DwRowGeom {
+                act: pgemm::ACT_SILU + 1,
+                ..ok
+            },
         ] {
             assert_eq!(entry_code(&bad, true), 1, "{bad:?}");
             assert_eq!(entry_code(&bad, false), 1, "{bad:?}");

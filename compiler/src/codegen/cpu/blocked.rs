@@ -106,18 +106,16 @@ pub(crate) fn lower(
         return lower_rows(e, c, geom).map(|()| vec![ROW_REFUSAL.to_string()]);
     }
     let node = c.g.node(c.k.nodes[0]);
-    // The fused epilogue when the kernel's ops fit it: the pointwise
-    // tiles apply sigmoid and SiLU in registers too, the depthwise rows
-    // only a clamp (other activations run through the generic epilogue).
+    // The fused epilogue when the kernel's ops fit it (bias, residual,
+    // clamp, sigmoid or SiLU in registers; other activations run through
+    // the generic epilogue).
     let RuntimeConvEp {
         acc,
         ep,
         bias,
         res,
         spec,
-    } = conv_epilogue(e, c, geom.m, |f| {
-        pointwise(geom) || f.act == pgemm::ACT_NONE
-    })?;
+    } = conv_epilogue(e, c, geom.m, |_| true)?;
     let y = e.bufs[acc];
     let wp = e.bufs[*c.prep.first().ok_or("missing blocked filter")?];
     if pointwise(geom) {
@@ -181,7 +179,7 @@ pub(crate) fn lower(
     let zero_row = e.bufs[*c.prep.get(1).ok_or("missing padding row")?];
     let cb = geom.c / B;
     let x = e.bufs[c.arg(node.inputs[0])?];
-    let call = dw_call(e, geom, (ep.lo, ep.hi), (0, 0), zero_row);
+    let call = dw_call(e, geom, (ep.lo, ep.hi, ep.act), (0, 0), zero_row);
     // Units are `(img * C/8 + blk) * OH + oy`: a task walks a block's
     // rows in order, each reading the previous row's tap rows again from
     // L1. One call for the task's rows; with a generic epilogue (an
@@ -234,22 +232,24 @@ fn lower_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), Str
         Some(v) => Some(e.bufs[c.arg(v)?]),
         None => None,
     };
-    // The depthwise conv's own epilogue: a clamp in registers, else
-    // (without a projection) the generic epilogue on each row.
-    let (y, spec, (lo, hi)) = if c.k.projection.is_empty() {
+    // The depthwise conv's own epilogue: a clamp and activation in
+    // registers, else (without a projection) the generic epilogue on each
+    // row.
+    let none = (f32::NEG_INFINITY, f32::INFINITY, pgemm::ACT_NONE);
+    let (y, spec, (lo, hi, act)) = if c.k.projection.is_empty() {
         let acc = acc_arg(c)?;
-        let fused = match_fused(c, bias_v).filter(|f| f.act == pgemm::ACT_NONE && f.res.is_none());
+        let fused = match_fused(c, bias_v).filter(|f| f.res.is_none());
         let spec = if fused.is_some() {
             None
         } else {
             epilogue(c, acc, None)?
         };
-        let lh = fused.map_or((f32::NEG_INFINITY, f32::INFINITY), |f| (f.lo, f.hi));
-        (Some(e.bufs[acc]), spec, lh)
+        let ep = fused.map_or(none, |f| (f.lo, f.hi, f.act));
+        (Some(e.bufs[acc]), spec, ep)
     } else {
-        let lh = super::group::clamp_after(g, c.k.nodes[0], &c.k.nodes[1..])
+        let (lo, hi) = super::group::clamp_after(g, c.k.nodes[0], &c.k.nodes[1..])
             .ok_or("a projected depthwise conv takes at most a clamp")?;
-        (None, None, lh)
+        (None, None, (lo, hi, pgemm::ACT_NONE))
     };
     let wp = e.bufs[*c.prep.first().ok_or("missing blocked filter")?];
     let zero_row = e.bufs[*c.prep.get(1).ok_or("missing padding row")?];
@@ -263,7 +263,7 @@ fn lower_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), Str
     let call = dw_call(
         e,
         geom,
-        (lo, hi),
+        (lo, hi, act),
         (geom.kh * geom.w * B, y_block * B),
         zero_row,
     );
@@ -684,14 +684,14 @@ struct DwCall {
     rows: Value,
 }
 
-/// The [`dwrow::DwRowGeom`] of conv `geom` with clamp `lo..hi`, channel
-/// blocks `x_block` floats apart in its tap rows and `y_block` in its
-/// output rows, padding rows reading `zero`, in a stack slot; and a slot
-/// for its `kh` tap-row pointers.
+/// The [`dwrow::DwRowGeom`] of conv `geom` with clamp `lo..hi` and
+/// activation `act`, channel blocks `x_block` floats apart in its tap
+/// rows and `y_block` in its output rows, padding rows reading `zero`, in
+/// a stack slot; and a slot for its `kh` tap-row pointers.
 fn dw_call(
     e: &mut Emit<'_>,
     geom: &ConvGeom,
-    (lo, hi): (f32, f32),
+    (lo, hi, act): (f32, f32, u32),
     (x_block, y_block): (usize, usize),
     zero: Value,
 ) -> DwCall {
@@ -738,6 +738,15 @@ fn dw_call(
         let v = e.cf(v);
         e.b.ins().store(mem, v, geo, off as i32);
     }
+    let act =
+        e.b.ins()
+            .iconst(cranelift_codegen::ir::types::I32, act as i64);
+    e.b.ins().store(
+        mem,
+        act,
+        geo,
+        std::mem::offset_of!(dwrow::DwRowGeom, act) as i32,
+    );
     let ss = e.b.create_sized_stack_slot(StackSlotData::new(
         StackSlotKind::ExplicitSlot,
         (geom.kh * 8) as u32,
