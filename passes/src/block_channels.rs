@@ -730,10 +730,7 @@ mod tests {
           %f = Flatten(%p) {axis=1}
           output %f
         }";
-        let plain = parse(text, "head.dnn").unwrap();
-        let mut g = plain.clone();
-        block_channels(&mut g).unwrap();
-        dnnc_ir::verify(&g).unwrap();
+        let (g, want, got) = before_after(text, [1, 8, 6, 6]);
         let printed = print(&g);
         assert!(!printed.contains("GlobalAveragePool"), "{printed}");
         let mean = g.value_by_name("p.nchw8c").expect("blocked mean");
@@ -741,22 +738,7 @@ mod tests {
         let p = g.value_by_name("p").expect("the pool's name");
         assert_eq!(g.value(p).ty.shape, [1, 16, 1, 1]);
         assert!(g.value_by_name("c.planes").is_none(), "{printed}");
-        let x = dnnc_ir::Tensor::F32(ndarray::ArrayD::from_shape_fn(vec![1, 8, 6, 6], |i| {
-            (i[1] * 36 + i[2] * 6 + i[3]) as f32 * 0.01 - 1.0
-        }));
-        let run = |g: &Graph| {
-            let out = dnnc_runtime::run(g, &[("x".to_string(), x.clone())]).unwrap();
-            out[0]
-                .as_f32()
-                .unwrap()
-                .iter()
-                .copied()
-                .collect::<Vec<f32>>()
-        };
-        let (want, got) = (run(&plain), run(&g));
         assert_eq!(want.len(), 16);
-        for (a, b) in got.iter().zip(&want) {
-            assert!((a - b).abs() <= 1e-5 + 1e-5 * b.abs(), "{a} vs {b}");
-        }
+        assert_close(&got, &want);
     }
 }

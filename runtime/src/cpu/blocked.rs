@@ -1052,33 +1052,35 @@ unsafe fn activate_tile(t: &Tile, y: *mut f32, np: usize, nb: usize) {
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn activate_run<const ACT: u32>(p: *mut f32, n: usize) {
-    use super::pgemm::x86::act8_n;
-    use std::arch::x86_64::*;
     let mut i = 0;
     while i + 8 <= n {
-        let mut v = [_mm256_setzero_ps(); 8];
-        for (j, v) in v.iter_mut().enumerate() {
-            *v = _mm256_loadu_ps(p.add((i + j) * 8));
-        }
-        for (j, v) in act8_n::<ACT, 8>(v).iter().enumerate() {
-            _mm256_storeu_ps(p.add((i + j) * 8), *v);
-        }
+        activate_vectors::<ACT, 8>(p.add(i * 8));
         i += 8;
     }
     while i + 4 <= n {
-        let mut v = [_mm256_setzero_ps(); 4];
-        for (j, v) in v.iter_mut().enumerate() {
-            *v = _mm256_loadu_ps(p.add((i + j) * 8));
-        }
-        for (j, v) in act8_n::<ACT, 4>(v).iter().enumerate() {
-            _mm256_storeu_ps(p.add((i + j) * 8), *v);
-        }
+        activate_vectors::<ACT, 4>(p.add(i * 8));
         i += 4;
     }
     while i < n {
-        let v = act8_n::<ACT, 1>([_mm256_loadu_ps(p.add(i * 8))]);
-        _mm256_storeu_ps(p.add(i * 8), v[0]);
+        activate_vectors::<ACT, 1>(p.add(i * 8));
         i += 1;
+    }
+}
+
+/// Activation `ACT` over the `N` vectors at `p`, in place, each step
+/// across all of them.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn activate_vectors<const ACT: u32, const N: usize>(p: *mut f32) {
+    use super::pgemm::x86::act8_n;
+    use std::arch::x86_64::*;
+    let mut v = [_mm256_setzero_ps(); N];
+    for (j, v) in v.iter_mut().enumerate() {
+        *v = _mm256_loadu_ps(p.add(j * 8));
+    }
+    for (j, v) in act8_n::<ACT, N>(v).iter().enumerate() {
+        _mm256_storeu_ps(p.add(j * 8), *v);
     }
 }
 

@@ -144,11 +144,9 @@ unsafe fn dw_units(
     }
     let mut rows = [std::ptr::null::<f32>(); DW_ROW_MAX_KH];
     let rows = &mut rows[..g.kh];
-    let (plane_in, plane_out) = (g.h * g.w * B, g.oh * g.ow * B);
-    let taps = g.kh * g.kw * B;
+    let plane_in = g.h * g.w * B;
     for u in u0..u1 {
         let (plane, oy) = (u / g.oh, u % g.oh);
-        let blk = plane % g.blocks;
         let xp = x.add(plane * plane_in);
         for (ky, r) in rows.iter_mut().enumerate() {
             let iy = (oy * g.sy + ky) as isize - g.pt as isize;
@@ -158,23 +156,8 @@ unsafe fn dw_units(
                 xp.add(iy as usize * g.w * B)
             };
         }
-        let off = plane * plane_out + oy * g.ow * B;
-        let rb = if res.is_null() { res } else { res.add(off) };
-        let bb = if bias.is_null() {
-            bias
-        } else {
-            bias.add(blk * B)
-        };
-        row_on(
-            rows,
-            w.add(blk * taps),
-            y.add(off),
-            rb,
-            bb,
-            g,
-            (xa, xb),
-            path,
-        );
+        let out = (y, res, bias);
+        unit_row(rows, w, out, (g, g), (plane, oy), (xa, xb), path);
     }
     0
 }
@@ -217,11 +200,9 @@ unsafe fn padded_units(
     let mut held = [usize::MAX; DW_ROW_MAX_KH];
     let mut rows = [std::ptr::null::<f32>(); DW_ROW_MAX_KH];
     let rows = &mut rows[..g.kh];
-    let (plane_in, plane_out) = (g.h * g.w * B, g.oh * g.ow * B);
-    let taps = g.kh * g.kw * B;
+    let plane_in = g.h * g.w * B;
     for u in u0..u1 {
         let (plane, oy) = (u / g.oh, u % g.oh);
-        let blk = plane % g.blocks;
         for (ky, r) in rows.iter_mut().enumerate() {
             let iy = (oy * g.sy + ky) as isize - g.pt as isize;
             if iy < 0 || iy as usize >= g.h {
@@ -239,24 +220,36 @@ unsafe fn padded_units(
             }
             *r = dst;
         }
-        let off = plane * plane_out + oy * g.ow * B;
-        let rb = if res.is_null() { res } else { res.add(off) };
-        let bb = if bias.is_null() {
-            bias
-        } else {
-            bias.add(blk * B)
-        };
-        row_on(
-            rows,
-            w.add(blk * taps),
-            y.add(off),
-            rb,
-            bb,
-            &gp,
-            (0, g.ow),
-            path,
-        );
+        let out = (y, res, bias);
+        unit_row(rows, w, out, (g, &gp), (plane, oy), (0, g.ow), path);
     }
+}
+
+/// Output row `oy` of `plane` (image `plane / blocks`, block `plane %
+/// blocks`) of a whole conv `g` (`out`: `y`, residual and bias, each
+/// null or whole), from its tap rows `rows`, computed with descriptor
+/// `gr` (`g` itself, or its zero-padded form) over interior columns `xs`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+unsafe fn unit_row(
+    rows: &[*const f32],
+    w: *const f32,
+    (y, res, bias): (*mut f32, *const f32, *const f32),
+    (g, gr): (&DwRowGeom, &DwRowGeom),
+    (plane, oy): (usize, usize),
+    xs: (usize, usize),
+    path: Path,
+) {
+    let blk = plane % g.blocks;
+    let off = (plane * g.oh + oy) * g.ow * B;
+    let rb = if res.is_null() { res } else { res.add(off) };
+    let bb = if bias.is_null() {
+        bias
+    } else {
+        bias.add(blk * B)
+    };
+    let taps = w.add(blk * g.kh * g.kw * B);
+    row_on(rows, taps, y.add(off), rb, bb, gr, xs, path);
 }
 
 /// One block's output row on `path` (see [`dnnc_dw_row_nchw8c`]).
