@@ -467,7 +467,9 @@ pub unsafe extern "C" fn dnnc_conv_into_nchw8c(
     ep: *const Epilogue,
 ) -> i32 {
     // The window tile stays ymm on AVX-512 machines: 14-pixel zmm tiles
-    // measured slower on MobileNet-V2's stem (0.24 -> 0.32 ms).
+    // measured slower on MobileNet-V2's stem (0.24 -> 0.32 ms), and so
+    // did zmm activations after its stores (EfficientNet-B0's SiLU stem
+    // at batch 8: 3.65-3.71 -> 3.89-4.62 ms in alternating profiles).
     let path = match Path::best() {
         Path::Avx512 => Path::Avx2,
         p => p,
@@ -541,7 +543,7 @@ unsafe fn into_blocked(
         let mut o = 0;
         while o < m {
             let width = panel_width(m, o);
-            let t = Tile::panel(w, (o, width), (taps, 0), plane * 8, &ep);
+            let t = Tile::panel(w, (o, width), (taps, 0), plane * 8, &ep, path);
             let tile = path.tile_pixels(width);
             let block = (o / 8) * plane * 8;
             for (s0, s1, in_place) in segments {
@@ -742,7 +744,7 @@ unsafe fn image(
                 continue;
             }
             let tile = path.tile_pixels(width);
-            let t = Tile::panel(w, (o, width), (k, hw * 8), out.block, ep);
+            let t = Tile::panel(w, (o, width), (k, hw * 8), out.block, ep, path);
             let block = (o / 8) * out.block;
             let mut p = c0;
             while p < c1 {
@@ -789,19 +791,23 @@ struct Tile {
     lo: f32,
     hi: f32,
     act: u32,
+    /// Whether the activation runs in zmm registers ([`Path::Avx512`]).
+    wide_act: bool,
 }
 
 impl Tile {
     /// The panel of `width` output channels from channel `o` of a filter
     /// packed by [`pack_filter`] (`k` deep, input blocks `stride` floats
     /// apart), its outputs' blocks `y_stride` apart, with `ep`'s bias
-    /// from channel `o`, clamp and activation.
+    /// from channel `o`, clamp and activation (in zmm registers on
+    /// `path` [`Path::Avx512`]).
     unsafe fn panel(
         w: *const f32,
         (o, width): (usize, usize),
         (k, stride): (usize, usize),
         y_stride: usize,
         ep: &Epilogue,
+        path: Path,
     ) -> Tile {
         Tile {
             w: w.add(o * k),
@@ -817,6 +823,7 @@ impl Tile {
             lo: ep.lo,
             hi: ep.hi,
             act: ep.act,
+            wide_act: path == Path::Avx512,
         }
     }
 }
@@ -1027,7 +1034,9 @@ unsafe fn store8(
 /// blocks after [`store8`] stored them clamped: eight vectors at a time
 /// from L1, each step across all eight (`act8_n`, bitwise the scalar
 /// [`activate`]), where one vector's ~20-step chain, division included,
-/// would wait on itself. Out of line: in the tile's store sequence the
+/// would wait on itself. With `t.wide_act` (the zmm tiles) in zmm
+/// registers (`activate_zmm`): EfficientNet-B0's 16 -> 96 expansion at
+/// 112x112, batch 8, 6.86-7.26 -> 6.58-6.66 ms in 4 alternating pairs. Out of line: in the tile's store sequence the
 /// activation of each accumulator kept one chain in flight (EfficientNet-
 /// B0's 16-deep expansions were epilogue-bound), and called there it
 /// clobbered the accumulators.
@@ -1036,6 +1045,12 @@ unsafe fn store8(
 #[inline(never)]
 unsafe fn activate_tile(t: &Tile, y: *mut f32, np: usize, nb: usize) {
     if t.act == ACT_NONE {
+        return;
+    }
+    if t.wide_act {
+        for b in 0..nb {
+            super::pgemm::x86::activate_zmm(t.act, y.add(b * t.y_stride), np * 8);
+        }
         return;
     }
     for b in 0..nb {

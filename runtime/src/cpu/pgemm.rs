@@ -2992,6 +2992,105 @@ pub(super) mod x86 {
         out
     }
 
+    /// [`act8_n`] on `N` zmm vectors, sixteen lanes each: the same IEEE
+    /// operations lane for lane, so bitwise its result, at half the
+    /// instructions and with 32 registers for the chains and constants
+    /// (a loop over L2-resident data measured ~8 cycles per eight lanes
+    /// against 10-16 for `act8_n` on the Zen 4).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn act16_n<const ACT: u32, const N: usize>(v: [__m512; N]) -> [__m512; N] {
+        use super::sig;
+        let (lo, hi) = (_mm512_set1_ps(sig::LO), _mm512_set1_ps(sig::HI));
+        let magic = _mm512_set1_ps(sig::MAGIC);
+        let (mut x, mut y) = ([_mm512_setzero_ps(); N], [_mm512_setzero_ps(); N]);
+        for i in 0..N {
+            x[i] = _mm512_min_ps(hi, _mm512_max_ps(lo, v[i]));
+        }
+        for i in 0..N {
+            y[i] = _mm512_fmadd_ps(x[i], _mm512_set1_ps(sig::NLOG2E), magic);
+        }
+        let mut s = [_mm512_setzero_ps(); N];
+        for i in 0..N {
+            let n = _mm512_sub_ps(y[i], magic);
+            let t = _mm512_fmadd_ps(n, _mm512_set1_ps(sig::LN2_HI), x[i]);
+            s[i] = _mm512_fmadd_ps(n, _mm512_set1_ps(sig::LN2_LO), t);
+        }
+        let mut p = [_mm512_set1_ps(sig::Q[0]); N];
+        for &k in &sig::Q[1..] {
+            for i in 0..N {
+                p[i] = _mm512_fmadd_ps(p[i], s[i], _mm512_set1_ps(k));
+            }
+        }
+        let one = _mm512_set1_ps(1.0);
+        let mut out = [_mm512_setzero_ps(); N];
+        for i in 0..N {
+            let q = _mm512_sub_ps(_mm512_fmadd_ps(p[i], _mm512_mul_ps(s[i], s[i]), one), s[i]);
+            let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_castps_si512(y[i])));
+            let sgm = _mm512_div_ps(one, _mm512_fmadd_ps(q, scale, one));
+            out[i] = if ACT == super::ACT_SILU {
+                _mm512_mul_ps(v[i], sgm)
+            } else {
+                sgm
+            };
+        }
+        out
+    }
+
+    /// Activation `act` ([`super::ACT_SIGMOID`] or [`super::ACT_SILU`];
+    /// another leaves the data) over the `n` floats at `p`, in place, in
+    /// zmm registers (see [`activate_zmm_n`]). Bitwise the scalar
+    /// [`super::activate`] (see [`act16_n`]).
+    ///
+    /// # Safety
+    /// `p` must address `n` writable floats; the CPU must have AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(in crate::cpu) unsafe fn activate_zmm(act: u32, p: *mut f32, n: usize) {
+        match act {
+            super::ACT_SIGMOID => activate_zmm_n::<{ super::ACT_SIGMOID }>(p, n),
+            super::ACT_SILU => activate_zmm_n::<{ super::ACT_SILU }>(p, n),
+            _ => {}
+        }
+    }
+
+    /// [`activate_zmm`] for one activation: 64 floats at a time, the
+    /// rest as one group of two or four zmm chains (a lone chain waits on
+    /// itself), its last vectors masked.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn activate_zmm_n<const ACT: u32>(p: *mut f32, n: usize) {
+        let mut i = 0;
+        while i < n {
+            let left = n - i;
+            if left > 32 {
+                activate_zmm_group::<ACT, 4>(p.add(i), left);
+            } else if left > 16 {
+                activate_zmm_group::<ACT, 2>(p.add(i), left);
+            } else {
+                activate_zmm_group::<ACT, 1>(p.add(i), left);
+            }
+            i += 64;
+        }
+    }
+
+    /// `N` zmm vectors of activation `ACT` from `p`, of which the first
+    /// `left` floats exist: masked-off lanes are neither read nor
+    /// written.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn activate_zmm_group<const ACT: u32, const N: usize>(p: *mut f32, left: usize) {
+        let mask = |j: usize| {
+            let lanes = left.saturating_sub(16 * j).min(16);
+            ((1u32 << lanes) - 1) as __mmask16
+        };
+        let mut v = [_mm512_setzero_ps(); N];
+        for (j, v) in v.iter_mut().enumerate() {
+            *v = _mm512_maskz_loadu_ps(mask(j), p.add(16 * j));
+        }
+        for (j, v) in act16_n::<ACT, N>(v).iter().enumerate() {
+            _mm512_mask_storeu_ps(p.add(16 * j), mask(j), *v);
+        }
+    }
+
     /// AVX2+FMA `6 x 16` micro-kernel: 12 ymm accumulators. A tile of
     /// at most 8 columns (a 7x7 map's 49th column, a narrow GEMM's last
     /// strip) runs the `6 x 8` half, [`micro_avx2_w`] with one ymm per
