@@ -2939,6 +2939,57 @@ pub(super) mod x86 {
         _mm256_div_ps(one, _mm256_fmadd_ps(q, scale, one))
     }
 
+    /// The steps of [`super::sigmoid`] (`ACT` [`super::ACT_SIGMOID`]) or
+    /// SiLU on the `N` vectors of array `v`, each step across all of them
+    /// before the next, with the given width's intrinsics: set1, setzero,
+    /// min, max; fmadd, sub, mul, div; the casts to and from integer
+    /// lanes and the shift. One definition for [`act8_n`] and
+    /// [`act16_n`], so the two widths cannot drift apart. Plain loops, no
+    /// closures: a closure does not inherit the target features, and the
+    /// intrinsics in one not inlined become calls.
+    macro_rules! sigmoid_steps {
+        ($act:ident, $n:ident, $v:ident,
+         ($set1:ident, $zero:ident, $min:ident, $max:ident),
+         ($fmadd:ident, $sub:ident, $mul:ident, $div:ident),
+         ($to_int:ident, $shl:ident, $to_float:ident)) => {{
+            use super::sig;
+            let (lo, hi) = ($set1(sig::LO), $set1(sig::HI));
+            let magic = $set1(sig::MAGIC);
+            let (mut x, mut y) = ([$zero(); $n], [$zero(); $n]);
+            for i in 0..$n {
+                x[i] = $min(hi, $max(lo, $v[i]));
+            }
+            for i in 0..$n {
+                y[i] = $fmadd(x[i], $set1(sig::NLOG2E), magic);
+            }
+            let mut s = [$zero(); $n];
+            for i in 0..$n {
+                let n = $sub(y[i], magic);
+                let t = $fmadd(n, $set1(sig::LN2_HI), x[i]);
+                s[i] = $fmadd(n, $set1(sig::LN2_LO), t);
+            }
+            let mut p = [$set1(sig::Q[0]); $n];
+            for &k in &sig::Q[1..] {
+                for i in 0..$n {
+                    p[i] = $fmadd(p[i], s[i], $set1(k));
+                }
+            }
+            let one = $set1(1.0);
+            let mut out = [$zero(); $n];
+            for i in 0..$n {
+                let q = $sub($fmadd(p[i], $mul(s[i], s[i]), one), s[i]);
+                let scale = $to_float($shl::<23>($to_int(y[i])));
+                let sgm = $div(one, $fmadd(q, scale, one));
+                out[i] = if $act == super::ACT_SILU {
+                    $mul($v[i], sgm)
+                } else {
+                    sgm
+                };
+            }
+            out
+        }};
+    }
+
     /// [`sigmoid8`] (`ACT` [`super::ACT_SIGMOID`]) or SiLU
     /// ([`super::ACT_SILU`]) on `N` vectors, each step across all of them
     /// before the next: bitwise `sigmoid8` lane for lane, but `N`
@@ -2950,46 +3001,22 @@ pub(super) mod x86 {
     pub(in crate::cpu) unsafe fn act8_n<const ACT: u32, const N: usize>(
         v: [__m256; N],
     ) -> [__m256; N] {
-        use super::sig;
         if ACT != super::ACT_SIGMOID && ACT != super::ACT_SILU {
             return v;
         }
-        let (lo, hi) = (_mm256_set1_ps(sig::LO), _mm256_set1_ps(sig::HI));
-        let magic = _mm256_set1_ps(sig::MAGIC);
-        // Plain loops, no closures: a closure does not inherit the target
-        // features, and the intrinsics in one not inlined become calls.
-        let (mut x, mut y) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
-        for i in 0..N {
-            x[i] = _mm256_min_ps(hi, _mm256_max_ps(lo, v[i]));
-        }
-        for i in 0..N {
-            y[i] = _mm256_fmadd_ps(x[i], _mm256_set1_ps(sig::NLOG2E), magic);
-        }
-        let mut s = [_mm256_setzero_ps(); N];
-        for i in 0..N {
-            let n = _mm256_sub_ps(y[i], magic);
-            let t = _mm256_fmadd_ps(n, _mm256_set1_ps(sig::LN2_HI), x[i]);
-            s[i] = _mm256_fmadd_ps(n, _mm256_set1_ps(sig::LN2_LO), t);
-        }
-        let mut p = [_mm256_set1_ps(sig::Q[0]); N];
-        for &k in &sig::Q[1..] {
-            for i in 0..N {
-                p[i] = _mm256_fmadd_ps(p[i], s[i], _mm256_set1_ps(k));
-            }
-        }
-        let one = _mm256_set1_ps(1.0);
-        let mut out = [_mm256_setzero_ps(); N];
-        for i in 0..N {
-            let q = _mm256_sub_ps(_mm256_fmadd_ps(p[i], _mm256_mul_ps(s[i], s[i]), one), s[i]);
-            let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_castps_si256(y[i])));
-            let sgm = _mm256_div_ps(one, _mm256_fmadd_ps(q, scale, one));
-            out[i] = if ACT == super::ACT_SILU {
-                _mm256_mul_ps(v[i], sgm)
-            } else {
-                sgm
-            };
-        }
-        out
+        sigmoid_steps!(
+            ACT,
+            N,
+            v,
+            (
+                _mm256_set1_ps,
+                _mm256_setzero_ps,
+                _mm256_min_ps,
+                _mm256_max_ps
+            ),
+            (_mm256_fmadd_ps, _mm256_sub_ps, _mm256_mul_ps, _mm256_div_ps),
+            (_mm256_castps_si256, _mm256_slli_epi32, _mm256_castsi256_ps)
+        )
     }
 
     /// [`act8_n`] on `N` zmm vectors, sixteen lanes each: the same IEEE
@@ -3000,41 +3027,19 @@ pub(super) mod x86 {
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn act16_n<const ACT: u32, const N: usize>(v: [__m512; N]) -> [__m512; N] {
-        use super::sig;
-        let (lo, hi) = (_mm512_set1_ps(sig::LO), _mm512_set1_ps(sig::HI));
-        let magic = _mm512_set1_ps(sig::MAGIC);
-        let (mut x, mut y) = ([_mm512_setzero_ps(); N], [_mm512_setzero_ps(); N]);
-        for i in 0..N {
-            x[i] = _mm512_min_ps(hi, _mm512_max_ps(lo, v[i]));
-        }
-        for i in 0..N {
-            y[i] = _mm512_fmadd_ps(x[i], _mm512_set1_ps(sig::NLOG2E), magic);
-        }
-        let mut s = [_mm512_setzero_ps(); N];
-        for i in 0..N {
-            let n = _mm512_sub_ps(y[i], magic);
-            let t = _mm512_fmadd_ps(n, _mm512_set1_ps(sig::LN2_HI), x[i]);
-            s[i] = _mm512_fmadd_ps(n, _mm512_set1_ps(sig::LN2_LO), t);
-        }
-        let mut p = [_mm512_set1_ps(sig::Q[0]); N];
-        for &k in &sig::Q[1..] {
-            for i in 0..N {
-                p[i] = _mm512_fmadd_ps(p[i], s[i], _mm512_set1_ps(k));
-            }
-        }
-        let one = _mm512_set1_ps(1.0);
-        let mut out = [_mm512_setzero_ps(); N];
-        for i in 0..N {
-            let q = _mm512_sub_ps(_mm512_fmadd_ps(p[i], _mm512_mul_ps(s[i], s[i]), one), s[i]);
-            let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_castps_si512(y[i])));
-            let sgm = _mm512_div_ps(one, _mm512_fmadd_ps(q, scale, one));
-            out[i] = if ACT == super::ACT_SILU {
-                _mm512_mul_ps(v[i], sgm)
-            } else {
-                sgm
-            };
-        }
-        out
+        sigmoid_steps!(
+            ACT,
+            N,
+            v,
+            (
+                _mm512_set1_ps,
+                _mm512_setzero_ps,
+                _mm512_min_ps,
+                _mm512_max_ps
+            ),
+            (_mm512_fmadd_ps, _mm512_sub_ps, _mm512_mul_ps, _mm512_div_ps),
+            (_mm512_castps_si512, _mm512_slli_epi32, _mm512_castsi512_ps)
+        )
     }
 
     /// Activation `act` ([`super::ACT_SIGMOID`] or [`super::ACT_SILU`];
