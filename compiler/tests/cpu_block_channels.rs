@@ -157,6 +157,40 @@ fn depthwise_activations_in_registers_match_the_interpreter() {
     }
 }
 
+/// A per-channel constant (`[1, C, 1, 1]`, broadcast over the batch)
+/// multiplying a blocked map runs blocked, on its reordered copy (C
+/// floats, reordered by a step of its own): against the interpreter, two
+/// threads bitwise one, the map itself reordered only into the layout.
+#[test]
+fn channel_constants_run_blocked() {
+    let body = chain(2, (16, 48, 10), (3, 1), CLIP);
+    let clip = "  %d6 = Clip(%d) {min=0, max=6}";
+    let scaled =
+        "  param %cs: f32[1,48,1,1] = uniform(low=0.5, high=1.5, seed=21)\n  %d6 = Mul(%d, %cs)";
+    let body = body.replace(clip, scaled);
+    let (_, ins, mut exe) = checked(&body, 11);
+    let mut into: Vec<&str> = exe
+        .steps()
+        .iter()
+        .filter(|s| s.name.ends_with(".to_nchw8c"))
+        .map(|s| s.name.as_str())
+        .collect();
+    into.sort();
+    assert_eq!(into, ["cs.to_nchw8c", "x.to_nchw8c"], "{body}");
+    let out: Vec<&str> = exe
+        .steps()
+        .iter()
+        .filter(|s| s.name.ends_with(".planes"))
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(
+        out,
+        ["y.planes"],
+        "only the output leaves the layout:\n{body}"
+    );
+    two_threads_bitwise(&mut exe, &ins, &body);
+}
+
 /// EfficientNet's block: expansion and depthwise conv with SiLU, then
 /// squeeze-excitation (global pool, two small convs, sigmoid, a
 /// per-image channel scale), projection and residual. The whole block

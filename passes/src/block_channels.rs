@@ -629,10 +629,10 @@ mod tests {
     #[test]
     fn per_channel_operands_are_reordered_not_the_map() {
         // The Mul by a [1,C,1,1] scale runs blocked on a reordered copy
-        // of the scale (C elements); the map is reordered once, for the
-        // output, which keeps its name.
+        // of the scale (C elements), broadcast over both images; the map
+        // is reordered once, for the output, which keeps its name.
         let text = "graph scale {
-          input %x: f32[1,8,8,8]
+          input %x: f32[2,8,8,8]
           param %w1: f32[32,8,1,1] = he(seed=1)
           param %w2: f32[32,1,3,3] = he(seed=2)
           param %w3: f32[32,32,1,1] = he(seed=3)
@@ -647,13 +647,13 @@ mod tests {
           %y = Mul(%c, %s)
           output %y
         }";
-        let (g, want, got) = before_after(text, [1, 8, 8, 8]);
+        let (g, want, got) = before_after(text, [2, 8, 8, 8]);
         assert_eq!(g.value(g.outputs()[0]).name, "y");
         assert!(g.value_by_name("c.planes").is_none(), "{}", print(&g));
         let scale = g.value_by_name("s.to_nchw8c").expect("scale reordered");
         assert_eq!(g.value(scale).ty.shape, [1, 2, 1, 1, 8]);
         let y = g.value_by_name("y.nchw8c").expect("blocked Mul");
-        assert_eq!(g.value(y).ty.shape, [1, 2, 8, 8, 8]);
+        assert_eq!(g.value(y).ty.shape, [2, 2, 8, 8, 8]);
         assert_close(&got, &want);
     }
 
