@@ -235,19 +235,13 @@ impl Path {
     /// The fastest path this machine runs (the AVX-512 tiles need
     /// `avx512vl` too, for their 8-lane EVEX FMAs).
     fn best() -> Path {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx512f")
-                && std::is_x86_feature_detected!("avx512vl")
-                && super::avx2_fma()
-            {
-                return Path::Avx512;
-            }
-            if super::avx2_fma() {
-                return Path::Avx2;
-            }
+        if super::avx512_vl() {
+            Path::Avx512
+        } else if super::avx2_fma() {
+            Path::Avx2
+        } else {
+            Path::Portable
         }
-        Path::Portable
     }
 
     /// Pixels per tile of a panel `width` channels wide. ymm: 12

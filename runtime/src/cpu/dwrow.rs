@@ -138,90 +138,94 @@ unsafe fn dw_units(
         return 1;
     }
     let (xa, xb) = interior(g);
-    if path != Path::Portable && (xa + g.ow - xb) * PADDED_BORDER >= g.ow && u1 - u0 >= g.kh {
-        padded_units(x, w, y, res, bias, g, (u0, u1), path);
-        return 0;
-    }
+    let padded =
+        path != Path::Portable && (xa + g.ow - xb) * PADDED_BORDER >= g.ow && u1 - u0 >= g.kh;
+    let mut ring = padded.then(|| PaddedRows::new(g));
+    // The descriptor and interior columns the rows run with: padded rows
+    // have no border pixels.
+    let (gr, xs) = match &ring {
+        Some(r) => (r.geom, (0, g.ow)),
+        None => (*g, (xa, xb)),
+    };
     let mut rows = [std::ptr::null::<f32>(); DW_ROW_MAX_KH];
     let rows = &mut rows[..g.kh];
-    let plane_in = g.h * g.w * B;
     for u in u0..u1 {
         let (plane, oy) = (u / g.oh, u % g.oh);
-        let xp = x.add(plane * plane_in);
         for (ky, r) in rows.iter_mut().enumerate() {
             let iy = (oy * g.sy + ky) as isize - g.pt as isize;
             *r = if iy < 0 || iy as usize >= g.h {
-                g.zero
+                gr.zero
+            } else if let Some(ring) = &mut ring {
+                ring.row(x, g, plane, iy as usize)
             } else {
-                xp.add(iy as usize * g.w * B)
+                x.add((plane * g.h + iy as usize) * g.w * B)
             };
         }
         let out = (y, res, bias);
-        unit_row(rows, w, out, (g, g), (plane, oy), (xa, xb), path);
+        unit_row(rows, w, out, (g, &gr), (plane, oy), xs, path);
     }
     0
 }
 
 /// Rows whose border pixels are at least one in this many run on
-/// zero-padded copies of their tap rows ([`padded_units`]): a border
+/// zero-padded copies of their tap rows ([`PaddedRows`]): a border
 /// pixel is one dependent chain of multiply-adds, an interior group eight
 /// chains in flight (a 7x7 map under a 5x5 window has 4 border pixels in
 /// 7).
 const PADDED_BORDER: usize = 8;
 
-/// [`dw_units`] on zero-padded copies of the input rows: a ring of `kh`
-/// rows `pl + w + pr` pixels wide (the padding columns stay zero; a row
-/// is copied once per plane while consecutive units reuse it), so every
-/// output pixel is an interior one. The padding's products are the zero
-/// products the border pixels take, so results are bitwise the same.
-#[allow(clippy::too_many_arguments)]
-unsafe fn padded_units(
-    x: *const f32,
-    w: *const f32,
-    y: *mut f32,
-    res: *const f32,
-    bias: *const f32,
-    g: &DwRowGeom,
-    (u0, u1): (usize, usize),
-    path: Path,
-) {
-    let wp = ((g.ow - 1) * g.sx + g.kw).max(g.pl + g.w);
-    let row_len = wp * B;
-    // `kh` ring slots, then a row of zeros for the padding rows.
-    let mut ring = vec![0f32; (g.kh + 1) * row_len];
-    let ring = ring.as_mut_ptr();
-    let zero = ring.add(g.kh * row_len) as *const f32;
-    let gp = DwRowGeom {
-        w: wp,
-        pl: 0,
-        zero,
-        ..*g
-    };
-    let mut held = [usize::MAX; DW_ROW_MAX_KH];
-    let mut rows = [std::ptr::null::<f32>(); DW_ROW_MAX_KH];
-    let rows = &mut rows[..g.kh];
-    let plane_in = g.h * g.w * B;
-    for u in u0..u1 {
-        let (plane, oy) = (u / g.oh, u % g.oh);
-        for (ky, r) in rows.iter_mut().enumerate() {
-            let iy = (oy * g.sy + ky) as isize - g.pt as isize;
-            if iy < 0 || iy as usize >= g.h {
-                *r = zero;
-                continue;
-            }
-            let iy = iy as usize;
-            let slot = iy % g.kh;
-            let dst = ring.add(slot * row_len);
-            let key = plane * g.h + iy;
-            if held[slot] != key {
-                let src = x.add(plane * plane_in + iy * g.w * B);
-                std::ptr::copy_nonoverlapping(src, dst.add(g.pl * B), g.w * B);
-                held[slot] = key;
-            }
-            *r = dst;
+/// A task's zero-padded copies of the input rows of a whole conv: a ring
+/// of `kh` rows `pl + w + pr` pixels wide (the padding columns stay
+/// zero; a row is copied once per plane while consecutive units reuse
+/// it), so every output pixel is an interior one. The padding's products
+/// are the zero products the border pixels take, so results are bitwise
+/// the same.
+struct PaddedRows {
+    /// `kh` ring slots, then a row of zeros for the padding rows.
+    buf: Vec<f32>,
+    /// Floats per padded row.
+    row_len: usize,
+    /// Which `plane * h + iy` each slot holds.
+    held: [usize; DW_ROW_MAX_KH],
+    /// The conv's descriptor on padded rows: `w` the padded width, no
+    /// left padding, `zero` the ring's row of zeros.
+    geom: DwRowGeom,
+}
+
+impl PaddedRows {
+    fn new(g: &DwRowGeom) -> PaddedRows {
+        let wp = ((g.ow - 1) * g.sx + g.kw).max(g.pl + g.w);
+        let row_len = wp * B;
+        let buf = vec![0f32; (g.kh + 1) * row_len];
+        let zero = buf[g.kh * row_len..].as_ptr();
+        PaddedRows {
+            buf,
+            row_len,
+            held: [usize::MAX; DW_ROW_MAX_KH],
+            geom: DwRowGeom {
+                w: wp,
+                pl: 0,
+                zero,
+                ..*g
+            },
         }
-        let out = (y, res, bias);
-        unit_row(rows, w, out, (g, &gp), (plane, oy), (0, g.ow), path);
+    }
+
+    /// The padded copy of input row `iy` of `plane` of `x` (conv `g`),
+    /// copied into its slot unless the slot holds it already.
+    ///
+    /// # Safety
+    /// `x` must address the conv's input.
+    unsafe fn row(&mut self, x: *const f32, g: &DwRowGeom, plane: usize, iy: usize) -> *const f32 {
+        let slot = iy % g.kh;
+        let dst = self.buf.as_mut_ptr().add(slot * self.row_len);
+        let key = plane * g.h + iy;
+        if self.held[slot] != key {
+            let src = x.add(key * g.w * B);
+            std::ptr::copy_nonoverlapping(src, dst.add(g.pl * B), g.w * B);
+            self.held[slot] = key;
+        }
+        dst
     }
 }
 
@@ -289,11 +293,7 @@ enum Path {
 
 impl Path {
     fn best() -> Path {
-        #[cfg(target_arch = "x86_64")]
-        if super::avx2_fma()
-            && std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512vl")
-        {
+        if super::avx512_vl() {
             return Path::Avx512;
         }
         if super::avx2_fma() {

@@ -208,6 +208,23 @@ impl Step {
     }
 }
 
+/// Whether this machine runs the AVX-512 paths of the channel-blocked
+/// kernels (`blocked`'s zmm tiles, `dwrow`'s rows with 32 registers):
+/// AVX2+FMA plus AVX-512F and VL (8-lane EVEX instructions); false off
+/// x86-64.
+pub fn avx512_vl() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx2_fma()
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether this machine runs the AVX2+FMA paths of the native conv
 /// kernels (`blocked`, `group8`, `dw8`): false off x86-64.
 pub fn avx2_fma() -> bool {
