@@ -1321,8 +1321,12 @@ pub(crate) mod tests {
         let h = 4 * native::TASK_OVERHEAD_MACS_SPIN;
         assert_eq!(chunks(1, &step(1000, 1000 * h, vec![])), 1);
         assert_eq!(chunks(2, &step(1000, 1000 * h, vec![])), 2 * c);
-        assert_eq!(chunks(2, &step(3, 1000 * h, vec![])), 3.min(2 * c));
-        assert_eq!(chunks(2, &step(1000, 3 * h, vec![])), 3.min(2 * c));
+        // Three units or three tasks' work: two chunks, one a thread (a
+        // third chunk would leave one thread two).
+        assert_eq!(chunks(2, &step(3, 1000 * h, vec![])), 2);
+        assert_eq!(chunks(2, &step(1000, 3 * h, vec![])), 2);
+        assert_eq!(chunks(2, &step(7, 1000 * h, vec![])), 6.min(2 * c));
+        assert_eq!(chunks(3, &step(7, 1000 * h, vec![])), 6.min(3 * c));
         assert_eq!(chunks(2, &step(1000, 1000 * h, vec![1])), 2);
     }
 

@@ -204,12 +204,17 @@ pub fn chunks_for_work(tasks: usize, work: u64, share: u64, extent: usize) -> us
 
 /// `tasks` planned shares (more than one) cut into [`task_chunks`] each,
 /// at most `limit` in all (what the split's work and extent allow), never
-/// fewer than planned; 0 or 1 share stays as it is.
+/// fewer than planned, and always a multiple of `tasks`: equal chunks
+/// spread over the threads evenly only then (three over two threads left
+/// one thread two of them, so the split took 2/3 of the whole kernel's
+/// time, not 1/2: SqueezeNet's 64 x 3025 x 16 expansions at two threads).
+/// 0 or 1 share stays as it is.
 pub fn cut_into_chunks(tasks: usize, limit: usize) -> usize {
     if tasks <= 1 {
         return tasks;
     }
-    (tasks * task_chunks()).min(limit).max(tasks)
+    let per_share = ((tasks * task_chunks()).min(limit) / tasks).max(1);
+    tasks * per_share
 }
 
 /// Into how many tasks each thread's share of a split is cut (4; the
@@ -337,6 +342,10 @@ mod tests {
         assert_eq!(gemm_chunks(16, 64, 4096, 2), 2);
         // 1.6M MACs hold two chunks of 800k.
         assert_eq!(gemm_chunks(64, 100, 250, 2), 2);
+        // 3.1M MACs would hold three: two, so each thread gets one.
+        assert_eq!(gemm_chunks(64, 3025, 16, 2), 2);
+        // Seven 32-wide columns strips would hold seven: six.
+        assert_eq!(gemm_chunks(16, 224, 4096, 2), 6.min(2 * c));
     }
 
     #[test]
