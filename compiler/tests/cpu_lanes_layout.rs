@@ -3,10 +3,13 @@
 //! transposed into NCHW as they are stored): a pointwise conv on a 7x7 map
 //! with bias, residual and Relu (batch 2), a stride-2 conv whose B is
 //! gathered from its input rows, a Winograd F(4x4) conv with 49 tiles,
-//! and a batch-1 Gemm (a matrix-vector product). Each against the
-//! interpreter, and at 2 threads bitwise equal to 1. The layout rule is
-//! checked on each shape first, so the test cannot silently run the
-//! panels layout instead.
+//! a batch-1 Gemm (a matrix-vector product), a batch-8 Gemm with Relu
+//! (its batch rows read by their column stride, its output stored as the
+//! accumulators hold it) and a batch-3 MatMul with an untransposed weight.
+//! Each against the interpreter, and at 2 threads bitwise equal to 1. The
+//! layout rule is checked on each shape first, and the fully-connected
+//! layers' packed weights have the lanes layout's size, so the test cannot
+//! silently run the panels layout instead.
 
 mod cpu_common;
 
@@ -67,7 +70,38 @@ fn cases() -> Vec<Case> {
             None,
             (1000, 1, 256, 1),
         ),
+        (
+            "  input %x: f32[8,512]\n\
+             param %w: f32[1000,512] = he(seed=8)\n\
+             param %b: f32[1000] = uniform(low=-1, high=1, seed=9)\n\
+             %g = Gemm(%x, %w, %b) {transB=1}\n  %y = Relu(%g)\n  output %y\n"
+                .into(),
+            vec![("x".into(), rand_f32(&[8, 512], 16, -1.0, 1.0))],
+            None,
+            (1000, 8, 512, 8),
+        ),
+        (
+            "  input %x: f32[3,256]\n\
+             param %w: f32[256,100] = he(seed=10)\n\
+             %y = MatMul(%x, %w)\n  output %y\n"
+                .into(),
+            vec![("x".into(), rand_f32(&[3, 256], 17, -1.0, 1.0))],
+            None,
+            (100, 3, 256, 3),
+        ),
     ]
+}
+
+/// Bytes of an executable's packed weights.
+fn weight_bytes(e: &dnnc_runtime::cpu::Executable) -> usize {
+    use dnnc_runtime::cpu::BufferKind;
+    e.buffers()
+        .iter()
+        .filter_map(|b| match &b.kind {
+            BufferKind::Weight(w) => Some(w.len()),
+            _ => None,
+        })
+        .sum()
 }
 
 #[test]
@@ -96,6 +130,16 @@ fn lanes_layout_convs_and_fc_match_the_interpreter() {
         };
         check_with(&g, &ins, rtol, atol, &opts);
         let mut exe = compile_cpu(&g, &opts).expect("compile");
+        if body.contains("Gemm") || body.contains("MatMul") {
+            // The weight alone, packed in lanes (rows padded to 32), plus
+            // the Gemm's bias, unpacked.
+            let bias = if body.contains("%b") { 4 * m } else { 0 };
+            assert_eq!(
+                weight_bytes(&exe),
+                dnnc_runtime::cpu::pgemm::packed_bytes_for(Layout::Lanes, m, k) + bias,
+                "case {i}: the weight is not packed in lanes"
+            );
+        }
         let one = bits(&exe.run(&ins).expect("run"));
         exe.set_threads(2).expect("threads");
         let two = bits(&exe.run(&ins).expect("run"));
@@ -113,7 +157,6 @@ fn lanes_layout_convs_and_fc_match_the_interpreter() {
 #[test]
 fn the_ir_layout_attribute_decides_the_packed_filter() {
     use dnnc_runtime::cpu::pgemm::packed_bytes_for;
-    use dnnc_runtime::cpu::BufferKind;
     let (m, k, hw) = (40, 96, 14);
     let g = |layout: &str| {
         parse(&format!(
@@ -125,15 +168,6 @@ fn the_ir_layout_attribute_decides_the_packed_filter() {
         ))
     };
     let ins = vec![("x".to_string(), rand_f32(&[1, k, hw, hw], 4, -1.0, 1.0))];
-    let weight_bytes = |e: &dnnc_runtime::cpu::Executable| -> usize {
-        e.buffers()
-            .iter()
-            .filter_map(|b| match &b.kind {
-                BufferKind::Weight(w) => Some(w.len()),
-                _ => None,
-            })
-            .sum()
-    };
     assert_eq!(Layout::choose(m, hw * hw, k), Layout::Panels);
     let mut outs = Vec::new();
     for (attr, want) in [

@@ -926,9 +926,10 @@ fn balanced_bounds(extent: usize, unit: usize, tasks: usize) -> Vec<usize> {
 /// The body of [`dnnc_sgemm_packed`] for an A packed in [`Layout::Lanes`]:
 /// checks the header, then splits C's tiles over threads by whichever of
 /// the row panels or column strips has more (balanced as
-/// [`balanced_bounds`]). B is read in place: a row-major matrix (`b_cs ==
-/// 1` unless `n == 1`, else the mismatch error 1) or gathered, each tile
-/// inside one segment.
+/// [`balanced_bounds`]). B is read in place: strided (row-major, or with
+/// any column stride: a fully-connected layer's batch rows, its weight
+/// the packed A, are B's columns) or gathered, each tile inside one
+/// segment.
 #[allow(clippy::type_complexity)]
 unsafe fn lanes_call(
     ap: *const f32,
@@ -946,7 +947,6 @@ unsafe fn lanes_call(
         || h(4) != m as u64
         || h(5) != k as u64
         || h(6) != len as u64
-        || (gather.is_none() && b_cs != 1 && n > 1)
         || (ep > 1 && (ep as *const Epilogue).read().pro.active())
     {
         return 1;
@@ -961,6 +961,7 @@ unsafe fn lanes_call(
         k,
         b,
         b_rs,
+        b_cs: if n == 1 { 1 } else { b_cs },
         gather,
         c,
         c_rs,
@@ -1006,7 +1007,10 @@ struct Lanes {
     k: usize,
     b: *const f32,
     b_rs: isize,
-    /// B gathered from rows of another buffer (`b`, `b_rs` then unused).
+    /// B's column stride (1 for a row-major B).
+    b_cs: isize,
+    /// B gathered from rows of another buffer (`b`, `b_rs`, `b_cs` then
+    /// unused).
     gather: Option<Gather>,
     c: *mut f32,
     c_rs: isize,
@@ -1050,7 +1054,12 @@ impl Lanes {
                         g.base.offset(seg as isize * g.seg_step + jj as isize),
                         g.row_off,
                     ),
-                    None => x86::LaneRows::Strided(self.b.add(j), self.b_rs),
+                    None if self.b_cs == 1 => x86::LaneRows::Strided(self.b.add(j), self.b_rs),
+                    None => x86::LaneRows::StridedCols(
+                        self.b.offset(j as isize * self.b_cs),
+                        self.b_rs,
+                        self.b_cs,
+                    ),
                 };
                 #[cfg(target_arch = "x86_64")]
                 x86::lanes_tile(
@@ -2321,6 +2330,39 @@ pub(super) mod x86 {
         _mm512_mask_storeu_ps(p, m, v);
     }
 
+    /// The 16 C rows from `r` of column `j` (rows one float apart in C,
+    /// `m` the live ones) through the epilogue, in [`store16`]'s order
+    /// (bias, residual, clamp, activation), the bias and the residual
+    /// (its rows one float apart too) loaded as vectors.
+    #[inline(always)]
+    unsafe fn store_col16(
+        mut v: __m512,
+        p: *mut f32,
+        m: __mmask16,
+        (r, j): (usize, usize),
+        ep: Option<&TileEp>,
+    ) {
+        if let Some(e) = ep {
+            if !e.bias.is_null() {
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, e.bias.add(r)));
+            }
+            if !e.res.is_null() {
+                let q = e.res.offset(r as isize + j as isize * e.res_cs);
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, q));
+            }
+            if e.clamp {
+                let (lo, hi) = (_mm512_set1_ps(e.lo), _mm512_set1_ps(e.hi));
+                v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+            }
+            match e.act {
+                super::ACT_SIGMOID => v = sigmoid16(v),
+                super::ACT_SILU => v = _mm512_mul_ps(v, sigmoid16(v)),
+                _ => {}
+            }
+        }
+        _mm512_mask_storeu_ps(p, m, v);
+    }
+
     /// [`super::sigmoid`] on 16 lanes, operation for operation.
     #[inline]
     #[target_feature(enable = "avx512f")]
@@ -2437,6 +2479,9 @@ pub(super) mod x86 {
             LaneRows::Strided(p, rs) => {
                 by_cols!(StridedRows(p, rs), 1 2 3 4 5 6 7 8 9 10 11 12 13 14)
             }
+            LaneRows::StridedCols(p, rs, cs) => {
+                by_cols!(StridedColRows(p, rs, cs), 1 2 3 4 5 6 7 8 9 10 11 12 13 14)
+            }
             LaneRows::Table(p, offs) => {
                 by_cols!(TableRows(p, offs, k), 1 2 3 4 5 6 7 8 9 10 11 12 13 14)
             }
@@ -2453,6 +2498,8 @@ pub(super) mod x86 {
     pub(super) enum LaneRows {
         /// Row `k` at `p + k*rs`.
         Strided(*const f32, isize),
+        /// Row `k` at `p + k*rs`, column `j` of it `j*cs` further.
+        StridedCols(*const f32, isize, isize),
         /// Row `k` at `p + offs[k]`.
         Table(*const f32, *const i64),
         /// Row `k` at `p + offs[k]`, its columns from
@@ -2485,6 +2532,26 @@ pub(super) mod x86 {
         #[inline(always)]
         unsafe fn prefetch(&self, k: usize) {
             _mm_prefetch::<_MM_HINT_T0>(self.0.wrapping_offset(k as isize * self.1) as *const i8);
+        }
+    }
+
+    /// [`LaneRows::StridedCols`]. Its columns are separate streams (a
+    /// fully-connected layer's batch rows, B's rows one float apart), each
+    /// line serving sixteen k steps, which the hardware prefetcher follows:
+    /// no hints.
+    #[derive(Clone, Copy)]
+    struct StridedColRows(*const f32, isize, isize);
+
+    impl RowAt for StridedColRows {
+        #[inline(always)]
+        unsafe fn at(&self, k: usize) -> *const f32 {
+            self.0.offset(k as isize * self.1)
+        }
+        #[inline(always)]
+        unsafe fn prefetch(&self, _k: usize) {}
+        #[inline(always)]
+        unsafe fn col(&self, row: *const f32, j: usize) -> *const f32 {
+            row.offset(j as isize * self.2)
         }
     }
 
@@ -2600,6 +2667,20 @@ pub(super) mod x86 {
                 }
             }
             k0 += kc;
+        }
+        // C's rows one float apart (C holds a fully-connected layer's
+        // output transposed): each column's accumulators are its rows as
+        // they lie in C, stored as they are.
+        if c_rs == 1 && ep.is_none_or(|e| e.res.is_null() || e.res_rs == 1) {
+            for half in 0..rows.div_ceil(16) {
+                let live = (rows - 16 * half).min(16);
+                let m: __mmask16 = ((1u32 << live) - 1) as u16;
+                for j in 0..N {
+                    let p = c.offset(16 * half as isize + j as isize * c_cs);
+                    store_col16(t[2 * j + half], p, m, (16 * half, j), ep);
+                }
+            }
+            return;
         }
         // Transpose: C row l is lane l of every column's accumulator.
         let res_unit = ep.is_none_or(|e| e.res.is_null() || e.res_cs == 1);
@@ -4278,8 +4359,9 @@ mod tests {
     /// 16- and 32-lane boundaries, n around the 14-column tiles, k below,
     /// at and past one `KC` block; plain, accumulating and with the fused
     /// epilogue (bias with NaN and -0.0, residual with NaN, clamps), C
-    /// and R row-major or transposed, 1 and 2 threads. A B that is not
-    /// row-major is the mismatch error.
+    /// and R row-major or transposed, B row-major or transposed (read by
+    /// its column stride, as a fully-connected layer's batch rows are),
+    /// 1 and 2 threads. A header for another shape is the mismatch error.
     #[test]
     fn lanes_layout_matches_panels_layout_bitwise() {
         if !lanes_supported() {
@@ -4292,6 +4374,8 @@ mod tests {
                 for k in [1usize, 7, 256, 300, 600] {
                     let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
                     let b: Vec<f32> = (0..k * n).map(|i| val(i, 5)).collect();
+                    // The same B stored transposed: element (p, j) at j*k + p.
+                    let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
                     let bias: Vec<f32> = (0..m)
                         .map(|i| match i % 5 {
                             3 => f32::NAN,
@@ -4302,8 +4386,15 @@ mod tests {
                     let res: Vec<f32> = (0..m * n)
                         .map(|i| if i % 29 == 7 { f32::NAN } else { val(i, 13) })
                         .collect();
-                    for mode in 0..4 {
-                        let tc = mode == 3;
+                    // Modes 0-3: B row-major; 4 and 5: B transposed, C
+                    // transposed (a fully-connected layer) or not.
+                    for mode in 0..6 {
+                        let tc = mode == 3 || mode == 4;
+                        let (bp, b_rs, b_cs) = if mode >= 4 {
+                            (bt.as_ptr() as usize, 1, k as isize)
+                        } else {
+                            (b.as_ptr() as usize, n as isize, 1)
+                        };
                         let (c_rs, c_cs) = if tc { (1, m as isize) } else { (n as isize, 1) };
                         let ep = Epilogue {
                             bias: bias.as_ptr(),
@@ -4317,6 +4408,7 @@ mod tests {
                         };
                         let epv = match mode {
                             0 | 1 => mode,
+                            5 => 1,
                             _ => &ep as *const Epilogue as usize,
                         };
                         let run = |pa: &AlignedBuf, threads: usize| {
@@ -4327,9 +4419,9 @@ mod tests {
                                     m,
                                     n,
                                     k,
-                                    b.as_ptr(),
-                                    n as isize,
-                                    1,
+                                    bp as *const f32,
+                                    b_rs,
+                                    b_cs,
                                     c.as_mut_ptr(),
                                     c_rs,
                                     c_cs,
@@ -4345,30 +4437,13 @@ mod tests {
                 }
             }
         }
-        assert_eq!(cases, 7 * 6 * 5 * 4);
-        // B transposed (column stride not 1) or gathered: refused.
+        assert_eq!(cases, 7 * 6 * 5 * 6);
         let (m, n, k) = (40, 9, 20);
         let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
         let b = vec![1f32; k * n];
         let mut c = vec![0f32; m * n];
         let pa = pack_a_for(Layout::Lanes, m, k, &a, k, 1, 1.0);
         let ap = pa.as_ptr() as *const f32;
-        let rc = unsafe {
-            dnnc_sgemm_packed(
-                ap,
-                m,
-                n,
-                k,
-                b.as_ptr(),
-                1,
-                k as isize,
-                c.as_mut_ptr(),
-                n as isize,
-                1,
-                0,
-            )
-        };
-        assert_eq!(rc, 1, "a transposed B must be refused");
         let rc = unsafe {
             dnnc_sgemm_packed(
                 ap,
