@@ -404,6 +404,9 @@ pub fn execute_with_status(
     cli: Cli,
     notes: &mut dyn FnMut(&str),
 ) -> Result<(String, i32), DnncError> {
+    // An instruction-set cap that cannot be honoured is a usage error
+    // before anything runs (the kernels would silently ignore it).
+    dnnc_ir::isa::cap_from_env().map_err(DnncError::Usage)?;
     let mut status = 0;
     let text = execute_command(cli, notes, &mut status)?;
     Ok((text, status))

@@ -24,6 +24,7 @@ pub mod dot;
 pub mod graph;
 pub mod infer;
 pub mod init;
+pub mod isa;
 pub mod memplan;
 pub mod op;
 pub mod tensor;

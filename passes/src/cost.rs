@@ -137,11 +137,11 @@ impl MachineClass {
     pub const ALL: [MachineClass; 2] = [MachineClass::XeonAvx512, MachineClass::EpycAvx2];
 
     /// The class whose profile fits this CPU best: AVX-512 cores run the
-    /// Xeon's kernels, every other core (AVX2, or no x86 at all) the
-    /// narrower ones the EPYC profile measured.
+    /// Xeon's kernels, every other core (AVX2, or no x86 at all, or
+    /// AVX-512 capped by `DNNC_CPU_ISA`) the narrower ones the EPYC
+    /// profile measured.
     pub fn detect() -> MachineClass {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if dnnc_ir::isa::cpu_isa() == dnnc_ir::isa::CpuIsa::Avx512 {
             return MachineClass::XeonAvx512;
         }
         MachineClass::EpycAvx2
@@ -745,10 +745,9 @@ mod tests {
     #[test]
     fn the_default_profile_is_this_cpus_class() {
         let class = MachineClass::detect();
-        #[cfg(target_arch = "x86_64")]
         assert_eq!(
             class == MachineClass::XeonAvx512,
-            std::arch::is_x86_feature_detected!("avx512f")
+            dnnc_ir::isa::cpu_isa() == dnnc_ir::isa::CpuIsa::Avx512
         );
         assert_eq!(MachineProfile::default(), MachineProfile::builtin(class));
         let lead = |c| {

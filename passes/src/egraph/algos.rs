@@ -147,14 +147,7 @@ fn alternatives(eg: &TensorGraph, eclass: Id) -> Vec<(Conv2d, Vec<Id>, Vec<ConvA
 /// `lanes` (its AVX-512 micro-kernel): the default of
 /// [`super::EGraphConfig::weight_layouts`].
 pub fn lanes_supported() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    dnnc_ir::isa::cpu_isa() == dnnc_ir::isa::CpuIsa::Avx512
 }
 
 /// `(attributes, operands)` of every Conv2d in `eclass` whose algorithm

@@ -213,29 +213,13 @@ impl Step {
 /// AVX2+FMA plus AVX-512F and VL (8-lane EVEX instructions); false off
 /// x86-64.
 pub fn avx512_vl() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        avx2_fma()
-            && std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512vl")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    dnnc_ir::isa::avx512_vl()
 }
 
 /// Whether this machine runs the AVX2+FMA paths of the native conv
 /// kernels (`blocked`, `group8`, `dw8`): false off x86-64.
 pub fn avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    dnnc_ir::isa::cpu_isa() >= dnnc_ir::isa::CpuIsa::Avx2
 }
 
 /// Bytes from one task's slice of a per-task workspace (`Step::task_ws`)

@@ -37,12 +37,13 @@ pub fn gflops_per_core() -> f64 {
 fn fma_loop() -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx512f") {
+        use dnnc_ir::isa::{cpu_isa, CpuIsa};
+        if cpu_isa() >= CpuIsa::Avx512 {
             // SAFETY: the feature was just detected.
             unsafe { x86::avx512() };
             return (ITERS * CHAINS * 16 * 2) as f64;
         }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        if cpu_isa() >= CpuIsa::Avx2 {
             // SAFETY: the features were just detected.
             unsafe { x86::avx2() };
             return (ITERS * CHAINS * 8 * 2) as f64;

@@ -169,9 +169,9 @@ impl Kernel {
         match self {
             Kernel::Portable => true,
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            Kernel::Avx2 => dnnc_ir::isa::cpu_isa() >= dnnc_ir::isa::CpuIsa::Avx2,
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => is_x86_feature_detected!("avx512f"),
+            Kernel::Avx512 => dnnc_ir::isa::cpu_isa() >= dnnc_ir::isa::CpuIsa::Avx512,
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }

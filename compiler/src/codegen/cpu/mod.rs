@@ -466,14 +466,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         set(&mut f, "opt_level", "none")?;
         settings::Flags::new(f)
     };
-    let isa = cranelift_native::builder()
-        .map_err(|m| backend(format!("host not supported: {m}")))?
+    let isa = host_isa_builder()
+        .map_err(backend)?
         .finish(settings::Flags::new(flags))
         .map_err(|e| backend(e.to_string()))?;
     // The same target without the e-graph pass, for kernels that set
     // `Emit::in_order`.
-    let in_order_isa = cranelift_native::builder()
-        .map_err(|m| backend(format!("host not supported: {m}")))?
+    let in_order_isa = host_isa_builder()
+        .map_err(backend)?
         .finish(in_order_flags)
         .map_err(|e| backend(e.to_string()))?;
     let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
@@ -1175,4 +1175,25 @@ fn write_perf_map(entries: &[(usize, usize, String)]) {
             let _ = writeln!(f, "{addr:x} {size:x} dnnc_kernel:{name}");
         }
     }
+}
+
+/// Cranelift's builder for this host, without the AVX-512 encodings when
+/// `DNNC_CPU_ISA` caps dnnc below AVX-512 ([`dnnc_ir::isa`]), so the
+/// generated code is what an AVX2 machine would run.
+fn host_isa_builder() -> Result<cranelift_codegen::isa::Builder, String> {
+    use cranelift_codegen::settings::Configurable;
+    let mut b = cranelift_native::builder().map_err(|m| format!("host not supported: {m}"))?;
+    if cfg!(target_arch = "x86_64") && dnnc_ir::isa::cpu_isa() < dnnc_ir::isa::CpuIsa::Avx512 {
+        for flag in [
+            "has_avx512bitalg",
+            "has_avx512dq",
+            "has_avx512f",
+            "has_avx512vl",
+            "has_avx512vbmi",
+            "has_avx512vnni",
+        ] {
+            b.set(flag, "false").map_err(|e| format!("{flag}: {e}"))?;
+        }
+    }
+    Ok(b)
 }
