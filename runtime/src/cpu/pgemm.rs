@@ -2295,10 +2295,8 @@ pub(super) mod x86 {
 
     /// Stores the 16 lanes `m` of accumulator `v` (tile row `r`, columns
     /// `col..col + 16` of the tile) at `p`: adds the old C unless `first`,
-    /// then the epilogue in the operations and order of `TileEp::apply`
-    /// (bias, residual, clamp as max(lo, v) then min(hi, v): with v NaN
-    /// both return v, the second operand). Shared by both AVX-512 kernels,
-    /// so they agree bitwise.
+    /// then [`epilogue16`] with the row's bias broadcast. Shared by both
+    /// AVX-512 kernels, so they agree bitwise.
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn store16(
@@ -2314,30 +2312,49 @@ pub(super) mod x86 {
             v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), v);
         }
         if let Some(e) = ep {
-            if !e.bias.is_null() {
-                v = _mm512_add_ps(v, _mm512_set1_ps(*e.bias.add(r)));
-            }
-            if !e.res.is_null() {
-                let q = e.res.offset(r as isize * e.res_rs).add(col);
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, q));
-            }
-            if e.clamp {
-                let (lo, hi) = (_mm512_set1_ps(e.lo), _mm512_set1_ps(e.hi));
-                v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
-            }
-            match e.act {
-                super::ACT_SIGMOID => v = sigmoid16(v),
-                super::ACT_SILU => v = _mm512_mul_ps(v, sigmoid16(v)),
-                _ => {}
-            }
+            let bias = (!e.bias.is_null()).then(|| _mm512_set1_ps(*e.bias.add(r)));
+            let res = (!e.res.is_null()).then(|| e.res.offset(r as isize * e.res_rs).add(col));
+            v = epilogue16(v, m, bias, res, e);
         }
         _mm512_mask_storeu_ps(p, m, v);
     }
 
+    /// The epilogue `e` on the 16 lanes `v` (`m` the live ones): `bias`
+    /// added (a row's bias broadcast, or a bias per lane), then the
+    /// residual at `res`, the clamp, the activation, in the operations and
+    /// order of `TileEp::apply`. Every AVX-512 store goes through it, so
+    /// they agree bitwise.
+    #[inline(always)]
+    unsafe fn epilogue16(
+        mut v: __m512,
+        m: __mmask16,
+        bias: Option<__m512>,
+        res: Option<*const f32>,
+        e: &TileEp,
+    ) -> __m512 {
+        if let Some(b) = bias {
+            v = _mm512_add_ps(v, b);
+        }
+        if let Some(q) = res {
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, q));
+        }
+        // max(lo, v) then min(hi, v): with v NaN both return v (the
+        // second operand), as `clamp_keep_nan` keeps it.
+        if e.clamp {
+            let (lo, hi) = (_mm512_set1_ps(e.lo), _mm512_set1_ps(e.hi));
+            v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+        }
+        match e.act {
+            super::ACT_SIGMOID => v = sigmoid16(v),
+            super::ACT_SILU => v = _mm512_mul_ps(v, sigmoid16(v)),
+            _ => {}
+        }
+        v
+    }
+
     /// The 16 C rows from `r` of column `j` (rows one float apart in C,
-    /// `m` the live ones) through the epilogue, in [`store16`]'s order
-    /// (bias, residual, clamp, activation), the bias and the residual
-    /// (its rows one float apart too) loaded as vectors.
+    /// `m` the live ones) through [`epilogue16`], the bias and the
+    /// residual (its rows one float apart too) loaded as vectors.
     #[inline(always)]
     unsafe fn store_col16(
         mut v: __m512,
@@ -2347,22 +2364,9 @@ pub(super) mod x86 {
         ep: Option<&TileEp>,
     ) {
         if let Some(e) = ep {
-            if !e.bias.is_null() {
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, e.bias.add(r)));
-            }
-            if !e.res.is_null() {
-                let q = e.res.offset(r as isize + j as isize * e.res_cs);
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, q));
-            }
-            if e.clamp {
-                let (lo, hi) = (_mm512_set1_ps(e.lo), _mm512_set1_ps(e.hi));
-                v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
-            }
-            match e.act {
-                super::ACT_SIGMOID => v = sigmoid16(v),
-                super::ACT_SILU => v = _mm512_mul_ps(v, sigmoid16(v)),
-                _ => {}
-            }
+            let bias = (!e.bias.is_null()).then(|| _mm512_maskz_loadu_ps(m, e.bias.add(r)));
+            let res = (!e.res.is_null()).then(|| e.res.offset(r as isize + j as isize * e.res_cs));
+            v = epilogue16(v, m, bias, res, e);
         }
         _mm512_mask_storeu_ps(p, m, v);
     }
