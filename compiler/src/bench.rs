@@ -237,7 +237,7 @@ pub fn bench(
     }
     let _ = writeln!(
         text,
-        "  throughput   {gflops:.1} GFLOP/s (2 x {} conv+FC MACs / median), {:.1}% of peak {peak:.1} GFLOP/s ({} x {per_core:.1} per core, measured: register-only {} FMA loop)",
+        "  throughput   {gflops:.1} GFLOP/s (2 x {} conv+FC MACs / median), {:.1}% of peak {peak:.1} GFLOP/s ({} x {per_core:.1} per core, measured: register-only FMA loop on {})",
         wd::format_thousands(macs),
         100.0 * gflops / peak,
         cfg.threads,
@@ -374,7 +374,7 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
     );
     let _ = writeln!(
         out,
-        "  %peak: the kernel's GFLOP/s against the measured FMA peak of the cores it ran on ({per_core:.1} GFLOP/s a core, register-only {} loop; a GEMM splitting across q threads or a kernel running as T tasks counts max(q, T) cores)",
+        "  %peak: the kernel's GFLOP/s against the measured FMA peak of the cores it ran on ({per_core:.1} GFLOP/s a core, register-only loop on {}; a GEMM splitting across q threads or a kernel running as T tasks counts max(q, T) cores)",
         dnnc_ir::isa::cpu_isa().name()
     );
     if exe.has_concurrency() {

@@ -60,9 +60,9 @@ fn the_profile_names_the_capped_level() {
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     let want = if dnnc_ir::isa::detected() >= dnnc_ir::isa::CpuIsa::Avx2 {
-        "register-only avx2 loop"
+        "register-only loop on avx2"
     } else {
-        "register-only portable loop"
+        "register-only loop on portable"
     };
     assert!(text.contains(want), "{text}");
 }
