@@ -33,18 +33,20 @@ pub fn gflops_per_core() -> f64 {
     })
 }
 
-/// Runs the loop on the widest vectors available; returns its FLOP count.
+/// Runs the loop on the widest vectors in use (`dnnc_ir::isa::cpu_isa`);
+/// returns its FLOP count.
 fn fma_loop() -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
         use dnnc_ir::isa::{cpu_isa, CpuIsa};
         if cpu_isa() >= CpuIsa::Avx512 {
-            // SAFETY: the feature was just detected.
+            // SAFETY: a level of AVX-512 is only in use when detected.
             unsafe { x86::avx512() };
             return (ITERS * CHAINS * 16 * 2) as f64;
         }
         if cpu_isa() >= CpuIsa::Avx2 {
-            // SAFETY: the features were just detected.
+            // SAFETY: a level of AVX2 is only in use when AVX2 and FMA
+            // were detected.
             unsafe { x86::avx2() };
             return (ITERS * CHAINS * 8 * 2) as f64;
         }
