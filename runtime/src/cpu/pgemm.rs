@@ -2161,15 +2161,15 @@ pub(super) mod x86 {
         finish_rows(&c0, &c1, c, dims, cs, first, ep);
     }
 
-    /// Hints the lines the tile's store will touch, before its k loop: the
-    /// residual operand's rows and C's (to read when the tile adds to it,
-    /// else to write), `lines` 64-byte lines per row. At batch 8 a conv's
-    /// residual comes from memory (ResNet-50's layer1 tensors are 25.7
-    /// MB), and loaded only at the store it stalled the kernel on every
-    /// row. C's lines hinted for writing (here and in the lanes tiles):
-    /// a 64 -> 256 pointwise conv with residual on [8,64,56,56] (these
-    /// tiles) 13.4-13.5 -> 13.1-13.2 ms, a 256 -> 1024 one on
-    /// [8,256,14,14] (lanes tiles) 8.8-9.0 -> 8.4-8.6 ms.
+    /// Hints the lines the tile's store will read, before its k loop: the
+    /// residual operand's rows (and C's, when the tile adds to it), `lines`
+    /// 64-byte lines per row. At batch 8 a conv's residual comes from
+    /// memory (ResNet-50's layer1 tensors are 25.7 MB), and loaded only at
+    /// the store it stalled the kernel on every row. C's lines hinted for
+    /// writing too (as the lanes tiles do) took a 64 -> 256 pointwise conv
+    /// with residual on [8,64,56,56] 13.4-13.5 -> 13.1-13.2 ms but
+    /// SqueezeNet's k = 16 expansions 0.47 -> 0.49 ms (their 56 hints a
+    /// tile against 16 k steps, C in cache at batch 1): not kept.
     #[inline(always)]
     unsafe fn prefetch_tile_out(
         c: *mut f32,
@@ -2189,15 +2189,11 @@ pub(super) mod x86 {
                 }
             }
         }
-        if c_cs == 1 {
+        if !first && c_cs == 1 {
             for r in 0..rows {
                 let q = c.offset(r as isize * c_rs);
                 for l in 0..lines {
-                    if first {
-                        _mm_prefetch::<_MM_HINT_ET0>(q.wrapping_add(16 * l) as *const i8);
-                    } else {
-                        _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(16 * l) as *const i8);
-                    }
+                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(16 * l) as *const i8);
                 }
             }
         }
