@@ -2179,21 +2179,34 @@ pub(super) mod x86 {
         ep: Option<&TileEp>,
         lines: usize,
     ) {
-        if let Some(e) = ep {
-            if !e.res.is_null() && e.res_cs == 1 {
-                for r in 0..rows {
-                    let q = e.res.offset(r as isize * e.res_rs);
-                    for l in 0..lines {
-                        _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(16 * l) as *const i8);
-                    }
-                }
-            }
+        let offs = |l: usize| 16 * l;
+        if let Some(e) = ep.filter(|e| !e.res.is_null() && e.res_cs == 1) {
+            hint_rows::<false>(e.res, e.res_rs, rows, lines, offs);
         }
         if !first && c_cs == 1 {
-            for r in 0..rows {
-                let q = c.offset(r as isize * c_rs);
-                for l in 0..lines {
-                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(16 * l) as *const i8);
+            hint_rows::<false>(c, c_rs, rows, lines, offs);
+        }
+    }
+
+    /// Hints, for reading or (`WRITE`) writing, floats `off(0..n)` of
+    /// each of `rows` rows from `p`, `rs` floats apart: the tiles' hints
+    /// of the lines their stores will touch. Never dereferences.
+    #[inline(always)]
+    unsafe fn hint_rows<const WRITE: bool>(
+        p: *const f32,
+        rs: isize,
+        rows: usize,
+        n: usize,
+        off: impl Fn(usize) -> usize,
+    ) {
+        for r in 0..rows {
+            let q = p.wrapping_offset(r as isize * rs);
+            for l in 0..n {
+                let a = q.wrapping_add(off(l)) as *const i8;
+                if WRITE {
+                    _mm_prefetch::<_MM_HINT_ET0>(a);
+                } else {
+                    _mm_prefetch::<_MM_HINT_T0>(a);
                 }
             }
         }
@@ -2644,19 +2657,12 @@ pub(super) mod x86 {
         // last float): at batch 8 a residual comes from memory, and read
         // only at the store it stalled every row (ResNet-50's 256 -> 1024
         // expansions with their shortcut add).
+        let ends = |l: usize| l * (N - 1);
         if let Some(e) = ep.filter(|e| !e.res.is_null() && e.res_cs == 1 && c_cs == 1) {
-            for l in 0..rows {
-                let q = e.res.offset(l as isize * e.res_rs);
-                _mm_prefetch::<_MM_HINT_T0>(q as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(N - 1) as *const i8);
-            }
+            hint_rows::<false>(e.res, e.res_rs, rows, 2, ends);
         }
         if c_cs == 1 {
-            for l in 0..rows {
-                let q = c.offset(l as isize * c_rs);
-                _mm_prefetch::<_MM_HINT_ET0>(q as *const i8);
-                _mm_prefetch::<_MM_HINT_ET0>(q.wrapping_add(N - 1) as *const i8);
-            }
+            hint_rows::<true>(c, c_rs, rows, 2, ends);
         }
         let mut k0 = 0;
         while k0 < k {

@@ -274,6 +274,12 @@ fn check_supported(g: &Graph, k: &Kernel) -> Result<(), CodegenError> {
 /// Weights are copied into the executable, so `g` may be dropped after.
 /// Every op must have a lowering; otherwise the error names the node.
 pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenError> {
+    // A `DNNC_CPU_ISA` the kernels would ignore is an error for library
+    // callers too, as it is for the CLI.
+    dnnc_ir::isa::cap_from_env().map_err(|message| CodegenError::Backend {
+        kernel: String::new(),
+        message,
+    })?;
     let relaid;
     let g = if opts.nchw_only || opts.conv_algo.is_some() || !opts.conv_algo_for.is_empty() {
         g
