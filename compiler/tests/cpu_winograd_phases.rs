@@ -3,8 +3,10 @@
 //! pads 0 and 1, tile rows that are and are not whole groups of four
 //! tiles, and a bias + residual + ReLU epilogue match the interpreter, and
 //! run as 2, 3 and 5 tasks they give bitwise the result of one task.
-//! Batches and grouped convs split over (image, group) pairs instead, each
-//! task with its own workspaces: bitwise too, and they match as well.
+//! Batches and grouped convs split over (image, group) pairs instead, and
+//! images whose V and M outgrow the band size over bands of tile rows,
+//! each task with its own workspaces: bitwise too, and they match as
+//! well.
 
 mod cpu_common;
 
@@ -15,11 +17,16 @@ use dnnc_runtime::cpu::KernelSplit;
 
 /// `Relu(Conv2d(x, w, b) + r)`, a 3x3 stride-1 conv on one image.
 fn conv(c: usize, m: usize, h: usize, w: usize, pad: usize) -> Graph {
+    conv_n(1, c, m, h, w, pad)
+}
+
+/// [`conv`] on `n` images.
+fn conv_n(n: usize, c: usize, m: usize, h: usize, w: usize, pad: usize) -> Graph {
     let (oh, ow) = (h + 2 * pad - 2, w + 2 * pad - 2);
     let src = format!(
         "graph wino {{
-  input %x: f32[1,{c},{h},{w}]
-  input %r: f32[1,{m},{oh},{ow}]
+  input %x: f32[{n},{c},{h},{w}]
+  input %r: f32[{n},{m},{oh},{ow}]
   param %w: f32[{m},{c},3,3] = he(seed=7)
   param %b: f32[{m}] = uniform(low=-1, high=1, seed=8)
   %c = Conv2d(%x, %w, %b) {{strides=[1,1], pads=[{pad},{pad},{pad},{pad}], dilations=[1,1], group=1}}
@@ -37,6 +44,17 @@ fn conv(c: usize, m: usize, h: usize, w: usize, pad: usize) -> Graph {
 /// 5 threads (every kernel split as far as it goes) give bitwise the
 /// single-thread outputs with the conv kernel really split.
 fn phased_equal(g: &Graph, ins: &[(String, Tensor)], algo: ConvAlgo) {
+    split_equal(g, ins, algo, None)
+}
+
+/// [`phased_equal`] for a conv that runs in `bands` bands of tile rows
+/// per image (`dnnc_passes::cost::winograd_bands`) instead of phases: its
+/// kernel splits over images x bands.
+fn banded_equal(g: &Graph, ins: &[(String, Tensor)], algo: ConvAlgo, bands: usize) {
+    split_equal(g, ins, algo, Some(bands))
+}
+
+fn split_equal(g: &Graph, ins: &[(String, Tensor)], algo: ConvAlgo, bands: Option<usize>) {
     let opts = CpuOptions {
         conv_algo: Some(algo),
         ..Default::default()
@@ -51,12 +69,21 @@ fn phased_equal(g: &Graph, ins: &[(String, Tensor)], algo: ConvAlgo) {
         .expect("a conv kernel");
     let st = &exe.steps()[k];
     assert_eq!(st.algo.as_deref(), Some(want.as_str()), "{}", g.name);
-    assert!(
-        !st.phase_splits.is_empty() && st.split > 1,
-        "the Winograd kernel is not phased: split {}, phases {:?}",
-        st.split,
-        st.phase_splits
-    );
+    let images = g.inputs().first().map_or(1, |&x| g.value(x).ty.shape[0]);
+    match bands {
+        None => assert!(
+            !st.phase_splits.is_empty() && st.split > 1,
+            "the Winograd kernel is not phased: split {}, phases {:?}",
+            st.split,
+            st.phase_splits
+        ),
+        Some(b) => assert!(
+            st.phase_splits.is_empty() && st.split == images * b,
+            "the Winograd kernel does not split over {images} x {b} bands: split {}, phases {:?}",
+            st.split,
+            st.phase_splits
+        ),
+    }
     split_bitwise(&mut exe, ins, k, algo, &g.name);
 }
 
@@ -92,11 +119,26 @@ fn split_bitwise(
 }
 
 fn inputs(c: usize, m: usize, h: usize, w: usize, pad: usize) -> Vec<(String, Tensor)> {
+    inputs_n(1, c, m, h, w, pad)
+}
+
+fn inputs_n(n: usize, c: usize, m: usize, h: usize, w: usize, pad: usize) -> Vec<(String, Tensor)> {
     let (oh, ow) = (h + 2 * pad - 2, w + 2 * pad - 2);
     vec![
-        ("x".to_string(), rand_f32(&[1, c, h, w], 11, -2.0, 2.0)),
-        ("r".to_string(), rand_f32(&[1, m, oh, ow], 12, -1.0, 1.0)),
+        ("x".to_string(), rand_f32(&[n, c, h, w], 11, -2.0, 2.0)),
+        ("r".to_string(), rand_f32(&[n, m, oh, ow], 12, -1.0, 1.0)),
     ]
+}
+
+/// The Winograd bands `g`'s conv runs in with tile `m`.
+fn bands_of(g: &Graph, m: usize) -> usize {
+    let conv = g
+        .topo_order()
+        .into_iter()
+        .find(|&id| g.node(id).op.name() == "Conv2d")
+        .unwrap();
+    let shape = dnnc_passes::ConvGeom::of_node(g, conv).unwrap().shape();
+    dnnc_passes::cost::winograd_bands(&shape, m) as usize
 }
 
 #[test]
@@ -112,9 +154,40 @@ fn winograd_phases_split_bitwise_and_match_the_interpreter() {
         (24, 32, 40, 38, 1),
     ];
     for algo in [ConvAlgo::Winograd2, ConvAlgo::Winograd4] {
+        let tile = if algo == ConvAlgo::Winograd2 { 2 } else { 4 };
         for &(c, m, h, w, pad) in &shapes {
             let g = conv(c, m, h, w, pad);
-            phased_equal(&g, &inputs(c, m, h, w, pad), algo);
+            match bands_of(&g, tile) {
+                1 => phased_equal(&g, &inputs(c, m, h, w, pad), algo),
+                b => banded_equal(&g, &inputs(c, m, h, w, pad), algo, b),
+            }
+        }
+    }
+}
+
+/// Images whose V and M outgrow the band size run in bands of tile rows
+/// (few input channels on large maps: SqueezeNet's fire modules' 16 ->
+/// 64 on 55x55), F(2x2) and F(4x4): bands of unequal height, a partial
+/// last tile row, the residual epilogue's edge strips band by band, and
+/// two images (units = images x bands).
+#[test]
+fn winograd_bands_split_bitwise_and_match_the_interpreter() {
+    // (n, c, m, h, w, pad)
+    let shapes = [
+        (1, 16, 64, 55, 55, 1),
+        (1, 8, 40, 51, 53, 0),
+        (2, 12, 36, 61, 38, 1),
+    ];
+    for algo in [ConvAlgo::Winograd2, ConvAlgo::Winograd4] {
+        let tile = if algo == ConvAlgo::Winograd2 { 2 } else { 4 };
+        for &(n, c, m, h, w, pad) in &shapes {
+            let g = conv_n(n, c, m, h, w, pad);
+            let bands = bands_of(&g, tile);
+            assert!(
+                bands >= 2 && bands.is_multiple_of(2),
+                "{n}x{c}x{h}x{w} {algo:?}: {bands} bands"
+            );
+            banded_equal(&g, &inputs_n(n, c, m, h, w, pad), algo, bands);
         }
     }
 }

@@ -521,17 +521,91 @@ pub fn winograd_image_columns(s: &ConvShape, m: usize) -> u64 {
     (th * tw + tw.next_multiple_of(4) - tw).next_multiple_of(4)
 }
 
+/// Bytes of transformed input and products (V and M) of one image above
+/// which a Winograd conv runs in bands ([`winograd_bands`]): the smaller
+/// L2 of the machine classes (Zen 4's 1 MiB).
+pub const WINOGRAD_BAND_BYTES: u64 = 1024 * 1024;
+
+/// Fewest tiles a band's frequency GEMMs get: about one of the packed
+/// GEMM's 16-column tiles (SqueezeNet's 55x55 F(4x4) convs, 14 tiles a
+/// row, ran fastest one tile row a band: 0.32 ms at one thread against
+/// 0.33 in 3-row bands and 0.35 unbanded).
+pub const WINOGRAD_BAND_MIN_TILES: u64 = 14;
+
+/// Bands of tile rows per image of Winograd F(m x m) on `s` as the CPU
+/// backend runs it image by image (1: the image is one band). A band runs
+/// the input transform, the frequency GEMMs and the output transform of
+/// its tile rows in turn, so its V and M stay in the core's L2, and the
+/// bands are the units the kernel splits across threads, each core
+/// reading only what it wrote. SqueezeNet's 16 -> 64 3x3 convs on 55x55
+/// hold 2.3 MB of V and M in F(4x4), more than an L2, and split three
+/// ways by phase (input channels, frequencies, output channels) between
+/// two threads each core read half of V and M from the other's cache.
+///
+/// Banded where the image's V and M exceed [`WINOGRAD_BAND_BYTES`] and
+/// the transformed filter `U`, which every band streams, is at most a
+/// quarter of them (SqueezeNet's 32 -> 128 convs on 27x27, U 0.6 MB
+/// against 1.2 MB, ran slower in bands); never where the batch shares its
+/// GEMMs ([`winograd_shares_gemms`]). A band holds at least as many
+/// bytes of V and M as `U` has (ResNet-18's 64 -> 64 convs on 56x56,
+/// U 0.6 MB: 4 bands 0.69-0.75 ms, 14 bands 0.72-0.82, unbanded
+/// 0.76-0.90 at one thread) and at least [`WINOGRAD_BAND_MIN_TILES`]
+/// tiles. The count is even, so two threads get equal halves of the
+/// image ([`winograd_band_span`]).
+pub fn winograd_bands(s: &ConvShape, m: usize) -> u64 {
+    let m = m as u64;
+    let (th, tw) = (s.h_out.div_ceil(m), s.w_out.div_ceil(m));
+    if winograd_shares_gemms(s, m as usize) || th < 2 || tw == 0 {
+        return 1;
+    }
+    let a2 = (m + s.kh - 1).pow(2);
+    let (cg, mg) = (s.cin_per_group(), s.cout_per_group());
+    let row = a2 * (cg + mg) * tw * 4;
+    let u = a2 * cg * mg * 4;
+    if row * th <= WINOGRAD_BAND_BYTES || 4 * u > row * th {
+        return 1;
+    }
+    let rows = u
+        .div_ceil(row)
+        .max(WINOGRAD_BAND_MIN_TILES.div_ceil(tw))
+        .max(1);
+    let nb = th / rows;
+    (nb - nb % 2).max(1)
+}
+
+/// Tile rows `[r0, r1)` of band `b` of `nb` over `th` tile rows: as
+/// equal as whole rows allow, so consecutive halves of the bands hold
+/// halves of the rows.
+pub fn winograd_band_span(th: u64, nb: u64, b: u64) -> (u64, u64) {
+    (b * th / nb, (b + 1) * th / nb)
+}
+
+/// Columns of V and M per band ([`winograd_bands`]) in the CPU backend's
+/// Winograd layout: the largest band's tiles plus the overhang of its
+/// last tile row's group of four. One band's are
+/// [`winograd_image_columns`].
+pub fn winograd_band_columns(s: &ConvShape, m: usize) -> u64 {
+    let (th, tw) = (s.h_out.div_ceil(m as u64), s.w_out.div_ceil(m as u64));
+    let bt = th.div_ceil(winograd_bands(s, m));
+    (bt * tw + tw.next_multiple_of(4) - tw).next_multiple_of(4)
+}
+
 /// Columns the frequency GEMMs of Winograd F(m x m) compute per
 /// frequency and group over the whole batch, whole column tiles of
 /// [`GEMM_COLUMN_TILE`]: one GEMM over every image's tiles (packed without
-/// gaps) where [`winograd_shares_gemms`], else one per image.
+/// gaps) where [`winograd_shares_gemms`], else one per band of each
+/// image ([`winograd_bands`]).
 pub fn winograd_gemm_columns(s: &ConvShape, m: usize) -> u64 {
-    let tiles = s.h_out.div_ceil(m as u64) * s.w_out.div_ceil(m as u64);
+    let (th, tw) = (s.h_out.div_ceil(m as u64), s.w_out.div_ceil(m as u64));
     if winograd_shares_gemms(s, m) {
-        (s.n * tiles).next_multiple_of(GEMM_COLUMN_TILE)
-    } else {
-        s.n * tiles.next_multiple_of(GEMM_COLUMN_TILE)
+        return (s.n * th * tw).next_multiple_of(GEMM_COLUMN_TILE);
     }
+    let nb = winograd_bands(s, m);
+    let band = |b| {
+        let (r0, r1) = winograd_band_span(th, nb, b);
+        ((r1 - r0) * tw).next_multiple_of(GEMM_COLUMN_TILE)
+    };
+    s.n * (0..nb).map(band).sum::<u64>()
 }
 
 /// Output elements of a convolution (all images and channels).
@@ -750,10 +824,9 @@ mod tests {
         assert_eq!(winograd_gemm_columns(&l4, 2), 128);
         let l1 = three_by_three(8, 64, 64, 56);
         assert!(!winograd_shares_gemms(&l1, 4));
-        assert_eq!(
-            winograd_gemm_columns(&l1, 4),
-            8 * 196u64.next_multiple_of(16)
-        );
+        // Per image, in four bands of 3, 4, 3 and 4 rows of 14 tiles.
+        assert_eq!(winograd_bands(&l1, 4), 4);
+        assert_eq!(winograd_gemm_columns(&l1, 4), 8 * (48 + 64 + 48 + 64));
         assert!(!winograd_shares_gemms(&three_by_three(1, 512, 512, 7), 4));
         let grouped = ConvShape {
             group: 2,
@@ -763,6 +836,36 @@ mod tests {
         // One image's columns: 7x7 in F(4x4) is 2 x 2 tiles, a row of 2
         // overhanging to 4.
         assert_eq!(winograd_image_columns(&l4, 4), 8);
+    }
+
+    /// Which Winograd convs run in bands of tile rows, and how many:
+    /// SqueezeNet's 16 -> 64 on 55x55 (V and M 2.3 MB in F(4x4), U 147
+    /// KB) one tile row a band; ResNet-18's 64 -> 64 on 56x56 (U 590 KB)
+    /// bands of at least U's bytes; not where U outweighs a quarter of V
+    /// and M (SqueezeNet's 32 -> 128 on 27x27), where V and M fit one
+    /// band, or where the batch shares its GEMMs. Counts are even and the
+    /// spans cover the tile rows in order.
+    #[test]
+    fn winograd_bands_of_tile_rows_where_v_and_m_outgrow_the_l2() {
+        let fire3 = three_by_three(1, 16, 64, 55);
+        assert_eq!(winograd_bands(&fire3, 4), 14);
+        assert_eq!(winograd_band_columns(&fire3, 4), 16);
+        assert_eq!(winograd_gemm_columns(&fire3, 4), 14 * 16);
+        assert_eq!(winograd_bands(&three_by_three(1, 64, 64, 56), 4), 4);
+        assert_eq!(winograd_bands(&three_by_three(1, 32, 128, 27), 4), 1);
+        assert_eq!(winograd_bands(&three_by_three(1, 256, 256, 14), 4), 1);
+        assert_eq!(winograd_bands(&three_by_three(8, 512, 512, 7), 4), 1);
+        for (th, nb) in [(14, 14), (14, 4), (13, 12), (25, 24), (16, 8)] {
+            let spans: Vec<_> = (0..nb).map(|b| winograd_band_span(th, nb, b)).collect();
+            assert_eq!(spans[0].0, 0);
+            assert_eq!(spans[nb as usize - 1].1, th);
+            assert!(spans
+                .windows(2)
+                .all(|w| w[0].1 == w[1].0 && w[0].0 < w[0].1));
+            // Two threads split the bands in halves of the rows.
+            let half = spans[nb as usize / 2].0;
+            assert!(half.abs_diff(th - half) <= 1, "{th} rows in {nb} bands");
+        }
     }
 
     #[test]

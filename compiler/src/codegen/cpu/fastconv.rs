@@ -180,8 +180,16 @@ struct Tiling {
     imgs: usize,
     /// Row stride of V and M: `(imgs - 1) * p` plus one image's tiles
     /// and the last tile row's overhang
-    /// ([`dnnc_passes::cost::winograd_image_columns`]).
+    /// ([`dnnc_passes::cost::winograd_image_columns`]), or where the
+    /// image runs in bands, one band's tiles and overhang
+    /// ([`dnnc_passes::cost::winograd_band_columns`]).
     rs: usize,
+    /// Tile rows of the largest band: `th` where the image is one band.
+    bt: usize,
+    /// Bands per image ([`dnnc_passes::cost::winograd_bands`]); band `b`
+    /// has tile rows `[b·th/nb, (b+1)·th/nb)`
+    /// ([`dnnc_passes::cost::winograd_band_span`]).
+    nb: usize,
 }
 
 fn tiling(geo: &ConvGeom, m: usize) -> Tiling {
@@ -192,16 +200,25 @@ fn tiling(geo: &ConvGeom, m: usize) -> Tiling {
     let ps = dnnc_passes::cost::winograd_image_columns(&geo.shape(), m) as usize;
     debug_assert_eq!(ps, (p + tw4 - tw).div_ceil(4) * 4);
     let imgs = if batches_images(geo, m) { geo.n } else { 1 };
+    let nb = (dnnc_passes::cost::winograd_bands(&geo.shape(), m) as usize).max(1);
+    let bt = th.div_ceil(nb);
+    let rs = if nb > 1 {
+        dnnc_passes::cost::winograd_band_columns(&geo.shape(), m) as usize
+    } else {
+        (imgs - 1) * p + ps
+    };
     Tiling {
         th,
         tw,
         p,
         tw4,
-        hp: th * m + 2,
+        hp: bt * m + 2,
         xw: tw4 * m + 4,
         zw: tw4 * m,
         imgs,
-        rs: (imgs - 1) * p + ps,
+        rs,
+        bt,
+        nb,
     }
 }
 
@@ -226,7 +243,7 @@ fn block_stride(rows: usize, ps: usize) -> usize {
 /// as batch-1 models have, or a batch whose images share their GEMMs);
 /// other batches loop over (image, group) in one call.
 fn is_phased(geo: &ConvGeom, t: &Tiling) -> bool {
-    geo.n * geo.g == 1 || t.imgs > 1
+    (geo.n * geo.g == 1 && t.nb == 1) || t.imgs > 1
 }
 
 /// Workspace bytes: one padded input plane, transformed input V, products
@@ -243,7 +260,7 @@ pub(crate) fn workspaces(geo: &ConvGeom, m: usize) -> Vec<usize> {
         t.hp * t.xw * 4,
         a2 * block_stride(cg, t.rs) * 4,
         a2 * block_stride(mg, t.rs) * 4,
-        t.th * m * t.zw * 4,
+        t.bt * m * t.zw * 4,
     ]
 }
 
@@ -292,7 +309,8 @@ pub(crate) fn prepared(geo: &ConvGeom, m: usize, w: &[f32]) -> Vec<AlignedBuf> {
 fn u_layout(geo: &ConvGeom, m: usize) -> pgemm::Layout {
     let (cg, mg) = geo.per_group();
     let t = tiling(geo, m);
-    pgemm::Layout::choose(mg, t.imgs * t.p, cg)
+    let cols = if t.nb > 1 { t.bt * t.tw } else { t.imgs * t.p };
+    pgemm::Layout::choose(mg, cols, cg)
 }
 
 /// `sum_k coef[k] * xs[k]` on f32x4 values: zero coefficients skipped,
@@ -511,6 +529,7 @@ pub(crate) fn lower(
         let (cg, mg) = geo.per_group();
         let imgs = t.imgs;
         let zero = e.ci(0);
+        let all_rows = e.ci(t.th as i64);
         // One unit per input channel, walking the images in order: an
         // image's overhanging tiles land on the next image's first ones,
         // which the unit writes afterwards.
@@ -524,7 +543,7 @@ pub(crate) fn lower(
                     let c1 = e.b.ins().iadd_imm_s(ci, 1);
                     e.for_n(imgs, |e, n| {
                         let cbase = e.b.ins().imul_imm_s(n, geo.c as i64);
-                        w.input(e, xp, (cbase, n), ci, c1);
+                        w.input(e, xp, (cbase, n), (ci, c1), (zero, all_rows));
                     });
                 });
                 Ok(())
@@ -534,7 +553,8 @@ pub(crate) fn lower(
             1,
             "the frequency GEMMs over every image, split inside the GEMM call",
             |e, _, _| {
-                w.gemm(e, zero);
+                let cols = e.ci((imgs * t.p) as i64);
+                w.gemm(e, zero, cols);
                 Ok(())
             },
         )?;
@@ -550,7 +570,7 @@ pub(crate) fn lower(
                     let n = e.b.ins().udiv_imm_u(u, mg as i64);
                     let mo = e.b.ins().urem_imm_u(u, mg as i64);
                     let m1 = e.b.ins().iadd_imm_s(mo, 1);
-                    if let Err(m) = w.output(e, n, zero, mo, m1) {
+                    if let Err(m) = w.output(e, n, zero, (mo, m1), (zero, all_rows)) {
                         err.get_or_insert(m);
                     }
                 });
@@ -563,17 +583,19 @@ pub(crate) fn lower(
     if is_phased(geo, &t) {
         let (cg, mg) = geo.per_group();
         let zero = e.ci(0);
+        let all_rows = e.ci(t.th as i64);
         e.phase(cg, "input channels (transform)", |e, lo, hi| {
             let xb = e.bufs[w.args[0]];
             let xp = e.task_slice(w.args[0], xb, w.ws[0]);
-            w.input(e, xp, (zero, zero), lo, hi);
+            w.input(e, xp, (zero, zero), (lo, hi), (zero, all_rows));
             Ok(())
         })?;
         e.phase(
             1,
             "the frequency GEMMs, split inside the GEMM call",
             |e, _, _| {
-                w.gemm(e, zero);
+                let cols = e.ci(t.p as i64);
+                w.gemm(e, zero, cols);
                 Ok(())
             },
         )?;
@@ -582,17 +604,24 @@ pub(crate) fn lower(
             let zp = e.task_slice(w.args[3], zb, w.ws[3]);
             // The epilogue reads the staging plane through its argument.
             e.bufs[w.args[3]] = zp;
-            let r = w.output(e, zero, zero, lo, hi);
+            let r = w.output(e, zero, zero, (lo, hi), (zero, all_rows));
             e.bufs[w.args[3]] = zb;
             r
         });
     }
-    // Several images or groups: the kernel splits over (image, group)
-    // pairs, each task with its own padded plane, V, M and staging plane
-    // and running its GEMM batches on its own thread (a batch-8 ResNet-50
-    // bottleneck's 3x3 conv ran on one thread at any thread count).
+    // Several images or groups, or bands of tile rows: the kernel splits
+    // over (image, group, band) units, each task with its own padded
+    // plane, V, M and staging plane and running its GEMM batches on its
+    // own thread (a batch-8 ResNet-50 bottleneck's 3x3 conv ran on one
+    // thread at any thread count).
     let mut err = None;
-    let (lo, hi) = e.task_range(geo.n * geo.g, "images x groups")?;
+    let nb = t.nb;
+    let unit = if nb > 1 {
+        "images x groups x bands of tile rows"
+    } else {
+        "images x groups"
+    };
+    let (lo, hi) = e.task_range(geo.n * geo.g * nb, unit)?;
     let bases: Vec<Value> = (0..4)
         .map(|a| {
             let base = e.bufs[w.args[a]];
@@ -602,8 +631,17 @@ pub(crate) fn lower(
         })
         .collect();
     e.for_range(lo, hi, 1, |e, u| {
-        let n = e.b.ins().udiv_imm_u(u, geo.g as i64);
-        let gi = e.b.ins().urem_imm_u(u, geo.g as i64);
+        let ng = e.b.ins().udiv_imm_u(u, nb as i64);
+        let band = e.b.ins().urem_imm_u(u, nb as i64);
+        let n = e.b.ins().udiv_imm_u(ng, geo.g as i64);
+        let gi = e.b.ins().urem_imm_u(ng, geo.g as i64);
+        // The band's tile rows (`cost::winograd_band_span`).
+        let r0 = e.b.ins().imul_imm_s(band, t.th as i64);
+        let r0 = e.b.ins().udiv_imm_u(r0, nb as i64);
+        let b1 = e.b.ins().iadd_imm_s(band, 1);
+        let r1 = e.b.ins().imul_imm_s(b1, t.th as i64);
+        let r1 = e.b.ins().udiv_imm_u(r1, nb as i64);
+        let rows = e.b.ins().isub(r1, r0);
         let (cg, mg) = geo.per_group();
         let xp = e.bufs[w.args[0]];
         let (lo, ci, co) = (e.ci(0), e.ci(cg as i64), e.ci(mg as i64));
@@ -611,10 +649,11 @@ pub(crate) fn lower(
         let t1 = e.b.ins().imul_imm_s(gi, cg as i64);
         let cbase = e.b.ins().iadd(t0, t1);
         let z = e.ci(0);
-        w.input(e, xp, (cbase, z), lo, ci);
-        w.gemm(e, gi);
+        w.input(e, xp, (cbase, z), (lo, ci), (r0, rows));
+        let cols = e.b.ins().imul_imm_s(rows, t.tw as i64);
+        w.gemm(e, gi, cols);
         let co0 = e.b.ins().imul_imm_s(gi, mg as i64);
-        if let Err(m) = w.output(e, n, co0, lo, co) {
+        if let Err(m) = w.output(e, n, co0, (lo, co), (r0, rows)) {
             err.get_or_insert(m);
         }
     });
@@ -647,16 +686,17 @@ struct Wino<'a> {
 impl Wino<'_> {
     /// Input channels `[lo, hi)` of one group (channel `cbase + ci` of
     /// `x` for `ci` in the range) of V's image `img` (0 unless the
-    /// images share their GEMMs): the padded copy into plane `xp`, then
-    /// `V[s][ci][img * ps + tile]` for every tile, four tiles of a row a
-    /// step.
+    /// images share their GEMMs), tile rows `[r0, r0 + rows)` (one band,
+    /// or all of them): the padded copy of the rows those tiles read
+    /// into plane `xp`, then `V[s][ci][img * ps + tile]` for every tile
+    /// of the band (band-relative), four tiles of a row a step.
     fn input(
         &self,
         e: &mut Emit<'_>,
         xp: Value,
         (cbase, img): (Value, Value),
-        lo: Value,
-        hi: Value,
+        (lo, hi): (Value, Value),
+        (r0, rows): (Value, Value),
     ) {
         let (wn, geo, t) = (self.wn, self.geo, self.t);
         let (m, al) = (wn.m, wn.alpha);
@@ -667,15 +707,32 @@ impl Wino<'_> {
         let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
         let vb = e.bufs[self.args[1]];
         let x = self.x;
+        // Plane row `j` holds input row `r0 * m - pt + j`: rows `[0, jlo)`
+        // and `[jhi, hp)` lie outside the input and are zero.
+        let hp = e.ci(t.hp as i64);
+        let zero = e.ci(0);
+        let top = e.b.ins().imul_imm_s(r0, m as i64);
+        let ptc = e.ci(pt as i64);
+        let jlo = e.b.ins().isub(ptc, top);
+        let jlo = e.b.ins().smax(jlo, zero);
+        let jlo = e.b.ins().smin(jlo, hp);
+        let bottom = e.ci((geo.h + pt) as i64);
+        let jhi = e.b.ins().isub(bottom, top);
+        let jhi = e.b.ins().smax(jhi, jlo);
+        let jhi = e.b.ins().smin(jhi, hp);
         e.for_range(lo, hi, 1, |e, ci| {
             let sc = e.b.ins().iadd(cbase, ci);
             let src = e.b.ins().imul_imm_s(sc, (geo.h * geo.w) as i64);
-            let z = e.ci(0);
-            zero_run(e, xp, z, pt * xw);
-            e.for_n(geo.h, |e, ih| {
-                let d = e.b.ins().iadd_imm_s(ih, pt as i64);
-                let d = e.b.ins().imul_imm_s(d, xw as i64);
+            let zero = e.ci(0);
+            e.for_range(zero, jlo, 1, |e, j| {
+                let d = e.b.ins().imul_imm_s(j, xw as i64);
+                zero_run(e, xp, d, xw);
+            });
+            e.for_range(jlo, jhi, 1, |e, j| {
+                let d = e.b.ins().imul_imm_s(j, xw as i64);
                 zero_run(e, xp, d, pl);
+                let ih = e.b.ins().iadd(top, j);
+                let ih = e.b.ins().iadd_imm_s(ih, -(pt as i64));
                 let so = e.b.ins().imul_imm_s(ih, geo.w as i64);
                 let so = e.b.ins().iadd(src, so);
                 let d0 = e.b.ins().iadd_imm_s(d, pl as i64);
@@ -683,11 +740,14 @@ impl Wino<'_> {
                 let d1 = e.b.ins().iadd_imm_s(d, (pl + geo.w) as i64);
                 zero_run(e, xp, d1, xw - pl - geo.w);
             });
-            let tail = e.ci(((pt + geo.h) * xw) as i64);
-            zero_run(e, xp, tail, (t.hp - pt - geo.h) * xw);
+            e.for_range(jhi, hp, 1, |e, j| {
+                let d = e.b.ins().imul_imm_s(j, xw as i64);
+                zero_run(e, xp, d, xw);
+            });
             let vc = e.b.ins().imul_imm_s(ci, ps as i64);
             let vc = e.b.ins().iadd(vc, vimg);
-            e.for_n(t.th, |e, r| {
+            let zero = e.ci(0);
+            e.for_range(zero, rows, 1, |e, r| {
                 // Byte addresses of the row's first tile in the plane and V.
                 let xr = e.b.ins().imul_imm_s(r, (m * xw * 4) as i64);
                 let xr = e.b.ins().iadd(xp, xr);
@@ -713,21 +773,21 @@ impl Wino<'_> {
     }
 
     /// One GEMM per frequency point, `M_s = U_s V_s` with group `gi`'s
-    /// filters, as one batch (the runtime splits it by whole GEMMs).
-    fn gemm(&self, e: &mut Emit<'_>, gi: Value) {
+    /// filters over `cols` columns of V (every image's tiles, one
+    /// image's, or one band's), as one batch (the runtime splits it by
+    /// whole GEMMs).
+    fn gemm(&self, e: &mut Emit<'_>, gi: Value, cols: Value) {
         let (al, t) = (self.wn.alpha, self.t);
         let (cg, mg) = self.geo.per_group();
         let ustride = packed_stride_in(u_layout(self.geo, self.wn.m), mg, cg) as i64;
         let ug = e.b.ins().imul_imm_s(gi, al as i64 * al as i64 * ustride);
         let ub = e.bufs[self.u];
         let ua = at(e, ub, ug);
-        // Every image's tiles.
-        let cols = t.imgs * t.p;
         let args = [
             ua,
             e.ci(ustride),
             e.ci(mg as i64),
-            e.ci(cols as i64),
+            cols,
             e.ci(cg as i64),
             e.bufs[self.args[1]],
             e.ci(block_stride(cg, t.rs) as i64),
@@ -746,15 +806,17 @@ impl Wino<'_> {
         e.fail_if(bad, 1);
     }
 
-    /// Output channels `co0 + [lo, hi)` of image `n`: `Y = Aᵀ M A`, then
-    /// the epilogue, one channel at a time. Groups of four tiles that lie
-    /// wholly inside the output get the epilogue in registers and are
-    /// stored straight to the kernel's outputs
-    /// ([`super::direct::Epilogue`]); edge groups (past `W'` or `H'`) go to
-    /// the staging plane (the argument `args[3]` points at), and the
-    /// epilogue runs over just the edge strips of it. Without an epilogue
-    /// the registers can evaluate, every group is staged and the epilogue
-    /// runs over the whole plane. (Staging every group cost a store, a
+    /// Output channels `co0 + [lo, hi)` of image `n`, tile rows `[r0,
+    /// r0 + rows)` (one band, or all of them; M holds the band's tiles
+    /// from its column 0): `Y = Aᵀ M A`, then the epilogue, one channel
+    /// at a time. Groups of four tiles that lie wholly inside the output
+    /// get the epilogue in registers and are stored straight to the
+    /// kernel's outputs ([`super::direct::Epilogue`]); edge groups (past
+    /// `W'` or `H'`) go to the staging plane (the argument `args[3]`
+    /// points at; it holds the band's rows), and the epilogue runs over
+    /// just the edge strips of it, a tile row at a time. Without an
+    /// epilogue the registers can evaluate, every group is staged and the
+    /// epilogue runs over every row. (Staging every group cost a store, a
     /// reload and a loop over each plane: ~15 µs of SqueezeNet's fire3
     /// 3x3 conv, ~50 µs of ResNet-18's 56x56 ones.)
     fn output(
@@ -762,8 +824,8 @@ impl Wino<'_> {
         e: &mut Emit<'_>,
         n: Value,
         co0: Value,
-        lo: Value,
-        hi: Value,
+        (lo, hi): (Value, Value),
+        (r0, rows): (Value, Value),
     ) -> Result<(), String> {
         let (wn, geo, t) = (self.wn, self.geo, self.t);
         let (m, al) = (wn.m, wn.alpha);
@@ -776,7 +838,12 @@ impl Wino<'_> {
         } else {
             e.ci(0)
         };
-        let (mb, zp) = (e.bufs[self.args[2]], e.bufs[self.args[3]]);
+        // The staging plane holds rows from the band's first on; `zp`
+        // is where its row 0 would be, so absolute rows index it.
+        let zb = e.bufs[self.args[3]];
+        let ztop = e.b.ins().imul_imm_s(r0, (m * zw * 4) as i64);
+        let zp = e.b.ins().isub(zb, ztop);
+        let mb = e.bufs[self.args[2]];
         let epi = super::direct::Epilogue::new(self.spec, true);
         // Tile rows and groups wholly inside the output (fused), with
         // `epi`; the rest are staged.
@@ -784,7 +851,16 @@ impl Wino<'_> {
             Some(_) => (geo.oh / m, geo.ow / (4 * m)),
             None => (0, 0),
         };
+        let th_full = geo.oh / m;
         let groups = t.tw4 / 4;
+        let r1 = e.b.ins().iadd(r0, rows);
+        let clamp = |e: &mut Emit<'_>, v: usize| {
+            let c = e.ci(v as i64);
+            let lo = e.b.ins().smax(c, r0);
+            e.b.ins().smin(lo, r1)
+        };
+        let fused_end = clamp(e, th_in);
+        let full_end = clamp(e, th_full);
         let mut err = None;
         e.for_range(lo, hi, 1, |e, mo| {
             let co = e.b.ins().iadd(co0, mo);
@@ -794,7 +870,8 @@ impl Wino<'_> {
             // The transformed rows of group `q` of tile row `r`, as
             // pixel-contiguous vectors per output row.
             let transform = |e: &mut Emit<'_>, r: Value, q: Value| -> Vec<Vec<Value>> {
-                let mr = e.b.ins().imul_imm_s(r, t.tw as i64);
+                let rb = e.b.ins().isub(r, r0);
+                let mr = e.b.ins().imul_imm_s(rb, t.tw as i64);
                 let mr = e.b.ins().iadd(mr, mc);
                 let mr = e.addr(mb, mr, 4);
                 let mo4 = e.b.ins().imul_imm_s(q, 16);
@@ -848,7 +925,7 @@ impl Wino<'_> {
                 }
             };
             if let (Some(f), Some(p)) = (&epi, &eplane) {
-                e.for_n(th_in, |e, r| {
+                e.for_range(r0, fused_end, 1, |e, r| {
                     let h0 = e.b.ins().imul_imm_s(r, m as i64);
                     let eprows: Vec<_> = (0..m)
                         .map(|i| {
@@ -873,26 +950,13 @@ impl Wino<'_> {
                 });
             }
             // Tile rows past the fused ones: every group staged.
-            if th_in < t.th {
-                let r0 = e.ci(th_in as i64);
-                let r1 = e.ci(t.th as i64);
-                e.for_range(r0, r1, 1, |e, r| staged_groups(e, r, 0));
-            }
-            // The epilogue over what was staged: the right strip beside
-            // the fused rows, then every row below them.
-            let (h_in, w_in) = (th_in * m, q_in * 4 * m);
-            let mut strips = Vec::new();
-            if h_in > 0 && w_in < geo.ow {
-                let z = e.ci(0);
-                let c0 = e.ci(w_in as i64);
-                strips.push((z, c0, h_in, geo.ow - w_in));
-            }
-            if h_in < geo.oh {
-                let r0 = e.ci(h_in as i64);
-                let z = e.ci(0);
-                strips.push((r0, z, geo.oh - h_in, geo.ow));
-            }
-            for (h0, w0, hl, wl) in strips {
+            e.for_range(fused_end, r1, 1, |e, r| staged_groups(e, r, 0));
+            // The epilogue over what was staged, a tile row at a time:
+            // the right strip beside the fused rows, then whole rows.
+            e.bufs[self.args[3]] = zp;
+            let w_in = q_in * 4 * m;
+            let mut strip = |e: &mut Emit<'_>, h0: Value, w0: usize, hl: usize, wl: usize| {
+                let w0 = e.ci(w0 as i64);
                 let sub = SubDomain {
                     starts: vec![Some(n), Some(co), Some(h0), Some(w0)],
                     lens: vec![1, 1, hl, wl],
@@ -900,7 +964,27 @@ impl Wino<'_> {
                 if let Err(m) = elementwise::emit(e, self.spec, &sub) {
                     err.get_or_insert(m);
                 }
+            };
+            if th_in > 0 && w_in < geo.ow {
+                e.for_range(r0, fused_end, 1, |e, r| {
+                    let h0 = e.b.ins().imul_imm_s(r, m as i64);
+                    strip(e, h0, w_in, m, geo.ow - w_in);
+                });
             }
+            if th_in < th_full {
+                e.for_range(fused_end, full_end, 1, |e, r| {
+                    let h0 = e.b.ins().imul_imm_s(r, m as i64);
+                    strip(e, h0, 0, m, geo.ow);
+                });
+            }
+            if th_full * m < geo.oh {
+                // The partial last tile row, in the band that has it.
+                e.for_range(full_end, r1, 1, |e, _| {
+                    let h0 = e.ci((th_full * m) as i64);
+                    strip(e, h0, 0, geo.oh - th_full * m, geo.ow);
+                });
+            }
+            e.bufs[self.args[3]] = zb;
         });
         err.map_or(Ok(()), Err)
     }
