@@ -203,6 +203,43 @@ fn max_and_average_pools_split_over_planes() {
     }
 }
 
+/// One image's stride-2 max pools without an epilogue split over bands
+/// of output rows, every plane's rows of its band per task (a stem's
+/// pool reads what the GEMM before it wrote on the same core): odd row
+/// counts, padding and ceil mode, and NaNs in three planes (those planes'
+/// bands are recomputed by the exact loop, which propagates them), bitwise
+/// across thread counts and against the interpreter.
+#[test]
+fn batch_one_stride2_max_pools_split_over_row_bands() {
+    for (body, oh) in [
+        (
+            "%p = MaxPool(%x) {kernel=[3,3], strides=[2,2], pads=[1,1,1,1]}",
+            34,
+        ),
+        (
+            "%p = MaxPool(%x) {kernel=[3,3], strides=[2,2], ceil_mode=1}",
+            33,
+        ),
+        ("%p = MaxPool(%x) {kernel=[2,2], strides=[2,2]}", 33),
+    ] {
+        let g = parse(&format!(
+            "  input %x: f32[1,5,67,29]
+  {body}
+  output %p"
+        ));
+        let mut ins = x(&[1, 5, 67, 29], 14);
+        if let Tensor::F32(a) = &mut ins[0].1 {
+            a[[0, 1, 3, 4]] = f32::NAN;
+            a[[0, 3, 30, 20]] = f32::NAN;
+            a[[0, 4, 66, 28]] = f32::NAN;
+        }
+        let exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+        let pool = exe.steps().iter().find(|s| s.op == "MaxPool").unwrap();
+        assert_eq!(pool.split, oh, "{body}: split over {} units", pool.split);
+        split_equal(&g, &ins, "MaxPool");
+    }
+}
+
 /// One-copy movement kernels split over the outer rows of the copy
 /// (Transpose, a strided Slice, Expand) or over 4096-element chunks when
 /// the copy is one run (a misaligned contiguous Slice, a Split copying

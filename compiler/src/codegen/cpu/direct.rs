@@ -370,8 +370,9 @@ impl PadPlane {
     /// [`PadPlane::copy`]) the input rows are copied in as the row blocks
     /// first need them; without, the plane must already be copied (for
     /// `band`, the rows [`PadPlane::copy_band`] copies). `band`: only
-    /// output rows `[r0, r1)` (run-time values), one row per step (`rb`
-    /// must be 1).
+    /// output rows `[r0, r1)` (run-time values), whole blocks of `rb`
+    /// rows from `r0` and the rest one row per step (`rb` must be 1 for
+    /// a [`PadPlane::new_direct`] layout).
     #[allow(clippy::too_many_arguments)]
     pub fn compute(
         &self,
@@ -384,10 +385,10 @@ impl PadPlane {
         band: Option<(Value, Value)>,
     ) -> Result<(), String> {
         let win = self.win;
-        if band.is_some() && rb != 1 {
-            return Err("a band of output rows is computed one row per step".into());
-        }
         if self.direct {
+            if band.is_some() && rb != 1 {
+                return Err("a band of output rows is computed one row per step".into());
+            }
             return self.compute_direct(e, (y, yo), op, (rb, u), out, src, band);
         }
         let rb = rb.clamp(1, win.oh);
@@ -434,7 +435,17 @@ impl PadPlane {
             }
         };
         if let Some((r0, r1)) = band {
-            e.for_range(r0, r1, 1, |e, r| block_at(e, r, 1));
+            // Whole blocks of `rb` rows from the band's first, then its
+            // last rows one by one.
+            let mut tail = r0;
+            if rb > 1 {
+                let len = e.b.ins().isub(r1, r0);
+                let whole = e.b.ins().udiv_imm_u(len, rb as i64);
+                let whole = e.b.ins().imul_imm_s(whole, rb as i64);
+                tail = e.b.ins().iadd(r0, whole);
+                e.for_range(r0, tail, rb as i64, |e, r| block_at(e, r, rb));
+            }
+            e.for_range(tail, r1, 1, |e, r| block_at(e, r, 1));
             return err.map_or(Ok(()), Err);
         }
         if full > 0 {
