@@ -15,6 +15,10 @@
 //! Clip(0, 6) layer (`EP=bias` or `EP=clamp`: one part of it; `silu` or
 //! `sigmoid` adds that activation).
 //!
+//! `BRS=S` and `CRS=S` set the row strides of B and C (at least N; e.g.
+//! N rounded up to whole cache lines, to time unaligned rows against
+//! aligned ones).
+//!
 //! `cargo run --release -p dnnc-runtime --example pgemm_shapes -- M N K`
 
 use dnnc_runtime::cpu::pgemm::{
@@ -57,13 +61,21 @@ fn measure() {
         .collect();
     // B and C live where a model's activations do: in an `AlignedBuf`
     // (2 MiB aligned and on huge pages from 2 MiB on, as the arena).
-    let mut bbuf = AlignedBuf::zeroed(k * n * 4);
+    let stride = |v: &str| -> usize {
+        std::env::var(v)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(n)
+            .max(n)
+    };
+    let (brs, crs) = (stride("BRS"), stride("CRS"));
+    let mut bbuf = AlignedBuf::zeroed(k * brs * 4);
     let b = floats(&mut bbuf);
     for (i, x) in b.iter_mut().enumerate() {
         *x = ((i * 5) % 11) as f32 * 0.1 - 0.5;
     }
     let b: &[f32] = b;
-    let mut cbuf = AlignedBuf::zeroed(m * n * 4);
+    let mut cbuf = AlignedBuf::zeroed(m * crs * 4);
     let c = floats(&mut cbuf);
     let mut sweep = vec![0u8; 8 << 20];
     let pa = match std::env::var("LAYOUT").as_deref() {
@@ -142,10 +154,10 @@ fn measure() {
                 n,
                 k,
                 b.as_ptr(),
-                n as isize,
+                brs as isize,
                 1,
                 c.as_mut_ptr(),
-                n as isize,
+                crs as isize,
                 1,
                 ep,
             )
