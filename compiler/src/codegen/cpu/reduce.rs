@@ -371,10 +371,6 @@ pub(crate) fn tap_range(
     (lo, hi, hip)
 }
 
-/// MaxPool / AveragePool over NCHW. Output positions whose whole window
-/// lies inside the input (a static rectangle) use a fully unrolled window;
-/// the border computes each window's valid taps at run time.
-#[allow(clippy::too_many_arguments)]
 /// Fewest output rows a max pool splits into bands of ([`Split::RowBands`]):
 /// on smaller planes each task's per-plane work (the padded copy's
 /// setup, the NaN check) outweighs the locality (SqueezeNet at two
@@ -398,6 +394,9 @@ enum Split {
     RowBands,
 }
 
+/// MaxPool / AveragePool over NCHW. Output positions whose whole window
+/// lies inside the input (a static rectangle) use a fully unrolled window;
+/// the border computes each window's valid taps at run time.
 #[allow(clippy::too_many_arguments)]
 fn pool(
     e: &mut Emit<'_>,
