@@ -31,7 +31,17 @@
 //!   task's staging plane, then the epilogue.
 //!
 //! Each unit is computed by the same code whatever the task count, so any
-//! thread count gives bitwise the single-thread result. Tiles are walked
+//! thread count gives bitwise the single-thread result.
+//!
+//! **Bands**: where one image's V and M outgrow the L2 and the
+//! transformed filter is small beside them
+//! ([`dnnc_passes::cost::winograd_bands`]), the image runs in bands of
+//! tile rows instead of phases: each band copies the input rows its tiles
+//! read, transforms them, runs the frequency GEMMs over its tiles and
+//! transforms back with the epilogue (staged edge groups in a band-sized
+//! staging plane, whose epilogue runs a tile row at a time), so V and M
+//! stay in cache, and the bands are the kernel's task units (with the
+//! images and groups), each core reading only what it wrote. Tiles are walked
 //! by tile row in groups of four consecutive tiles, so a transform loads
 //! contiguous row vectors and regroups them tile-per-lane with shuffles
 //! (a 4x4 transpose for F(4x4), even/odd lanes for F(2x2)), and the output
@@ -470,7 +480,7 @@ fn out_row_vectors(e: &mut Emit<'_>, y: &[Value]) -> Vec<Value> {
 
 /// Lowers a 3x3 stride-1 convolution with Winograd F(m x m, 3 x 3):
 /// three phases for one image and group, else one loop over (image,
-/// group) running the same three steps in turn (module docs).
+/// group, band) running the same three steps in turn (module docs).
 pub(crate) fn lower(
     e: &mut Emit<'_>,
     c: &KCtx<'_>,
