@@ -19,15 +19,21 @@ fn lenet() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lenet5.dnn")
 }
 
+/// `dnnc run [extra] examples/lenet5.dnn` under `DNNC_CPU_ISA=cap`.
+fn run_lenet(cap: &str, extra: &[&str]) -> std::process::Output {
+    dnnc()
+        .env("DNNC_CPU_ISA", cap)
+        .arg("run")
+        .args(extra)
+        .arg(lenet())
+        .output()
+        .expect("dnnc runs")
+}
+
 #[test]
 fn a_bad_cap_is_a_usage_error_naming_the_variable() {
     for bad in ["sse9", "avx1024", "portable"] {
-        let out = dnnc()
-            .env("DNNC_CPU_ISA", bad)
-            .args(["run"])
-            .arg(lenet())
-            .output()
-            .expect("dnnc runs");
+        let out = run_lenet(bad, &[]);
         assert_eq!(out.status.code(), Some(2), "{bad}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -37,12 +43,7 @@ fn a_bad_cap_is_a_usage_error_naming_the_variable() {
         assert!(out.stdout.is_empty(), "{bad}: ran anyway");
     }
     for good in ["native", "AVX2", "avx512"] {
-        let out = dnnc()
-            .env("DNNC_CPU_ISA", good)
-            .args(["run"])
-            .arg(lenet())
-            .output()
-            .expect("dnnc runs");
+        let out = run_lenet(good, &[]);
         assert!(out.status.success(), "{good}: {out:?}");
     }
 }
@@ -51,12 +52,7 @@ fn a_bad_cap_is_a_usage_error_naming_the_variable() {
 /// level, never above the CPU's.
 #[test]
 fn the_profile_names_the_capped_level() {
-    let out = dnnc()
-        .env("DNNC_CPU_ISA", "avx2")
-        .args(["run", "--profile"])
-        .arg(lenet())
-        .output()
-        .expect("dnnc runs");
+    let out = run_lenet("avx2", &["--profile"]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     let want = if dnnc_ir::isa::detected() >= dnnc_ir::isa::CpuIsa::Avx2 {

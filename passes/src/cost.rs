@@ -518,7 +518,13 @@ pub fn winograd_shares_gemms(s: &ConvShape, m: usize) -> bool {
 /// (a row's tiles go four to a vector).
 pub fn winograd_image_columns(s: &ConvShape, m: usize) -> u64 {
     let (th, tw) = (s.h_out.div_ceil(m as u64), s.w_out.div_ceil(m as u64));
-    (th * tw + tw.next_multiple_of(4) - tw).next_multiple_of(4)
+    tile_rows_columns(th, tw)
+}
+
+/// Columns `rows` tile rows of `tw` tiles take in V and M: the tiles plus
+/// the overhang of the last row's group of four, in whole groups.
+fn tile_rows_columns(rows: u64, tw: u64) -> u64 {
+    (rows * tw + tw.next_multiple_of(4) - tw).next_multiple_of(4)
 }
 
 /// Bytes of transformed input and products (V and M) of one image above
@@ -586,8 +592,7 @@ pub fn winograd_band_span(th: u64, nb: u64, b: u64) -> (u64, u64) {
 /// [`winograd_image_columns`].
 pub fn winograd_band_columns(s: &ConvShape, m: usize) -> u64 {
     let (th, tw) = (s.h_out.div_ceil(m as u64), s.w_out.div_ceil(m as u64));
-    let bt = th.div_ceil(winograd_bands(s, m));
-    (bt * tw + tw.next_multiple_of(4) - tw).next_multiple_of(4)
+    tile_rows_columns(th.div_ceil(winograd_bands(s, m)), tw)
 }
 
 /// Columns the frequency GEMMs of Winograd F(m x m) compute per

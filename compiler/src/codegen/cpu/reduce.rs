@@ -61,7 +61,8 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
             // One image's stride-2 max pool onto planes of at least
             // [`BAND_MIN_ROWS`] rows, without an epilogue, splits by
             // bands of output rows across every plane ([`Split::RowBands`]).
-            let bands = ys[0] == 1 && p.strides == [2, 2] && ys[2] >= BAND_MIN_ROWS;
+            let bands =
+                ys.len() == 4 && ys[0] == 1 && p.strides == [2, 2] && ys[2] >= BAND_MIN_ROWS;
             let how = if on && epi.is_none() && bands {
                 Split::RowBands
             } else if on {
