@@ -13,6 +13,7 @@
 //! gets (forced per node or globally through `CpuOptions`, else a
 //! documented heuristic).
 
+use super::conv_pool::{Band, PoolBands};
 use super::elementwise::{self, bcast_strides, contiguous, Operand, SubDomain};
 use super::emit::Emit;
 use super::group::Kernel;
@@ -22,7 +23,7 @@ use cranelift_codegen::ir::types::{self, F32, I64};
 use cranelift_codegen::ir::{InstBuilder, StackSlotData, StackSlotKind, Value};
 use dnnc_ir::op::ConvAlgo as IrConvAlgo;
 use dnnc_ir::op::{Binary, Unary, WeightLayout};
-use dnnc_ir::{DType, Graph, Op, ValueId};
+use dnnc_ir::{DType, Graph, NodeId, Op, ValueId};
 pub(crate) use dnnc_passes::ConvGeom;
 use dnnc_runtime::cpu::{fftconv, pgemm, AlignedBuf};
 
@@ -199,9 +200,9 @@ pub(crate) fn supports(op: &Op) -> bool {
 /// Whether the anchor's raw result needs its own scratch buffer: it is not
 /// itself a kernel output and no output has its shape to be reused.
 pub(crate) fn needs_acc_ws(g: &Graph, k: &Kernel) -> bool {
-    if !k.projection.is_empty() {
-        // The projection writes the outputs; the anchor's rows go to a
-        // scratch row.
+    if !k.projection.is_empty() || !k.pool.is_empty() {
+        // The projection (or pool) writes the outputs; the anchor's rows
+        // go to a scratch.
         return false;
     }
     let a = g.node(k.nodes[0]).outputs[0];
@@ -234,6 +235,11 @@ pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec
             if needs_acc_ws(g, k) {
                 ws.push(g.value(anchor.outputs[0]).ty.size_bytes());
             }
+            return Ok(ws);
+        }
+        if let Some(pb) = pool_bands(g, k, &geom) {
+            ws.push(im2col_ws_bytes(&geom, gathered(&geom, g, k, algo)));
+            ws.push(pb.scratch_bytes(&geom));
             return Ok(ws);
         }
         match algo {
@@ -642,6 +648,72 @@ pub(crate) fn takes_prologue(g: &Graph, k: &Kernel, opts: &CpuOptions) -> bool {
         && g.value(g.node(k.nodes[0]).inputs[0]).ty.dtype == DType::F32
 }
 
+/// Whether conv kernel `k` takes max pool node `pool` into itself
+/// ([`super::group::absorb_pools`], lowered by [`conv_gemm`] in bands,
+/// see [`super::conv_pool`]): an NCHW im2col conv of one group with its
+/// filter packed at compile time, a bias and/or a Relu or Clip fused
+/// into its GEMM and nothing else, a result of at least
+/// [`super::conv_pool::MIN_CONV_BYTES`] per image, and bands that
+/// [`super::conv_pool::PoolBands::plan`] can make.
+pub(crate) fn takes_pool(g: &Graph, k: &Kernel, pool: NodeId, opts: &CpuOptions) -> bool {
+    let Ok(geom) = ConvGeom::of_node(g, k.nodes[0]) else {
+        return false;
+    };
+    let conv = g.node(k.nodes[0]);
+    let algo = choose_algo(&geom, g, k, opts);
+    let plain = !super::blocked::is_blocked(&geom)
+        && !super::into_blocked::runs(&geom)
+        && !super::group8::runs(&geom, algo)
+        && !super::dw8::runs(&geom, algo);
+    let bias = conv.inputs.get(2).map(|&b| &g.value(b).ty);
+    let bias_fits = bias.is_none_or(|t| t.dtype == DType::F32 && t.shape == [geom.m]);
+    let clamp = match &k.nodes[1..] {
+        [] => false,
+        rest => super::group::clamp_after(g, k.nodes[0], rest).is_some(),
+    };
+    let out = *g.node(pool).inputs.first().unwrap_or(&conv.outputs[0]);
+    let last = g
+        .node(*k.nodes.last().unwrap_or(&k.nodes[0]))
+        .outputs
+        .first();
+    let conv_bytes = geom.m * geom.oh * geom.ow * 4;
+    plain
+        && algo == ConvAlgo::Im2col
+        && conv_packed(g, k, algo)
+        && bias_fits
+        && (bias.is_some() || clamp)
+        && (k.nodes.len() == 1 || clamp)
+        && last == Some(&out)
+        && k.outputs == [out]
+        && g.value(out).ty.dtype == DType::F32
+        && conv_bytes >= super::conv_pool::MIN_CONV_BYTES
+        && plan_of(g, &geom, pool).is_some()
+}
+
+/// The bands of max pool node `pool` on conv `geom`'s result.
+fn plan_of(g: &Graph, geom: &ConvGeom, pool: NodeId) -> Option<super::conv_pool::PoolBands> {
+    let node = g.node(pool);
+    let Op::MaxPool(p) = &node.op else {
+        return None;
+    };
+    let ys = &g.value(*node.outputs.first()?).ty.shape;
+    let (&[n, m, ohp, owp], &[xn, xm, xh, xw]) = (
+        ys.as_slice(),
+        g.value(*node.inputs.first()?).ty.shape.as_slice(),
+    ) else {
+        return None;
+    };
+    if (n, m, xn, xm, xh, xw) != (geom.n, geom.m, geom.n, geom.m, geom.oh, geom.ow) {
+        return None;
+    }
+    super::conv_pool::PoolBands::plan(geom, p, ohp, owp)
+}
+
+/// The bands of kernel `k`'s absorbed max pool, if it has one.
+fn pool_bands(g: &Graph, k: &Kernel, geom: &ConvGeom) -> Option<super::conv_pool::PoolBands> {
+    plan_of(g, geom, *k.pool.first()?)
+}
+
 /// Matches the kernel's fused nodes against [`FusedEp`]: after the anchor
 /// (whose own bias is `bias`), at most one Add of a same-shape value read
 /// from outside the kernel, then at most one Relu or Clip (constant bounds,
@@ -707,7 +779,12 @@ pub(crate) fn match_fused(c: &KCtx<'_>, bias: Option<ValueId>) -> Option<FusedEp
         }
     }
     let nothing = bias.is_none() && res.is_none() && clamp.is_none() && act == pgemm::ACT_NONE;
-    if c.k.outputs != [cur] || nothing {
+    // With an absorbed pool the chain ends at the pool's input.
+    let end = match c.k.pool.first() {
+        Some(&p) => g.node(p).inputs.first().copied() == Some(cur),
+        None => c.k.outputs == [cur],
+    };
+    if !end || nothing {
         return None;
     }
     let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
@@ -1223,7 +1300,14 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
         return Ok(vec![PACKED_MISMATCH.to_string()]);
     }
     let node = c.g.node(c.k.nodes[0]);
-    let acc = acc_arg(c)?;
+    // An absorbed max pool: the kernel writes the pool's output, the
+    // conv's rows go to a scratch.
+    let pool = pool_bands(c.g, c.k, &geom);
+    let acc = match (c.k.pool.first(), &pool) {
+        (None, _) => acc_arg(c)?,
+        (Some(&p), Some(_)) if algo == ConvAlgo::Im2col => c.arg(c.g.node(p).outputs[0])?,
+        (Some(_), _) => return Err("an absorbed max pool needs an im2col conv it can band".into()),
+    };
     let bias = node.inputs.get(2).map(|&b| (b, vec![geom.m, 1, 1], 1.0f32));
     let bias_v = node.inputs.get(2).copied();
     let bias_fits = bias_v.is_none_or(|b| {
@@ -1237,6 +1321,8 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
     };
     let spec = if fused.is_some() {
         None
+    } else if pool.is_some() {
+        return Err("an absorbed max pool needs the conv's epilogue fused into its GEMM".into());
     } else {
         epilogue(c, acc, bias)?
     };
@@ -1320,6 +1406,13 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
                     pro: Some(pro),
                 }),
             };
+            let pool = match &pool {
+                Some(pb) => {
+                    let ws = *c.ws.get(1).ok_or("missing pool band scratch")?;
+                    Some((pb, (ws, e.bufs[ws])))
+                }
+                None => None,
+            };
             conv_gemm(
                 e,
                 &geom,
@@ -1329,6 +1422,7 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
                 (col, packed, rows_tab),
                 spec.as_ref(),
                 ep,
+                pool,
             )?;
             return Ok(vec![PACKED_MISMATCH.to_string()]);
         }
@@ -1457,6 +1551,7 @@ fn conv_gemm(
     (col, packed, rows_tab): GemmOperands,
     spec: Option<&elementwise::EwSpec<'_>>,
     ep: Option<ConvEp>,
+    pool: Option<(&PoolBands, (usize, Value))>,
 ) -> Result<(), String> {
     let (cg, mg) = (geo.c / geo.g, geo.m / geo.g);
     let kk = cg * geo.kh * geo.kw;
@@ -1510,16 +1605,23 @@ fn conv_gemm(
             ep_desc_pro(e, bias, res.map(|r| (r, (p as i64, 1))), lh, pro)
         })
     };
-    // Pack a chunk of output rows, GEMM it into its output columns. (The
+    // Pack a chunk of output rows, GEMM it into its output columns, or
+    // into `dst` (C's first element and row stride) when given. (The
     // epilogue per chunk measured slower than once per group: ResNet-18
     // stem 2.31 vs 2.24 ms.)
-    let chunk =
-        |e: &mut Emit<'_>, g: (Value, AOp, Value, EpG), col: Value, r0: Value, rows: usize| {
-            let (xg, a, yg, epg) = g;
-            let yo = e.b.ins().imul_imm_s(r0, geo.ow as i64);
-            let yc = at(e, yg, yo);
-            let nc = rows * geo.ow;
-            let c_str = (p as i64, 1);
+    let chunk_to = |e: &mut Emit<'_>,
+                    g: (Value, AOp, Value, EpG),
+                    col: Value,
+                    (r0, rows): (Value, usize),
+                    dst: Option<(Value, usize)>| {
+        let (xg, a, yg, epg) = g;
+        let yo = e.b.ins().imul_imm_s(r0, geo.ow as i64);
+        let (yc, c_str) = match dst {
+            Some((cp, rs)) => (cp, (rs as i64, 1)),
+            None => (at(e, yg, yo), (p as i64, 1)),
+        };
+        let nc = rows * geo.ow;
+        {
             if let (Some(tab), AOp::Packed(ap)) = (rows_tab, a) {
                 // Implicit im2col: the GEMM packs B from the phase rows.
                 im2col_phased(e, geo, xg, col, cg, r0, rows, true);
@@ -1538,7 +1640,147 @@ fn conv_gemm(
             let d = desc(e, epg, Some(yo));
             let ld = col_ld(nc) as i64;
             gemm_a(e, (mg, nc, kk), a, col, (ld, 1), yc, c_str, d);
+        }
+    };
+    let chunk =
+        |e: &mut Emit<'_>, g: (Value, AOp, Value, EpG), col: Value, r0: Value, rows: usize| {
+            chunk_to(e, g, col, (r0, rows), None)
         };
+    if let Some((pb, scratch)) = pool {
+        // The conv in bands of the absorbed max pool's rows (see
+        // `conv_pool`): units are (image, band); a task runs its bands in
+        // order, each computing its conv rows into the task's scratch
+        // (taking over the rows it shares with the band before when this
+        // task ran that one), then pooling them into the output.
+        let (ws, col) = col.ok_or("an absorbed max pool needs the im2col workspace")?;
+        let (lo, hi) = e.task_range(geo.n * pb.nb, "bands of pool rows (images x bands)")?;
+        let col = e.task_slice(ws, col, im2col_ws_bytes(geo, rows_tab.is_some()));
+        let scr = e.task_slice(scratch.0, scratch.1, pb.scratch_bytes(geo));
+        let plane = pb.rs * geo.ow;
+        let mut err = None;
+        e.for_range(lo, hi, 1, |e, u| {
+            let n = e.b.ins().udiv_imm_u(u, pb.nb as i64);
+            let b = e.b.ins().urem_imm_u(u, pb.nb as i64);
+            let zero = e.ci(0);
+            let g = group(e, n, zero);
+            let g = (g.0, g.1, g.2, g.4);
+            // Conv rows `[s, band.rows)` of a band starting at conv row
+            // `a0`, into its scratch rows, a GEMM per im2col chunk.
+            let conv_rows = |e: &mut Emit<'_>, s: usize, band: &Band, a0: Value| {
+                for s0 in (s..band.rows).step_by(pb.chunk) {
+                    let r0 = e.b.ins().iadd_imm_s(a0, s0 as i64);
+                    let cp = e.b.ins().iadd_imm_s(scr, (s0 * geo.ow * 4) as i64);
+                    let dst = Some((cp, plane));
+                    chunk_to(e, g, col, (r0, pb.chunk.min(band.rows - s0)), dst);
+                }
+            };
+            #[derive(Clone, Copy, PartialEq)]
+            enum Class {
+                First,
+                Mid,
+                Last,
+            }
+            let body = |e: &mut Emit<'_>, class: Class| -> Result<(), String> {
+                let band = match class {
+                    Class::First => pb.first,
+                    Class::Mid => pb.mid.ok_or("no middle bands")?,
+                    Class::Last => pb.last,
+                };
+                // Band 0 starts at conv row 0, the others at b·r·s - pt.
+                let (a0, q0) = if class == Class::First {
+                    (e.ci(0), e.ci(0))
+                } else {
+                    let a0 = e.b.ins().imul_imm_s(b, (pb.r * pb.p.strides[0]) as i64);
+                    let a0 = e.b.ins().iadd_imm_s(a0, -(pb.p.pads[0] as i64));
+                    (a0, e.b.ins().imul_imm_s(b, pb.r as i64))
+                };
+                if class == Class::First || pb.ov == 0 {
+                    conv_rows(e, 0, &band, a0);
+                } else {
+                    // The band before ran on this task unless this is the
+                    // task's first unit (band 0 never takes rows over).
+                    let carry = e.b.create_block();
+                    let fresh = e.b.create_block();
+                    let done = e.b.create_block();
+                    let taken = e.b.ins().icmp(IntCC::NotEqual, u, lo);
+                    e.b.ins().brif(taken, carry, &[], fresh, &[]);
+                    e.b.switch_to_block(carry);
+                    let mid_rows = pb.mid.map_or(pb.first.rows, |m| m.rows);
+                    let prev = match (class, pb.mid.is_some()) {
+                        (Class::Mid, _) => {
+                            let second = e.b.ins().icmp_imm_s(IntCC::Equal, b, 1);
+                            let f = e.ci(pb.first.rows as i64);
+                            let m = e.ci(mid_rows as i64);
+                            e.b.ins().select(second, f, m)
+                        }
+                        (_, true) => e.ci(mid_rows as i64),
+                        (_, false) => e.ci(pb.first.rows as i64),
+                    };
+                    let src = e.b.ins().iadd_imm_s(prev, -(pb.ov as i64));
+                    let src = e.b.ins().imul_imm_s(src, geo.ow as i64);
+                    e.for_n(geo.m, |e, m| {
+                        let d0 = e.b.ins().imul_imm_s(m, plane as i64);
+                        let s0 = e.b.ins().iadd(d0, src);
+                        copy_contiguous(e, scr, d0, scr, s0, pb.ov * geo.ow);
+                    });
+                    conv_rows(e, pb.ov, &band, a0);
+                    e.b.ins().jump(done, &[]);
+                    e.b.switch_to_block(fresh);
+                    conv_rows(e, 0, &band, a0);
+                    e.b.ins().jump(done, &[]);
+                    e.b.switch_to_block(done);
+                }
+                // Pool the band from the scratch into its output rows.
+                let yo = e.b.ins().imul_imm_s(n, (geo.m * pb.ohp * pb.owp) as i64);
+                let qo = e.b.ins().imul_imm_s(q0, pb.owp as i64);
+                let frame = super::reduce::Frame {
+                    planes: geo.m,
+                    x0: e.ci(0),
+                    x_plane: plane,
+                    y0: e.b.ins().iadd(yo, qo),
+                    y_plane: pb.ohp * pb.owp,
+                };
+                let bp = pb.band_pool(&band, class == Class::Last);
+                let xs = [1, geo.m, band.rows, geo.ow];
+                let ys = [1, geo.m, band.qn, pb.owp];
+                super::reduce::max_pool_band(e, &bp, &xs, &ys, scr, y, frame)
+            };
+            let mut run = |e: &mut Emit<'_>, class: Class| {
+                if let Err(m) = body(e, class) {
+                    err.get_or_insert(m);
+                }
+            };
+            if pb.nb == 1 {
+                run(e, Class::First);
+                return;
+            }
+            let first = e.b.create_block();
+            let later = e.b.create_block();
+            let last = e.b.create_block();
+            let done = e.b.create_block();
+            let is_first = e.b.ins().icmp_imm_s(IntCC::Equal, b, 0);
+            e.b.ins().brif(is_first, first, &[], later, &[]);
+            e.b.switch_to_block(first);
+            run(e, Class::First);
+            e.b.ins().jump(done, &[]);
+            e.b.switch_to_block(later);
+            if pb.mid.is_some() {
+                let mid = e.b.create_block();
+                let is_last = e.b.ins().icmp_imm_s(IntCC::Equal, b, (pb.nb - 1) as i64);
+                e.b.ins().brif(is_last, last, &[], mid, &[]);
+                e.b.switch_to_block(mid);
+                run(e, Class::Mid);
+                e.b.ins().jump(done, &[]);
+            } else {
+                e.b.ins().jump(last, &[]);
+            }
+            e.b.switch_to_block(last);
+            run(e, Class::Last);
+            e.b.ins().jump(done, &[]);
+            e.b.switch_to_block(done);
+        });
+        return err.map_or(Ok(()), Err);
+    }
     let chunks = geo.oh.div_ceil(rows);
     let full = geo.oh / rows;
     let units = geo.n * geo.g * chunks;

@@ -54,17 +54,23 @@ pub(crate) struct Kernel {
     /// computed ([`absorb_projections`]), in order; the depthwise result
     /// gets no buffer, and the kernel's outputs are the projection's.
     pub projection: Vec<NodeId>,
+    /// A max pool of this im2col conv's (clamped) result, computed from
+    /// bands of conv rows as the kernel produces them ([`absorb_pools`]);
+    /// the conv result gets no buffer, and the kernel's outputs are the
+    /// pool's.
+    pub pool: Vec<NodeId>,
 }
 
 impl Kernel {
     /// Every node the kernel computes, in order: prologue, expansion, its
-    /// own nodes, projection.
+    /// own nodes, projection, pool.
     pub fn all_nodes(&self) -> impl Iterator<Item = &NodeId> {
         self.prologue
             .iter()
             .chain(&self.expansion)
             .chain(&self.nodes)
             .chain(&self.projection)
+            .chain(&self.pool)
     }
 }
 
@@ -135,6 +141,7 @@ pub(crate) fn kernels(g: &Graph) -> Vec<Kernel> {
             prologue: Vec::new(),
             expansion: Vec::new(),
             projection: Vec::new(),
+            pool: Vec::new(),
         };
         add_dead_results(g, &graph_outputs, &mut kernel);
         out.push(kernel);
@@ -194,6 +201,7 @@ fn finish(
         prologue: Vec::new(),
         expansion: Vec::new(),
         projection: Vec::new(),
+        pool: Vec::new(),
     };
     add_dead_results(g, graph_outputs, &mut k);
     k
@@ -576,6 +584,48 @@ pub(crate) fn absorb_projections(
         merged.name = p.name.clone();
         merged.outputs = p.outputs.clone();
         merged.projection = p.nodes.clone();
+        kernels[pi] = merged;
+        gone[di] = true;
+    }
+    without(kernels, &gone)
+}
+
+/// Moves each kernel that is one MaxPool node, whose data input only a
+/// conv kernel `d` computes, with `takes(d, pool)`, into `d` as its pool: the
+/// merged kernel computes the conv a band of rows at a time into a
+/// scratch that stays in cache and pools each band from there, so the
+/// conv's result (3.2 MB for SqueezeNet's stem, 3.2 MB for ResNet-18's)
+/// is never written to memory and read back. It takes the pool kernel's
+/// name, outputs and place.
+pub(crate) fn absorb_pools(
+    g: &Graph,
+    mut kernels: Vec<Kernel>,
+    takes: impl Fn(&Kernel, NodeId) -> bool,
+) -> Vec<Kernel> {
+    let graph_outputs: HashSet<ValueId> = g.outputs().iter().copied().collect();
+    let mut gone = vec![false; kernels.len()];
+    for pi in 0..kernels.len() {
+        let p = &kernels[pi];
+        let one_pool = matches!(p.nodes.as_slice(), [n] if matches!(g.node(*n).op, Op::MaxPool(_)));
+        if p.kind != KernelKind::Reduction || !one_pool || g.node(p.nodes[0]).outputs.len() != 1 {
+            continue;
+        }
+        let Some((di, v)) = sole_feeder(g, &kernels, pi, &graph_outputs) else {
+            continue;
+        };
+        let d = &kernels[di];
+        let plain = d.prologue.is_empty()
+            && d.expansion.is_empty()
+            && d.projection.is_empty()
+            && d.pool.is_empty();
+        if gone[di] || d.kind != KernelKind::Contraction || !plain || !takes(d, p.nodes[0]) {
+            continue;
+        }
+        let mut merged = d.clone();
+        add_inputs(&mut merged.inputs, &p.inputs, v);
+        merged.name = p.name.clone();
+        merged.outputs = p.outputs.clone();
+        merged.pool = p.nodes.clone();
         kernels[pi] = merged;
         gone[di] = true;
     }

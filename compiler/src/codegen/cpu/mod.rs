@@ -13,6 +13,7 @@
 
 mod blocked;
 mod contraction;
+mod conv_pool;
 mod convt;
 mod cost;
 mod direct;
@@ -299,7 +300,10 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         kernels
     } else {
         let kernels = group::absorb_expansions(g, kernels, |k| blocked::takes_expansion(g, k));
-        group::absorb_projections(g, kernels, |k| blocked::takes_projection(g, k))
+        let kernels = group::absorb_projections(g, kernels, |k| blocked::takes_projection(g, k));
+        group::absorb_pools(g, kernels, |k, pool| {
+            contraction::takes_pool(g, k, pool, opts)
+        })
     };
     let kernels = group::order_for_locality(g, kernels);
     for k in &kernels {

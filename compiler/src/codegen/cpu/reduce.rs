@@ -70,11 +70,11 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
             } else {
                 Split::None
             };
-            pool(e, p, &xs, &ys, x, y, true, how)?
+            pool(e, p, &xs, &ys, x, y, true, how, None)?
         }
         Op::AveragePool(p) => {
             let how = if on { Split::Planes } else { Split::None };
-            pool(e, p, &xs, &ys, x, y, false, how)?
+            pool(e, p, &xs, &ys, x, y, false, how, None)?
         }
         Op::GlobalAveragePool => {
             let axes: Vec<usize> = (2..xs.len()).collect();
@@ -395,6 +395,40 @@ enum Split {
     RowBands,
 }
 
+/// Where a max pool reads and writes its planes when it runs inside a
+/// conv kernel that absorbed it ([`super::group::absorb_pools`]): one
+/// band of its output rows at a time, from the conv rows the kernel just
+/// computed into a scratch.
+#[derive(Clone, Copy)]
+pub(crate) struct Frame {
+    /// Planes (channels) of the band.
+    pub planes: usize,
+    /// Element offset of plane 0's first row in the input buffer.
+    pub x0: Value,
+    /// Elements from one input plane to the next.
+    pub x_plane: usize,
+    /// Element offset of plane 0's first row of the band in the output.
+    pub y0: Value,
+    /// Elements from one output plane to the next.
+    pub y_plane: usize,
+}
+
+/// A max pool `p` of planes `h x w` into `oh x ow` placed by `frame`,
+/// on this task (no split of its own): the same code, NaN handling
+/// included, as a pool kernel's (`xs`, `ys` the band's NCHW shapes).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn max_pool_band(
+    e: &mut Emit<'_>,
+    p: &Pool2d,
+    xs: &[usize],
+    ys: &[usize],
+    x: Value,
+    y: Value,
+    frame: Frame,
+) -> Result<(), String> {
+    pool(e, p, xs, ys, x, y, true, Split::None, Some(frame))
+}
+
 /// MaxPool / AveragePool over NCHW. Output positions whose whole window
 /// lies inside the input (a static rectangle) use a fully unrolled window;
 /// the border computes each window's valid taps at run time.
@@ -408,10 +442,24 @@ fn pool(
     y: Value,
     max: bool,
     how: Split,
+    frame: Option<Frame>,
 ) -> Result<(), String> {
     let split = how != Split::None;
     let (&[n, c, h, w], &[_, _, oh, ow]) = (xs, ys) else {
         return Err("pooling needs rank-4 NCHW tensors".into());
+    };
+    // Element offsets of plane `pl` in `x` and `y`.
+    let offsets = move |e: &mut Emit<'_>, pl: Value| match frame {
+        Some(f) => {
+            let xo = e.b.ins().imul_imm_s(pl, f.x_plane as i64);
+            let xo = e.b.ins().iadd(xo, f.x0);
+            let yo = e.b.ins().imul_imm_s(pl, f.y_plane as i64);
+            (xo, e.b.ins().iadd(yo, f.y0))
+        }
+        None => (
+            e.b.ins().imul_imm_s(pl, (h * w) as i64),
+            e.b.ins().imul_imm_s(pl, (oh * ow) as i64),
+        ),
     };
     let (kh, kw) = (p.kernel[0], p.kernel[1]);
     // Interior: every tap valid.
@@ -429,7 +477,7 @@ fn pool(
     } else {
         (oh, oh, ow, ow)
     };
-    let planes = n * c;
+    let planes = frame.map_or(n * c, |f| f.planes);
     let win = super::direct::Window {
         h,
         w,
@@ -575,8 +623,7 @@ fn pool(
         let taps = super::direct::Combine::Fma(vec![one; kh * kw]);
         let (lo, hi) = plane_range(e, planes, "output planes", split)?;
         e.for_range(lo, hi, 1, |e, pl| {
-            let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
-            let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
+            let (xo, yo) = offsets(e, pl);
             pp.compute(
                 e,
                 (y, yo),
@@ -613,8 +660,7 @@ fn pool(
             (None, plane_range(e, planes, "output planes", split)?)
         };
         e.for_range(lo, hi, 1, |e, pl| {
-            let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
-            let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
+            let (xo, yo) = offsets(e, pl);
             let nan = super::direct::nan_mask(e);
             pp.compute(
                 e,
@@ -639,8 +685,7 @@ fn pool(
     } else {
         let (lo, hi) = plane_range(e, planes, "output planes", split)?;
         e.for_range(lo, hi, 1, |e, pl| {
-            let xo = e.b.ins().imul_imm_s(pl, (h * w) as i64);
-            let yo = e.b.ins().imul_imm_s(pl, (oh * ow) as i64);
+            let (xo, yo) = offsets(e, pl);
             plane(e, xo, yo, None);
         });
     }
