@@ -73,7 +73,8 @@ pub struct ConvArgs {
     /// Run the convs of each channel-blocked inverted residual block
     /// (expansion, depthwise, projection) as kernels of their own that
     /// write their whole results, instead of one kernel computing the
-    /// block a row at a time, for comparison.
+    /// block a row at a time, and a stem's max pool apart from its conv,
+    /// for comparison.
     #[arg(long)]
     pub unfused_blocks: bool,
 }

@@ -57,6 +57,7 @@ pub(crate) fn kernel_work(g: &Graph, k: &Kernel, opts: &CpuOptions) -> (u64, u64
             k.expansion
                 .iter()
                 .chain(&k.projection)
+                .chain(&k.pool)
                 .map(|&n| node_work(g, n)),
         )
         .fold(0u64, u64::saturating_add);

@@ -74,7 +74,8 @@ pub struct CpuOptions {
     /// Keep the convs of a channel-blocked inverted residual block
     /// (expansion, depthwise, projection) kernels of their own, each
     /// result written out, instead of one kernel that computes the block
-    /// a row at a time (for comparison).
+    /// a row at a time, and a max pool apart from the im2col conv that
+    /// feeds it (for comparison).
     pub unfused_blocks: bool,
 }
 
