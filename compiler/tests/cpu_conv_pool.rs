@@ -27,9 +27,10 @@ struct Case {
     pool: &'static str,
 }
 
-const CASES: [Case; 6] = [
+const CASES: [Case; 7] = [
     // SqueezeNet's stem: 3x3/2 conv, Relu, 3x3/2 ceil-mode pool (the last
-    // window clipped); k = 27 over 64 rows, columns written.
+    // window clipped); k = 27 over 64 rows (5 panels): gathered, strip by
+    // strip into the scratch.
     Case {
         x: [1, 3, 160, 150],
         m: 64,
@@ -75,6 +76,15 @@ const CASES: [Case; 6] = [
         conv: "pads=[1,1,1,1]",
         ep: "Relu",
         pool: "kernel=[3,3], strides=[1,1], pads=[1,1,1,1]",
+    },
+    // k = 27 over 128 rows (10 panels): the stride-2 columns written.
+    Case {
+        x: [1, 3, 120, 120],
+        m: 128,
+        k: 3,
+        conv: "strides=[2,2], pads=[1,1,1,1]",
+        ep: "Relu",
+        pool: "kernel=[3,3], strides=[2,2], ceil_mode=1",
     },
     // Odd sizes everywhere, asymmetric conv padding, a 2x3 pool window.
     Case {

@@ -15,6 +15,9 @@
 //! Clip(0, 6) layer (`EP=bias` or `EP=clamp`: one part of it; `silu` or
 //! `sigmoid` adds that activation).
 //!
+//! `STRIP_PANELS=P`: the gathered GEMM goes strip by strip up to P
+//! AVX-512 row panels (see `pgemm::gathered_strips`).
+//!
 //! `BRS=S` and `CRS=S` set the row strides of B and C (at least N; e.g.
 //! N rounded up to whole cache lines, to time unaligned rows against
 //! aligned ones).
@@ -99,6 +102,10 @@ fn measure() {
         row_off: gather_rows.as_ptr(),
         seg_len: seg,
         seg_step: seg as isize,
+        strip_panels: std::env::var("STRIP_PANELS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(dnnc_runtime::cpu::pgemm::GATHER_STRIP_MAX_PANELS),
     };
     // `EP=bias,clamp`: the fused epilogue a conv + bias + Clip(0, 6) layer
     // runs (either part alone with `EP=bias` or `EP=clamp`).

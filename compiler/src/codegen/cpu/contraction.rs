@@ -1609,6 +1609,11 @@ fn conv_gemm(
     // into `dst` (C's first element and row stride) when given. (The
     // epilogue per chunk measured slower than once per group: ResNet-18
     // stem 2.31 vs 2.24 ms.)
+    let most = if pool.is_some() {
+        pgemm::GATHER_STRIP_MAX_PANELS_CACHED_C
+    } else {
+        pgemm::GATHER_STRIP_MAX_PANELS
+    };
     let chunk_to = |e: &mut Emit<'_>,
                     g: (Value, AOp, Value, EpG),
                     col: Value,
@@ -1627,7 +1632,7 @@ fn conv_gemm(
                 im2col_phased(e, geo, xg, col, cg, r0, rows, true);
                 let d = desc(e, epg, Some(yo));
                 let (rs, _) = phase_row(geo);
-                let gd = gather_desc(e, col, tab, geo.ow, 2 * rs);
+                let gd = gather_desc(e, col, tab, (geo.ow, 2 * rs), most);
                 let mode = d.unwrap_or_else(|| e.ci(0));
                 sgemm_packed_gather(e, (mg, nc, kk), ap, gd, yc, c_str, mode);
                 return;
@@ -2135,7 +2140,9 @@ fn phase_rows(geo: &ConvGeom) -> usize {
 /// which measured faster than packing them from the phase rows
 /// (SqueezeNet's stem, k = 27 over 64 rows: 0.40 vs 0.42 ms packed,
 /// 0.37 vs 0.45 strip by strip; MobileNet-V2's, 32 rows, 0.23 vs 0.25
-/// packed but 0.217 vs 0.200 strip by strip).
+/// packed but 0.217 vs 0.200 strip by strip). A conv with an absorbed
+/// max pool writes C into a band scratch that stays in cache, where strip
+/// order pays up to [`pgemm::GATHER_STRIP_MAX_PANELS_CACHED_C`] panels.
 fn gathered(geo: &ConvGeom, g: &Graph, k: &Kernel, algo: ConvAlgo) -> bool {
     algo == ConvAlgo::Im2col
         && conv_packed(g, k, algo)
@@ -2144,7 +2151,18 @@ fn gathered(geo: &ConvGeom, g: &Graph, k: &Kernel, algo: ConvAlgo) -> bool {
             pgemm::Kernel::best(),
             geo.m / geo.g,
             geo.c / geo.g * geo.kh * geo.kw,
+            strip_panels(k),
         )
+}
+
+/// The most AVX-512 row panels for which kernel `k`'s gathered GEMM goes
+/// strip by strip (see [`gathered`]).
+fn strip_panels(k: &Kernel) -> usize {
+    if k.pool.is_empty() {
+        pgemm::GATHER_STRIP_MAX_PANELS
+    } else {
+        pgemm::GATHER_STRIP_MAX_PANELS_CACHED_C
+    }
 }
 
 /// The gathered B's row offsets: row `(c, i, j)` (tap `(i, j)` of input
@@ -2167,13 +2185,14 @@ fn gather_rows(geo: &ConvGeom) -> Vec<i64> {
 }
 
 /// A [`pgemm::Gather`] on the stack: rows at `base + tab[k]`, segments of
-/// `seg_len` floats `seg_step` apart.
+/// `seg_len` floats `seg_step` apart, strip order up to `strip_panels`
+/// row panels.
 fn gather_desc(
     e: &mut Emit<'_>,
     base: Value,
     tab: Value,
-    seg_len: usize,
-    seg_step: usize,
+    (seg_len, seg_step): (usize, usize),
+    strip_panels: usize,
 ) -> Value {
     let size = std::mem::size_of::<pgemm::Gather>() as u32;
     let ss =
@@ -2189,6 +2208,10 @@ fn gather_desc(
         (
             e.ci(seg_step as i64),
             std::mem::offset_of!(pgemm::Gather, seg_step),
+        ),
+        (
+            e.ci(strip_panels as i64),
+            std::mem::offset_of!(pgemm::Gather, strip_panels),
         ),
     ];
     for (v, off) in fields {
