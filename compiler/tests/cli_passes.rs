@@ -164,7 +164,7 @@ fn after_partition_shows_each_kernels_tasks_and_the_waves() {
         "{out}"
     );
     assert!(
-        out.contains("#   partition: no code of its own: a view, built in place"),
+        out.contains("#   partition: no code of its own: a view, or built in place"),
         "{out}"
     );
     assert!(out.contains("# wave 0: 2 independent kernels"), "{out}");
@@ -247,6 +247,39 @@ fn after_partition_shows_each_kernels_tasks_and_the_waves() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// A kernel absorbed into another (here a stem conv whose max pool
+/// computes it band by band) names the kernel that computes it.
+#[test]
+fn after_partition_names_the_kernel_an_absorbed_one_runs_in() {
+    let (dir, model) = temp_model(
+        "absorbed",
+        "graph stem {
+  input %x: f32[1,3,224,224]
+  param %w: f32[64,3,3,3] = he(seed=1)
+  param %b: f32[64] = uniform(low=-0.05, high=0.05, seed=2)
+  %c = Conv2d(%x, %w, %b) {strides=[2,2]}
+  %r = Relu(%c)
+  %p = MaxPool(%r) {kernel=[3,3], strides=[2,2], ceil_mode=1}
+  output %p
+}
+",
+    );
+    let out = stdout(&dnnc(&[
+        "ir",
+        model.to_str().unwrap(),
+        "--after",
+        "partition",
+        "--threads",
+        "2",
+    ]));
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        out.contains("# kernel r [Conv2d+Relu] contraction\n  #   partition: no code of its own: computed inside kernel p [Conv2d+Relu+MaxPool]"),
+        "{out}"
+    );
+    assert!(out.contains("bands of pool rows"), "{out}");
 }
 
 #[test]

@@ -254,11 +254,22 @@ pub fn report(g: &Graph, exe: &Executable, profile: &dnnc_passes::cost::MachineP
                     t * 1e3
                 )
             }
-            None => "no code of its own: a view, built in place by its producers, the \
-                     prologue of the 1x1 conv reading it (applied as its GEMM packs its input), \
-                     or the expansion or depthwise conv computed inside the kernel of the conv \
-                     reading it"
-                .to_string(),
+            // Absorbed into another kernel (a prologue, an expansion, a
+            // depthwise conv with its projection, a conv with its pool):
+            // that kernel's step lists this one's nodes.
+            None => match exe
+                .steps()
+                .iter()
+                .find(|s| s.nodes.iter().any(|n| n == name))
+            {
+                Some(s) => format!(
+                    "no code of its own: computed inside kernel {} [{}]",
+                    s.name, s.op
+                ),
+                None => {
+                    "no code of its own: a view, or built in place by its producers".to_string()
+                }
+            },
         };
         let _ = writeln!(out, "  #   partition: {text}");
     }
