@@ -557,75 +557,87 @@ pub(crate) fn absorb_expansions(
 /// kernel's name, outputs and place.
 pub(crate) fn absorb_projections(
     g: &Graph,
-    mut kernels: Vec<Kernel>,
+    kernels: Vec<Kernel>,
     takes: impl Fn(&Kernel) -> bool,
 ) -> Vec<Kernel> {
-    let graph_outputs: HashSet<ValueId> = g.outputs().iter().copied().collect();
-    let mut gone = vec![false; kernels.len()];
-    for pi in 0..kernels.len() {
-        let p = &kernels[pi];
-        if p.kind != KernelKind::Contraction
-            || !p.prologue.is_empty()
-            || !p.expansion.is_empty()
-            || !p.projection.is_empty()
-            || projection_ep(g, &p.nodes).is_none()
-        {
-            continue;
-        }
-        let Some((di, v)) = sole_feeder(g, &kernels, pi, &graph_outputs) else {
-            continue;
-        };
-        let d = &kernels[di];
-        if gone[di] || d.kind != KernelKind::Contraction || !d.projection.is_empty() || !takes(d) {
-            continue;
-        }
-        let mut merged = d.clone();
-        add_inputs(&mut merged.inputs, &p.inputs, v);
-        merged.name = p.name.clone();
-        merged.outputs = p.outputs.clone();
-        merged.projection = p.nodes.clone();
-        kernels[pi] = merged;
-        gone[di] = true;
-    }
-    without(kernels, &gone)
+    let fits = |p: &Kernel| {
+        p.kind == KernelKind::Contraction
+            && p.prologue.is_empty()
+            && p.expansion.is_empty()
+            && p.projection.is_empty()
+            && projection_ep(g, &p.nodes).is_some()
+    };
+    let into = |d: &Kernel, _: &Kernel| d.projection.is_empty() && takes(d);
+    absorb_reader(g, kernels, fits, into, Reader::Projection)
 }
 
 /// Moves each kernel that is one MaxPool node, whose data input only a
-/// conv kernel `d` computes, with `takes(d, pool)`, into `d` as its pool: the
-/// merged kernel computes the conv a band of rows at a time into a
+/// conv kernel `d` computes, with `takes(d, pool)`, into `d` as its pool:
+/// the merged kernel computes the conv a band of rows at a time into a
 /// scratch that stays in cache and pools each band from there, so the
 /// conv's result (3.2 MB for SqueezeNet's stem, 3.2 MB for ResNet-18's)
 /// is never written to memory and read back. It takes the pool kernel's
 /// name, outputs and place.
 pub(crate) fn absorb_pools(
     g: &Graph,
-    mut kernels: Vec<Kernel>,
+    kernels: Vec<Kernel>,
     takes: impl Fn(&Kernel, NodeId) -> bool,
+) -> Vec<Kernel> {
+    let fits = |p: &Kernel| {
+        p.kind == KernelKind::Reduction
+            && matches!(p.nodes.as_slice(), [n] if matches!(g.node(*n).op, Op::MaxPool(_))
+                && g.node(*n).outputs.len() == 1)
+    };
+    let into = |d: &Kernel, p: &Kernel| {
+        let plain = d.prologue.is_empty()
+            && d.expansion.is_empty()
+            && d.projection.is_empty()
+            && d.pool.is_empty();
+        plain && takes(d, p.nodes[0])
+    };
+    absorb_reader(g, kernels, fits, into, Reader::Pool)
+}
+
+/// Where [`absorb_reader`] puts the reading kernel's nodes.
+#[derive(Clone, Copy)]
+enum Reader {
+    Projection,
+    Pool,
+}
+
+/// Moves each kernel `p` with `fits(p)` whose data input only a
+/// contraction kernel `d` computes, with `into(d, p)`, into `d` as its
+/// projection or pool (`slot`): the merged kernel reads `d`'s and `p`'s
+/// inputs and takes `p`'s name, outputs and place; `d`'s result gets no
+/// buffer.
+fn absorb_reader(
+    g: &Graph,
+    mut kernels: Vec<Kernel>,
+    fits: impl Fn(&Kernel) -> bool,
+    into: impl Fn(&Kernel, &Kernel) -> bool,
+    slot: Reader,
 ) -> Vec<Kernel> {
     let graph_outputs: HashSet<ValueId> = g.outputs().iter().copied().collect();
     let mut gone = vec![false; kernels.len()];
     for pi in 0..kernels.len() {
-        let p = &kernels[pi];
-        let one_pool = matches!(p.nodes.as_slice(), [n] if matches!(g.node(*n).op, Op::MaxPool(_)));
-        if p.kind != KernelKind::Reduction || !one_pool || g.node(p.nodes[0]).outputs.len() != 1 {
+        if !fits(&kernels[pi]) {
             continue;
         }
         let Some((di, v)) = sole_feeder(g, &kernels, pi, &graph_outputs) else {
             continue;
         };
-        let d = &kernels[di];
-        let plain = d.prologue.is_empty()
-            && d.expansion.is_empty()
-            && d.projection.is_empty()
-            && d.pool.is_empty();
-        if gone[di] || d.kind != KernelKind::Contraction || !plain || !takes(d, p.nodes[0]) {
+        let (d, p) = (&kernels[di], &kernels[pi]);
+        if gone[di] || d.kind != KernelKind::Contraction || !into(d, p) {
             continue;
         }
         let mut merged = d.clone();
         add_inputs(&mut merged.inputs, &p.inputs, v);
         merged.name = p.name.clone();
         merged.outputs = p.outputs.clone();
-        merged.pool = p.nodes.clone();
+        match slot {
+            Reader::Projection => merged.projection = p.nodes.clone(),
+            Reader::Pool => merged.pool = p.nodes.clone(),
+        }
         kernels[pi] = merged;
         gone[di] = true;
     }
