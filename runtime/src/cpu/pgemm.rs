@@ -2279,13 +2279,7 @@ pub(super) mod x86 {
             } else {
                 0
             };
-            // The common conv epilogue (a bias and/or a clamp, no
-            // residual, no activation) read once into registers: through
-            // `store16` every store reloaded the epilogue's fields and
-            // branched on them (the stores to C may alias it), ~500
-            // instructions a tile, a third of a k = 27 tile's time
-            // (SqueezeNet's stem). The same operations in the same order
-            // as `store16`, so bitwise the same.
+            // A bias and/or clamp from registers (see `PlainEp`).
             if let Some(pe) = PlainEp::of(ep) {
                 macro_rules! row_ep {
                     ($($r:literal)*) => {$(

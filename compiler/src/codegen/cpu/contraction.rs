@@ -1609,11 +1609,7 @@ fn conv_gemm(
     // into `dst` (C's first element and row stride) when given. (The
     // epilogue per chunk measured slower than once per group: ResNet-18
     // stem 2.31 vs 2.24 ms.)
-    let most = if pool.is_some() {
-        pgemm::GATHER_STRIP_MAX_PANELS_CACHED_C
-    } else {
-        pgemm::GATHER_STRIP_MAX_PANELS
-    };
+    let most = strip_panels(pool.is_some());
     let chunk_to = |e: &mut Emit<'_>,
                     g: (Value, AOp, Value, EpG),
                     col: Value,
@@ -1626,26 +1622,24 @@ fn conv_gemm(
             None => (at(e, yg, yo), (p as i64, 1)),
         };
         let nc = rows * geo.ow;
-        {
-            if let (Some(tab), AOp::Packed(ap)) = (rows_tab, a) {
-                // Implicit im2col: the GEMM packs B from the phase rows.
-                im2col_phased(e, geo, xg, col, cg, r0, rows, true);
-                let d = desc(e, epg, Some(yo));
-                let (rs, _) = phase_row(geo);
-                let gd = gather_desc(e, col, tab, (geo.ow, 2 * rs), most);
-                let mode = d.unwrap_or_else(|| e.ci(0));
-                sgemm_packed_gather(e, (mg, nc, kk), ap, gd, yc, c_str, mode);
-                return;
-            }
-            if phased(geo) {
-                im2col_phased(e, geo, xg, col, cg, r0, rows, false);
-            } else {
-                im2col_rows(e, geo, xg, col, cg, r0, rows);
-            }
+        if let (Some(tab), AOp::Packed(ap)) = (rows_tab, a) {
+            // Implicit im2col: the GEMM packs B from the phase rows.
+            im2col_phased(e, geo, xg, col, cg, r0, rows, true);
             let d = desc(e, epg, Some(yo));
-            let ld = col_ld(nc) as i64;
-            gemm_a(e, (mg, nc, kk), a, col, (ld, 1), yc, c_str, d);
+            let (rs, _) = phase_row(geo);
+            let gd = gather_desc(e, col, tab, (geo.ow, 2 * rs), most);
+            let mode = d.unwrap_or_else(|| e.ci(0));
+            sgemm_packed_gather(e, (mg, nc, kk), ap, gd, yc, c_str, mode);
+            return;
         }
+        if phased(geo) {
+            im2col_phased(e, geo, xg, col, cg, r0, rows, false);
+        } else {
+            im2col_rows(e, geo, xg, col, cg, r0, rows);
+        }
+        let d = desc(e, epg, Some(yo));
+        let ld = col_ld(nc) as i64;
+        gemm_a(e, (mg, nc, kk), a, col, (ld, 1), yc, c_str, d);
     };
     let chunk =
         |e: &mut Emit<'_>, g: (Value, AOp, Value, EpG), col: Value, r0: Value, rows: usize| {
@@ -2151,17 +2145,18 @@ fn gathered(geo: &ConvGeom, g: &Graph, k: &Kernel, algo: ConvAlgo) -> bool {
             pgemm::Kernel::best(),
             geo.m / geo.g,
             geo.c / geo.g * geo.kh * geo.kw,
-            strip_panels(k),
+            strip_panels(!k.pool.is_empty()),
         )
 }
 
-/// The most AVX-512 row panels for which kernel `k`'s gathered GEMM goes
-/// strip by strip (see [`gathered`]).
-fn strip_panels(k: &Kernel) -> usize {
-    if k.pool.is_empty() {
-        pgemm::GATHER_STRIP_MAX_PANELS
-    } else {
+/// The most AVX-512 row panels for which a conv's gathered GEMM goes
+/// strip by strip (see [`gathered`]): more when it writes a pooled
+/// conv's band scratch (`pooled`), which stays in cache.
+fn strip_panels(pooled: bool) -> usize {
+    if pooled {
         pgemm::GATHER_STRIP_MAX_PANELS_CACHED_C
+    } else {
+        pgemm::GATHER_STRIP_MAX_PANELS
     }
 }
 
