@@ -9,8 +9,9 @@ mod cpu_common;
 use cpu_common::{check, check_with, f32_tensor, parse, rand_f32};
 use dnnc_compiler::codegen::cpu::{ConvAlgo, CpuOptions};
 
-const POOLS: [&str; 6] = [
+const POOLS: [&str; 7] = [
     "kernel=[3,3], strides=[2,2], ceil_mode=1",
+    "kernel=[3,3], strides=[2,2], pads=[1,1,1,1]",
     "kernel=[3,3], strides=[1,1], pads=[1,1,1,1]",
     "kernel=[3,3], strides=[2,2], pads=[0,1,2,0], ceil_mode=1",
     "kernel=[2,3], strides=[1,2], pads=[1,0,0,2]",

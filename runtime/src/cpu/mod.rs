@@ -84,6 +84,7 @@ pub mod dw8;
 pub mod dwrow;
 pub mod fftconv;
 pub mod group8;
+pub mod maxpool;
 pub mod native;
 pub mod peak;
 pub mod pgemm;

@@ -304,6 +304,10 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
         ),
         ("dnnc_conv_dw8", super::dw8::dnnc_conv_dw8 as *const u8),
         (
+            "dnnc_max_pool_3x3s2",
+            super::maxpool::dnnc_max_pool_3x3s2 as *const u8,
+        ),
+        (
             "dnnc_dw_row_nchw8c",
             super::dwrow::dnnc_dw_row_nchw8c as *const u8,
         ),

@@ -48,6 +48,9 @@ pub(crate) struct Emit<'a> {
     /// A task's rows of a blocked depthwise conv (`dnnc_dw_nchw8c`),
     /// imported.
     pub dw8c: FuncRef,
+    /// A plane's rows of a 3x3 stride-2 max pool (`dnnc_max_pool_3x3s2`,
+    /// AVX-512), imported.
+    pub maxpool: FuncRef,
     /// Block every error path jumps to, with the error code as parameter.
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).

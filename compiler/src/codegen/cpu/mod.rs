@@ -570,6 +570,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let dw8c_id = module
         .declare_function("dnnc_dw_nchw8c", Linkage::Import, &dwsg)
         .map_err(|e| backend(e.to_string()))?;
+    let mut mpsg = module.make_signature();
+    for t in [ptr, ptr, I64, I64, I64, I64, I64, I64] {
+        mpsg.params.push(AbiParam::new(t));
+    }
+    mpsg.returns.push(AbiParam::new(I32));
+    let maxpool_id = module
+        .declare_function("dnnc_max_pool_3x3s2", Linkage::Import, &mpsg)
+        .map_err(|e| backend(e.to_string()))?;
 
     // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
@@ -666,6 +674,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let into8c = module.declare_func_in_func(into8c_id, &mut ctx.func);
             let dw8c_row = module.declare_func_in_func(dw8c_row_id, &mut ctx.func);
             let dw8c = module.declare_func_in_func(dw8c_id, &mut ctx.func);
+            let maxpool = module.declare_func_in_func(maxpool_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -693,6 +702,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 into8c,
                 dw8c_row,
                 dw8c,
+                maxpool,
                 fail,
                 cfg: module.target_config(),
                 task,

@@ -638,6 +638,38 @@ fn pool(
         });
         return Ok(());
     }
+    if max && native_3x3s2(p, w, ow) {
+        // The native AVX-512 plane kernel (`dnnc_max_pool_3x3s2`: the
+        // same maximum of the valid taps, padding as -inf); a plane
+        // holding a NaN, which `maxps` would drop, is recomputed by the
+        // exact code below.
+        let (band, (lo, hi)) = if how == Split::RowBands {
+            let band = e.task_range(oh, "bands of output rows (every plane)")?;
+            (Some(band), (e.ci(0), e.ci(planes as i64)))
+        } else {
+            (None, plane_range(e, planes, "output planes", split)?)
+        };
+        let f = e.maxpool;
+        e.for_range(lo, hi, 1, |e, pl| {
+            let (xo, yo) = offsets(e, pl);
+            let xp = e.addr(x, xo, 4);
+            let yp = e.addr(y, yo, 4);
+            let (r0, r1) = band.unwrap_or_else(|| (e.ci(0), e.ci(oh as i64)));
+            let dims = [h, w, ow, p.pads[0] | p.pads[1] << 16].map(|v| e.ci(v as i64));
+            let call =
+                e.b.ins()
+                    .call(f, &[xp, yp, dims[0], dims[1], dims[2], dims[3], r0, r1]);
+            let rc = e.b.inst_results(call)[0];
+            let slow = e.b.create_block();
+            let done = e.b.create_block();
+            e.b.ins().brif(rc, slow, &[], done, &[]);
+            e.b.switch_to_block(slow);
+            plane(e, xo, yo, band);
+            e.b.ins().jump(done, &[]);
+            e.b.switch_to_block(done);
+        });
+        return Ok(());
+    }
     if let Some(mut pp) = fast {
         // Padded planes with -inf padding and `maxps`; a plane holding a
         // NaN is recomputed by the exact code below, so NaNs propagate as
@@ -691,6 +723,16 @@ fn pool(
     }
     let _ = (IntCC::Equal, I64);
     Ok(())
+}
+
+/// Whether max pool `p` of rows `w` wide into `ow` runs on the native
+/// 3x3 stride-2 plane kernel (`dnnc_runtime::cpu::maxpool`): that window,
+/// undilated, on a machine with AVX-512 and a geometry it takes.
+fn native_3x3s2(p: &Pool2d, w: usize, ow: usize) -> bool {
+    p.kernel == [3, 3]
+        && p.strides == [2, 2]
+        && p.dilations == [1, 1]
+        && dnnc_runtime::cpu::maxpool::max_pool_3x3s2_fits(w, ow, p.pads[0], p.pads[1])
 }
 
 /// Divides each output of an average pool's plane `y[yo..]` (the window

@@ -1,0 +1,308 @@
+//! 3x3 stride-2 max pooling of one NCHW plane with AVX-512: the window
+//! every stem pool of the zoo uses (SqueezeNet, GoogLeNet, ResNet,
+//! ShuffleNet) and GoogLeNet's and SqueezeNet's later 3x3/2 pools.
+//!
+//! The generated plane kernel is limited to Cranelift's 128-bit vectors,
+//! and a stride-2 window needs its even and odd columns apart, which
+//! costs it a shuffle per four outputs and a padded copy of the plane.
+//! Here sixteen outputs of a row are `max(even, odd, next even)` of the
+//! column-wise maxima of its (up to) three input rows, 32 columns and one
+//! more, picked by `vpermt2ps` from vectors loaded straight from the
+//! rows, lanes outside the row masked to `-inf`: the maximum of the
+//! window's valid taps, the padding counting as `-inf`, as the generated
+//! padded plane computes it, with no copy and nothing stored but the
+//! outputs.
+//!
+//! A plane holding a NaN is reported instead (return 1): `maxps` drops a
+//! NaN in one operand, so the caller recomputes such a plane with its
+//! exact code, which propagates NaNs as the interpreter does.
+
+/// Widest input row [`dnnc_max_pool_3x3s2`] takes (a bound that keeps
+/// the index arithmetic far from overflow; the kernel keeps no row).
+pub const MAX_POOL_3X3S2_MAX_W: usize = 1 << 20;
+
+/// Largest top or left padding [`dnnc_max_pool_3x3s2`] takes (a 3x3
+/// window padded by more would have windows of padding only).
+pub const MAX_POOL_3X3S2_MAX_PAD: usize = 2;
+
+/// Whether [`dnnc_max_pool_3x3s2`] computes a plane of `w` columns with
+/// pads `pt`, `pl` and `ow` output columns on this machine.
+pub fn max_pool_3x3s2_fits(w: usize, ow: usize, pt: usize, pl: usize) -> bool {
+    super::avx512_vl()
+        && w > 0
+        && w <= MAX_POOL_3X3S2_MAX_W
+        && ow > 0
+        && 2 * (ow - 1) < w + 2 * pl
+        && pt <= MAX_POOL_3X3S2_MAX_PAD
+        && pl <= MAX_POOL_3X3S2_MAX_PAD
+}
+
+/// Output rows `r0..r1` of a 3x3 stride-2 max pool of one plane: input
+/// `x` of `h` rows of `w` floats, output `y` of rows of `ow` floats
+/// (row `r` at `y + r * ow`), top and left padding `pads & 0xffff` and
+/// `pads >> 16`; windows reaching past the bottom or right edge take
+/// their valid taps (ceil mode). Returns 0, 1 when an input row it read
+/// holds a NaN (the rows it wrote are then to be recomputed), or 2 for a
+/// geometry or machine it does not handle ([`max_pool_3x3s2_fits`]).
+///
+/// # Safety
+/// `x` must hold `h * w` floats and `y` rows `r0..r1` of `ow` floats;
+/// they must not overlap.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dnnc_max_pool_3x3s2(
+    x: *const f32,
+    y: *mut f32,
+    h: i64,
+    w: i64,
+    ow: i64,
+    pads: i64,
+    r0: i64,
+    r1: i64,
+) -> i32 {
+    let (pt, pl) = ((pads & 0xffff) as usize, (pads >> 16) as usize);
+    let (Ok(h), Ok(w), Ok(ow), Ok(r0), Ok(r1)) = (
+        usize::try_from(h),
+        usize::try_from(w),
+        usize::try_from(ow),
+        usize::try_from(r0),
+        usize::try_from(r1),
+    ) else {
+        return 2;
+    };
+    if !max_pool_3x3s2_fits(w, ow, pt, pl) {
+        return 2;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::rows(x, y, (h, w, ow), (pt, pl), (r0, r1))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (x, y, h, r0, r1);
+        2
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// See [`super::dnnc_max_pool_3x3s2`]; the caller checked the
+    /// geometry. Written without closures: a closure does not inherit
+    /// `target_feature`, and its intrinsics would be calls.
+    ///
+    /// Padded column `c` is input column `c - pl`. Output `q` is the
+    /// maximum of padded columns `2q..2q + 3` of its rows' column
+    /// maxima, so sixteen outputs take padded blocks `2t`, `2t + 1` and
+    /// the first column of `2t + 2`: the even and odd columns of the
+    /// first two, and the even ones shifted by one. Each block is loaded
+    /// straight from the rows, its lanes outside the row masked to
+    /// `-inf` (masked lanes do not fault), so nothing is stored but the
+    /// outputs.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn rows(
+        x: *const f32,
+        y: *mut f32,
+        (h, w, ow): (usize, usize, usize),
+        (pt, pl): (usize, usize),
+        (r0, r1): (usize, usize),
+    ) -> i32 {
+        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        let next = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16);
+        let blocks = ow.div_ceil(16);
+        let otail: __mmask16 = if ow % 16 == 0 {
+            0xffff
+        } else {
+            ((1u32 << (ow % 16)) - 1) as __mmask16
+        };
+        let mut nan: __mmask16 = 0;
+        for r in r0..r1 {
+            // The window's valid input rows, top to bottom.
+            let top = (2 * r) as isize - pt as isize;
+            let mut src = [x; 3];
+            let mut n = 0;
+            for i in 0..3 {
+                let ri = top + i;
+                if ri >= 0 && (ri as usize) < h {
+                    src[n] = x.add(ri as usize * w);
+                    n += 1;
+                }
+            }
+            let out = y.add(r * ow);
+            // Column maxima of padded block `k` into `$m`.
+            macro_rules! block {
+                ($k:expr) => {{
+                    let c0 = 16 * $k as isize - pl as isize;
+                    let lo = (-c0).clamp(0, 16) as u32;
+                    let hi = (w as isize - c0).clamp(0, 16) as u32;
+                    let mask = (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as __mmask16;
+                    let mut m = ninf;
+                    if mask == 0xffff {
+                        for &s in &src[..n] {
+                            let v = _mm512_loadu_ps(s.offset(c0));
+                            nan |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, v);
+                            m = _mm512_max_ps(m, v);
+                        }
+                    } else if mask != 0 {
+                        for &s in &src[..n] {
+                            let v = _mm512_mask_loadu_ps(ninf, mask, s.wrapping_offset(c0));
+                            nan |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, v);
+                            m = _mm512_max_ps(m, v);
+                        }
+                    }
+                    m
+                }};
+            }
+            let mut a = block!(0usize);
+            for t in 0..blocks {
+                let b = block!(2 * t + 1);
+                let c = block!(2 * t + 2);
+                let e = _mm512_permutex2var_ps(a, even, b);
+                let o = _mm512_permutex2var_ps(a, odd, b);
+                let e2 = _mm512_permutex2var_ps(e, next, c);
+                let m = _mm512_max_ps(_mm512_max_ps(e, o), e2);
+                if t + 1 < blocks {
+                    _mm512_storeu_ps(out.add(16 * t), m);
+                } else {
+                    _mm512_mask_storeu_ps(out.add(16 * t), otail, m);
+                }
+                a = c;
+            }
+        }
+        i32::from(nan != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The window maximum over the valid taps, as the interpreter takes it.
+    fn reference(
+        x: &[f32],
+        (h, w, oh, ow): (usize, usize, usize, usize),
+        pt: usize,
+        pl: usize,
+    ) -> Vec<f32> {
+        let mut y = vec![f32::NEG_INFINITY; oh * ow];
+        for r in 0..oh {
+            for q in 0..ow {
+                for i in 0..3 {
+                    for j in 0..3 {
+                        let (a, b) = (
+                            (2 * r + i) as isize - pt as isize,
+                            (2 * q + j) as isize - pl as isize,
+                        );
+                        if a >= 0 && b >= 0 && (a as usize) < h && (b as usize) < w {
+                            y[r * ow + q] = y[r * ow + q].max(x[a as usize * w + b as usize]);
+                        }
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    /// Output size of a 3x3/2 pool, floor or ceil mode.
+    fn out(size: usize, pad: usize, ceil: bool) -> usize {
+        let span = size + 2 * pad - 3;
+        if ceil {
+            span.div_ceil(2) + 1
+        } else {
+            span / 2 + 1
+        }
+    }
+
+    #[test]
+    fn matches_the_window_maximum_on_every_geometry() {
+        if !crate::cpu::avx512_vl() {
+            eprintln!("SKIPPED: no AVX-512 on this machine; the generated pool runs instead");
+            return;
+        }
+        let mut seed = 7u32;
+        let mut next = || {
+            seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+            (seed >> 8) as f32 / (1 << 24) as f32 * 4.0 - 2.0 + 1e-3
+        };
+        for (h, w) in [
+            (111, 111),
+            (112, 112),
+            (55, 55),
+            (27, 27),
+            (7, 9),
+            (3, 3),
+            (4, 33),
+            (5, 16),
+            (9, 17),
+        ] {
+            for (pt, pl) in [(0, 0), (1, 1), (0, 1), (2, 1)] {
+                for ceil in [false, true] {
+                    let (oh, ow) = (out(h, pt, ceil), out(w, pl, ceil));
+                    if !max_pool_3x3s2_fits(w, ow, pt, pl) {
+                        continue;
+                    }
+                    let x: Vec<f32> = (0..h * w).map(|_| next()).collect();
+                    let want = reference(&x, (h, w, oh, ow), pt, pl);
+                    let mut y = vec![0.0f32; oh * ow];
+                    let pads = (pt | pl << 16) as i64;
+                    // In two calls of row ranges, as a split pool runs.
+                    let mid = oh / 2;
+                    for (a, b) in [(0, mid), (mid, oh)] {
+                        let rc = unsafe {
+                            dnnc_max_pool_3x3s2(
+                                x.as_ptr(),
+                                y.as_mut_ptr(),
+                                h as i64,
+                                w as i64,
+                                ow as i64,
+                                pads,
+                                a as i64,
+                                b as i64,
+                            )
+                        };
+                        assert_eq!(rc, 0, "{h}x{w} pads {pt},{pl} ceil {ceil}");
+                    }
+                    assert_eq!(y, want, "{h}x{w} pads {pt},{pl} ceil {ceil}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_nan_in_the_plane_is_reported() {
+        if !crate::cpu::avx512_vl() {
+            eprintln!("SKIPPED: no AVX-512 on this machine; the generated pool runs instead");
+            return;
+        }
+        let (h, w) = (9, 21);
+        for at in [0, 20, 5 * w + 16, h * w - 1] {
+            let mut x = vec![1.0f32; h * w];
+            x[at] = f32::NAN;
+            let mut y = vec![0.0f32; 4 * 10];
+            let rc = unsafe {
+                dnnc_max_pool_3x3s2(x.as_ptr(), y.as_mut_ptr(), h as i64, w as i64, 10, 0, 0, 4)
+            };
+            assert_eq!(rc, 1, "NaN at {at}");
+        }
+    }
+
+    #[test]
+    fn geometries_it_cannot_take_are_refused() {
+        let x = [0.0f32; 16];
+        let mut y = [0.0f32; 16];
+        let call = |w: i64, ow: i64, pads: i64, y: &mut [f32]| unsafe {
+            dnnc_max_pool_3x3s2(x.as_ptr(), y.as_mut_ptr(), 1, w, ow, pads, 0, 1)
+        };
+        assert_eq!(call(0, 1, 0, &mut y), 2);
+        assert_eq!(call(-4, 1, 0, &mut y), 2);
+        assert_eq!(call(4, 1, 3, &mut y), 2);
+        assert_eq!(
+            call(4, 9, 0, &mut y),
+            2,
+            "an output column whose window starts past the row"
+        );
+    }
+}
