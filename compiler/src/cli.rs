@@ -77,6 +77,11 @@ pub struct ConvArgs {
     /// for comparison.
     #[arg(long)]
     pub unfused_blocks: bool,
+    /// Store every activation with dense planes on the cpu backend,
+    /// instead of padding the H x W planes of conv chains to whole cache
+    /// lines where H·W is not a multiple of 16, for comparison.
+    #[arg(long)]
+    pub dense_planes: bool,
 }
 
 /// `--partition` of `dnnc run`, `dnnc bench` and `dnnc ir --after
@@ -1035,6 +1040,7 @@ pub fn cpu_options(
         partition: partition_model(conv.partition, conv.partition_profile.as_deref())?,
         nchw_only: conv.nchw_only,
         unfused_blocks: conv.unfused_blocks,
+        dense_planes: conv.dense_planes,
         ..Default::default()
     };
     let plan = conv_plan(g, &opts);

@@ -383,6 +383,32 @@ pub(crate) fn superseded_weight(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Opt
 
 /// Whether `v` is an f32 weight (initializer or parameter) known at
 /// compile time, so a GEMM can take it packed.
+/// The algorithm an ungrouped NCHW conv kernel `k` (plain layout, not
+/// channel-blocked) runs, for [`super::planes`]; `None` for any other.
+pub(crate) fn strided_algo(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Option<ConvAlgo> {
+    let geom = ConvGeom::of_node(g, *k.nodes.first()?).ok()?;
+    let plain = !super::blocked::is_blocked(&geom) && !super::into_blocked::runs(&geom);
+    (plain && geom.g == 1).then(|| choose_algo(&geom, g, k, opts))
+}
+
+/// Whether pointwise conv kernel `k` (a conv plus at most one Relu or
+/// Clip) runs its filter packed with bias and clamp in the GEMM's
+/// epilogue, as [`match_fused`] takes them: a constant filter, a bias of
+/// one f32 per output channel.
+pub(crate) fn packs_fused(g: &Graph, k: &Kernel) -> bool {
+    let node = g.node(k.nodes[0]);
+    let m = g.value(node.inputs[1]).ty.shape.first().copied();
+    let bias_fits = node.inputs.get(2).is_none_or(|&b| {
+        let t = &g.value(b).ty;
+        t.dtype == DType::F32 && Some(t.shape.as_slice()) == m.as_ref().map(std::slice::from_ref)
+    });
+    let clamp_fits = k.nodes[1..].iter().all(|&n| match g.node(n).op {
+        Op::Unary(Unary::Clip { min, max }) => min <= max,
+        _ => true,
+    });
+    conv_packed(g, k, ConvAlgo::Pointwise) && bias_fits && clamp_fits
+}
+
 fn is_weight(g: &Graph, v: ValueId) -> bool {
     g.value(v).ty.dtype == DType::F32 && g.weight(v).is_ok()
 }
@@ -1300,6 +1326,16 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
         return Ok(vec![PACKED_MISMATCH.to_string()]);
     }
     let node = c.g.node(c.k.nodes[0]);
+    // Plane strides of the data input and of what the kernel writes (the
+    // conv's result, or an absorbed pool's), padded where `planes` chose.
+    let written = match c.k.pool.first() {
+        Some(&p) => c.g.node(p).outputs[0],
+        None => *c.k.outputs.first().ok_or("a conv kernel without results")?,
+    };
+    let strides = (
+        c.plane_stride(node.inputs[0]),
+        c.plane_stride(written),
+    );
     // An absorbed max pool: the kernel writes the pool's output, the
     // conv's rows go to a scratch.
     let pool = pool_bands(c.g, c.k, &geom);
@@ -1345,6 +1381,22 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
         None => None,
     };
     let xv = pro.map_or(node.inputs[0], |(v, _)| v);
+    let strides = (
+        pro.map_or(strides.0, |(v, _)| c.plane_stride(v)),
+        strides.1,
+    );
+    let dense = (geom.h * geom.w, geom.oh * geom.ow);
+    let dense_pool = pool.as_ref().map(|pb| pb.ohp * pb.owp);
+    let strided = match algo {
+        ConvAlgo::Pointwise => spec.is_none(),
+        ConvAlgo::Im2col => strides.0 == dense.0 && pool.is_some(),
+        _ => false,
+    };
+    if !strided && (strides.0 != dense.0 || strides.1 != dense_pool.unwrap_or(dense.1)) {
+        return Err(format!(
+            "padded planes need a pointwise conv with its epilogue in the GEMM (this is {algo:?})"
+        ));
+    }
     let x = e.bufs[c.arg(xv)?];
     let w = e.bufs[c.arg(node.inputs[1])?];
     let y = e.bufs[acc];
@@ -1423,6 +1475,7 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
                 spec.as_ref(),
                 ep,
                 pool,
+                strides,
             )?;
             return Ok(vec![PACKED_MISMATCH.to_string()]);
         }
@@ -1552,11 +1605,14 @@ fn conv_gemm(
     spec: Option<&elementwise::EwSpec<'_>>,
     ep: Option<ConvEp>,
     pool: Option<(&PoolBands, (usize, Value))>,
+    (xs, ys): (usize, usize),
 ) -> Result<(), String> {
     let (cg, mg) = (geo.c / geo.g, geo.m / geo.g);
     let kk = cg * geo.kh * geo.kw;
     let p = geo.oh * geo.ow;
-    let hw = (geo.h * geo.w) as i64;
+    // The planes' strides: `xs` the input's, `ys` the result's (or the
+    // absorbed pool's); the im2col paths read dense planes.
+    let hw = xs as i64;
     let rows = chunk_rows(geo);
     // Per (image, group): its input, filter, output rows and fused
     // epilogue operands.
@@ -1580,12 +1636,14 @@ fn conv_gemm(
         let t = e.b.ins().imul_imm_s(n, geo.m as i64);
         let m0 = e.b.ins().imul_imm_s(gi, mg as i64);
         let mrow = e.b.ins().iadd(t, m0);
-        let yoff = e.b.ins().imul_imm_s(mrow, p as i64);
+        let yoff = e.b.ins().imul_imm_s(mrow, ys as i64);
         let yg = at(e, y, yoff);
         // This group's bias rows and residual plane.
         let epg = ep.map(|f| {
             let bias = f.bias.map(|b| at(e, b, m0));
-            let res = f.res.map(|r| at(e, r, yoff));
+            // A residual operand is never padded (`planes`).
+            let roff = e.b.ins().imul_imm_s(mrow, p as i64);
+            let res = f.res.map(|r| at(e, r, roff));
             (bias, res, (f.lo, f.hi, f.act), f.pro)
         });
         (xg, a, yg, m0, epg)
@@ -1730,14 +1788,14 @@ fn conv_gemm(
                     e.b.switch_to_block(done);
                 }
                 // Pool the band from the scratch into its output rows.
-                let yo = e.b.ins().imul_imm_s(n, (geo.m * pb.ohp * pb.owp) as i64);
+                let yo = e.b.ins().imul_imm_s(n, (geo.m * ys) as i64);
                 let qo = e.b.ins().imul_imm_s(q0, pb.owp as i64);
                 let frame = super::reduce::Frame {
                     planes: geo.m,
                     x0: e.ci(0),
                     x_plane: plane,
                     y0: e.b.ins().iadd(yo, qo),
-                    y_plane: pb.ohp * pb.owp,
+                    y_plane: ys,
                 };
                 let bp = pb.band_pool(&band, class == Class::Last);
                 let xs = [1, geo.m, band.rows, geo.ow];
@@ -1867,7 +1925,7 @@ fn conv_gemm(
             let gi = e.b.ins().urem_imm_u(u, geo.g as i64);
             let (xg, a, yg, m0, epg) = group(e, n, gi);
             let d = desc(e, epg, None);
-            gemm_a(e, (mg, p, kk), a, xg, (p as i64, 1), yg, (p as i64, 1), d);
+            gemm_a(e, (mg, p, kk), a, xg, (xs as i64, 1), yg, (ys as i64, 1), d);
             if let Err(m) = tile_epilogue(e, spec, n, m0, mg) {
                 err.get_or_insert(m);
             }
@@ -1884,7 +1942,7 @@ fn conv_gemm(
                 // 16->96 at 112x112, 0.81 vs 0.66 ms).
                 None => {
                     let d = desc(e, epg, None);
-                    gemm_a(e, (mg, p, kk), a, xg, (p as i64, 1), yg, (p as i64, 1), d)
+                    gemm_a(e, (mg, p, kk), a, xg, (xs as i64, 1), yg, (ys as i64, 1), d)
                 }
                 Some((_, col)) => {
                     if full > 0 {

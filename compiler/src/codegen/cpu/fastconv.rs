@@ -515,7 +515,7 @@ pub(crate) fn lower(
         )),
         None => None,
     };
-    let spec = elementwise::spec_for(
+    let mut spec = elementwise::spec_for(
         c.g,
         &domain,
         &c.k.nodes[1..],
@@ -523,11 +523,20 @@ pub(crate) fn lower(
         vec![(a, zop, bias)],
         &c.k.outputs,
     )?;
+    // Results stored with padded planes (`planes`): their planes lie
+    // that far apart, rows and columns as dense.
+    for (v, o) in &mut spec.outputs {
+        if let (&[_, ch, _, w], 4) = (c.g.value(*v).ty.shape.as_slice(), o.strides.len()) {
+            let ps = c.plane_stride(*v) as i64;
+            o.strides = vec![ch as i64 * ps, ps, w as i64, 1];
+        }
+    }
     let w = Wino {
         wn,
         geo,
         t: &t,
         x,
+        xs: c.plane_stride(node.inputs[0]),
         ws: workspaces(geo, m),
         args: [c.ws[0], c.ws[1], c.ws[2], c.ws[3]],
         u: c.prep[0],
@@ -683,6 +692,8 @@ struct Wino<'a> {
     t: &'a Tiling,
     /// The input tensor.
     x: Value,
+    /// Floats from one of its planes to the next (padded or `H·W`).
+    xs: usize,
     /// Workspace sizes ([`workspaces`]).
     ws: Vec<usize>,
     /// Argument indices of the padded plane, V, M and the staging plane.
@@ -732,7 +743,7 @@ impl Wino<'_> {
         let jhi = e.b.ins().smin(jhi, hp);
         e.for_range(lo, hi, 1, |e, ci| {
             let sc = e.b.ins().iadd(cbase, ci);
-            let src = e.b.ins().imul_imm_s(sc, (geo.h * geo.w) as i64);
+            let src = e.b.ins().imul_imm_s(sc, self.xs as i64);
             let zero = e.ci(0);
             e.for_range(zero, jlo, 1, |e, j| {
                 let d = e.b.ins().imul_imm_s(j, xw as i64);

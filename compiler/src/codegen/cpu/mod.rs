@@ -29,6 +29,7 @@ pub(crate) mod into_blocked;
 mod math;
 mod movement;
 pub mod partition;
+mod planes;
 mod recurrent;
 mod reduce;
 mod resize;
@@ -48,7 +49,7 @@ use dnnc_runtime::cpu::{
 };
 use emit::Emit;
 use group::{Kernel, KernelKind};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// Options of the CPU code generator. `Default` picks everything
@@ -77,6 +78,9 @@ pub struct CpuOptions {
     /// a row at a time, and a max pool apart from the im2col conv that
     /// feeds it (for comparison).
     pub unfused_blocks: bool,
+    /// Store every activation with dense planes: no padding of `H x W`
+    /// planes to whole cache lines (`planes`), for comparison.
+    pub dense_planes: bool,
 }
 
 /// What decides a CPU executable's partition (tasks per kernel, threads
@@ -181,9 +185,27 @@ pub(crate) struct KCtx<'g> {
     pub prep: Vec<usize>,
     /// Options.
     pub opts: &'g CpuOptions,
+    /// The values stored with padded planes ([`planes`]).
+    pub planes: &'g planes::Planes,
+    /// The values whose plane stride the lowering asked for
+    /// ([`KCtx::plane_stride`]): a padded value of the kernel missing here
+    /// was addressed as dense, which compiling refuses.
+    pub strided: std::cell::RefCell<HashSet<ValueId>>,
 }
 
 impl KCtx<'_> {
+    /// Floats from one `H x W` plane of rank-4 value `v` to the next: the
+    /// padded stride when `v` is stored padded ([`planes`]), else `H·W`.
+    /// Lowerings address the planes of the values a padded value can be
+    /// through this, and only this marks the value as honoured.
+    pub fn plane_stride(&self, v: ValueId) -> usize {
+        self.strided.borrow_mut().insert(v);
+        let shape = &self.g.value(v).ty.shape;
+        self.planes
+            .padded(v)
+            .unwrap_or_else(|| shape.iter().skip(2).product())
+    }
+
     /// Argument index of value `v`.
     pub fn arg(&self, v: ValueId) -> Result<usize, String> {
         self.arg_of
@@ -343,7 +365,17 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let mut buffers: Vec<Buffer> = Vec::new();
     let mut vbuf: HashMap<ValueId, BufId> = HashMap::new();
     let mut inputs = Vec::new();
-    let in_place = in_place_concats(g, &kernels);
+    // Which activations get padded planes depends on which Concats are
+    // built in place, and a part's offset on its padding: the planes are
+    // planned over every Concat that could be, then the Concats placed
+    // with the parts' padded sizes (whole lines, so a padded Concat
+    // always is).
+    let concats: Vec<(ValueId, Vec<ValueId>)> = in_place_concats(g, &kernels, &|_| 0)
+        .iter()
+        .map(|c| (c.result, c.parts.iter().map(|&(v, _)| v).collect()))
+        .collect();
+    let planes = planes::Planes::plan(g, &kernels, &concats, opts);
+    let in_place = in_place_concats(g, &kernels, &|v| planes.bytes(g, v));
     let views_of_split = in_place_splits(g, &kernels, &in_place);
     for n in g.topo_order() {
         let node = g.node(n);
@@ -398,7 +430,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         vbuf.insert(c.result, b);
         buffers.push(Buffer {
             name: g.value(c.result).name.clone(),
-            bytes: g.value(c.result).ty.size_bytes(),
+            bytes: planes.bytes(g, c.result),
             kind: BufferKind::Temp,
         });
         for &(v, offset) in &c.parts {
@@ -448,7 +480,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             vbuf.insert(v, buffers.len());
             buffers.push(Buffer {
                 name: g.value(v).name.clone(),
-                bytes: g.value(v).ty.size_bytes(),
+                bytes: planes.bytes(g, v),
                 kind: match part_of.get(&v) {
                     Some(&(of, offset)) => BufferKind::Alias { of, offset },
                     None => BufferKind::Temp,
@@ -654,6 +686,8 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             ws,
             prep,
             opts,
+            planes: &planes,
+            strided: Default::default(),
         };
 
         ctx.func.signature = ksig.clone();
@@ -725,6 +759,18 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 KernelKind::View => Ok(Vec::new()),
             };
             let errors = lowered.map_err(|m| unsupported(g, anchor, m))?;
+            if let Some(&v) = k.inputs.iter().chain(&k.outputs).find(|&&v| {
+                planes.padded(v).is_some() && !kctx.strided.borrow().contains(&v)
+            }) {
+                return Err(unsupported(
+                    g,
+                    anchor,
+                    format!(
+                        "`%{}` is stored with padded planes, which this lowering does not address",
+                        g.value(v).name
+                    ),
+                ));
+            }
             let zero = e.b.ins().iconst(I32, 0);
             e.b.ins().return_(&[zero]);
             e.b.switch_to_block(fail);
@@ -908,8 +954,14 @@ struct InPlaceConcat {
 /// fresh result, is no graph output and is not part of another in-place
 /// Concat. Steps writing disjoint slices of one buffer do not depend on
 /// each other (the runtime's schedule compares byte ranges), so branches
-/// feeding a Concat may still run concurrently.
-fn in_place_concats(g: &Graph, kernels: &[Kernel]) -> Vec<InPlaceConcat> {
+/// feeding a Concat may still run concurrently. `bytes` sizes a value's
+/// buffer (its planes may be padded, `planes`); offsets are aligned by
+/// those sizes.
+fn in_place_concats(
+    g: &Graph,
+    kernels: &[Kernel],
+    bytes: &dyn Fn(ValueId) -> usize,
+) -> Vec<InPlaceConcat> {
     let mut written_by: HashMap<ValueId, usize> = HashMap::new();
     for (ki, k) in kernels.iter().enumerate() {
         let anchor = k.anchor.unwrap_or(k.nodes[0]);
@@ -949,9 +1001,9 @@ fn in_place_concats(g: &Graph, kernels: &[Kernel]) -> Vec<InPlaceConcat> {
                 break;
             }
             parts.push((v, offset));
-            offset += g.value(v).ty.size_bytes();
+            offset += bytes(v);
         }
-        if !ok || offset != g.value(*result).ty.size_bytes() {
+        if !ok || offset != bytes(*result) {
             continue;
         }
         claimed.extend(parts.iter().map(|&(v, _)| v));

@@ -203,6 +203,22 @@ fn describe(exe: &Executable, j: usize, wave: Option<(usize, usize)>) -> String 
     format!("phases: {}", phases.join("; "))
 }
 
+/// How value `name` is stored when its buffer holds padded planes (the
+/// CPU backend's `planes`): its plane stride against `H·W`.
+fn padded_planes(g: &Graph, exe: &Executable, name: &str) -> Option<String> {
+    let ty = &g.value(g.value_by_name(name)?).ty;
+    let [n, c, h, w] = ty.shape[..] else {
+        return None;
+    };
+    let buf = exe.buffers().iter().find(|b| b.name == name)?;
+    let stride = buf.bytes / 4 / (n * c).max(1);
+    (buf.bytes != ty.size_bytes()).then(|| {
+        format!(
+            "stored with each {h}x{w} plane padded to {stride} floats, so every row of its GEMMs starts on a cache line"
+        )
+    })
+}
+
 /// The fused IR of `g` (as `dnnc ir --after fusion` prints it), each
 /// kernel followed by a `#   partition:` line for `exe` (compiled from
 /// `g`, set to its thread count) with the cost model's one-thread
@@ -272,6 +288,9 @@ pub fn report(g: &Graph, exe: &Executable, profile: &dnnc_passes::cost::MachineP
             },
         };
         let _ = writeln!(out, "  #   partition: {text}");
+        if let Some(line) = padded_planes(g, exe, name) {
+            let _ = writeln!(out, "  #   planes: {line}");
+        }
     }
     for (j, s) in exe.steps().iter().enumerate() {
         if !shown[j] {

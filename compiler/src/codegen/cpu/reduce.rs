@@ -70,7 +70,24 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
             } else {
                 Split::None
             };
-            pool(e, p, &xs, &ys, x, y, true, how, None)?
+            // Planes padded to whole lines (`planes`) lie their strides
+            // apart; the pool's own code walks the planes by them.
+            let strides = (
+                c.plane_stride(node.inputs[0]),
+                c.plane_stride(node.outputs[0]),
+            );
+            let frame = (strides != (xs[2..].iter().product(), ys[2..].iter().product()))
+                .then(|| Frame {
+                    planes: xs[0] * xs[1],
+                    x0: e.ci(0),
+                    x_plane: strides.0,
+                    y0: e.ci(0),
+                    y_plane: strides.1,
+                });
+            if frame.is_some() && (epi.is_some() || xs.len() != 4) {
+                return Err("padded planes need a max pool without an epilogue".into());
+            }
+            pool(e, p, &xs, &ys, x, y, true, how, frame)?
         }
         Op::AveragePool(p) => {
             let how = if on { Split::Planes } else { Split::None };
