@@ -84,7 +84,11 @@ fn dense(opts: &CpuOptions) -> CpuOptions {
 fn plane_floats(exe: &Executable, g: &Graph, name: &str) -> usize {
     let v = g.value_by_name(name).expect("value");
     let s = &g.value(v).ty.shape;
-    let b = exe.buffers().iter().find(|b| b.name == name).expect("buffer");
+    let b = exe
+        .buffers()
+        .iter()
+        .find(|b| b.name == name)
+        .expect("buffer");
     b.bytes / 4 / (s[0] * s[1])
 }
 

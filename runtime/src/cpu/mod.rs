@@ -706,7 +706,8 @@ impl Executable {
         arg_start.push(args.len());
         // Nothing splits: no concurrent wave, no kernel split into tasks,
         // and no kernel with the work a native GEMM needs to split itself
-        // (two slices of `8 * TASK_OVERHEAD_MACS`, `native::gemm_tasks`).
+        // (two slices of `GEMM_SHARE_HANDOFFS` hand-offs each,
+        // `native::gemm_tasks`).
         let serial = !exec.iter().any(|w| w.concurrent)
             && tasks.iter().all(|&t| t <= 1)
             && self.steps.iter().zip(&gemm_threads).all(|(s, &q)| {
@@ -715,7 +716,7 @@ impl Executable {
                 } else {
                     native::TASK_OVERHEAD_MACS
                 };
-                q <= 1 || s.work < 16 * handoff
+                q <= 1 || s.work < 2 * native::GEMM_SHARE_HANDOFFS * handoff
             });
         self.prepared = Prepared {
             serial,

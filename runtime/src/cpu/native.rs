@@ -142,11 +142,18 @@ pub const TASK_OVERHEAD_MACS_SPIN: u64 = 100_000;
 /// (memory-bound: ~17 GB/s streaming vs ~60 GMAC/s; see [`gemm_tasks`]).
 pub const GEMV_MAC_WEIGHT: u64 = 16;
 
+/// Hand-offs' worth of work ([`TASK_OVERHEAD_MACS`], or the spinning
+/// pool's figure) each slice of a split GEMM keeps: 4, so the hand-off
+/// stays under ~1/4 of the slice. (8 kept SqueezeNet's 192 x 169 x 48
+/// expansions on one thread at two threads, where each then read the
+/// half of its input the other core had written: 26 µs, split 18.)
+pub const GEMM_SHARE_HANDOFFS: u64 = 4;
+
 /// How many slices a GEMM of `m x n x k` gets on `threads` threads: its
 /// Work-Depth work `W = m*n*k` (MACs; depth is `log k`, negligible) is
 /// split into `p` tasks only while `W / p` stays at least
-/// `8 * TASK_OVERHEAD_MACS`, so the overhead stays under ~1/8 of the
-/// saving, and never finer than one register tile per slice. A
+/// [`GEMM_SHARE_HANDOFFS`] times the hand-off, and never finer than one
+/// register tile per slice. A
 /// matrix-vector product (`n == 1` or `m == 1`) is bound by streaming its
 /// matrix (each element used once, ~17 GB/s on one core here, i.e. ~4
 /// GMAC/s against ~60 for a compute-bound GEMM), so its MACs count
@@ -171,7 +178,7 @@ fn gemm_tasks_with(m: usize, n: usize, k: usize, threads: usize, overhead: u64) 
     if threads <= 1 {
         return 1;
     }
-    let by_work = (gemm_work(m, n, k) / (8 * overhead)).max(1) as usize;
+    let by_work = (gemm_work(m, n, k) / (GEMM_SHARE_HANDOFFS * overhead)).max(1) as usize;
     let by_shape = m.max(n).div_ceil(SLICE_ALIGN);
     threads.min(by_work).min(by_shape).max(1)
 }
@@ -359,6 +366,10 @@ mod tests {
         let pool = super::super::spin::SpinPool::new(1).unwrap();
         pool.run(|| assert_eq!(gemm_tasks(58, 784, 58, 2), 2));
         assert_eq!(gemm_tasks(58, 784, 58, 2), 1);
+        // SqueezeNet's 192 x 169 x 48 expansions (1.6M MACs) split on
+        // hot workers; half of that work does not.
+        pool.run(|| assert_eq!(gemm_tasks(192, 169, 48, 2), 2));
+        pool.run(|| assert_eq!(gemm_tasks(96, 169, 48, 2), 1));
     }
 
     #[test]

@@ -380,7 +380,7 @@ fn step_time(w: u64, s: u64, q: usize) -> u64 {
     let slices = if q <= 1 {
         1
     } else {
-        (q as u64).min((s / (8 * TASK_OVERHEAD_MACS)).max(1))
+        (q as u64).min((s / (super::native::GEMM_SHARE_HANDOFFS * TASK_OVERHEAD_MACS)).max(1))
     };
     (w - s) + s / slices + TASK_OVERHEAD_MACS * (slices - 1)
 }

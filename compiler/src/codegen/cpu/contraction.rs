@@ -1332,10 +1332,7 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
         Some(&p) => c.g.node(p).outputs[0],
         None => *c.k.outputs.first().ok_or("a conv kernel without results")?,
     };
-    let strides = (
-        c.plane_stride(node.inputs[0]),
-        c.plane_stride(written),
-    );
+    let strides = (c.plane_stride(node.inputs[0]), c.plane_stride(written));
     // An absorbed max pool: the kernel writes the pool's output, the
     // conv's rows go to a scratch.
     let pool = pool_bands(c.g, c.k, &geom);
@@ -1381,10 +1378,7 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
         None => None,
     };
     let xv = pro.map_or(node.inputs[0], |(v, _)| v);
-    let strides = (
-        pro.map_or(strides.0, |(v, _)| c.plane_stride(v)),
-        strides.1,
-    );
+    let strides = (pro.map_or(strides.0, |(v, _)| c.plane_stride(v)), strides.1);
     let dense = (geom.h * geom.w, geom.oh * geom.ow);
     let dense_pool = pool.as_ref().map(|pb| pb.ohp * pb.owp);
     let strided = match algo {

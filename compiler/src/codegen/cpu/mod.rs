@@ -759,9 +759,12 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 KernelKind::View => Ok(Vec::new()),
             };
             let errors = lowered.map_err(|m| unsupported(g, anchor, m))?;
-            if let Some(&v) = k.inputs.iter().chain(&k.outputs).find(|&&v| {
-                planes.padded(v).is_some() && !kctx.strided.borrow().contains(&v)
-            }) {
+            if let Some(&v) = k
+                .inputs
+                .iter()
+                .chain(&k.outputs)
+                .find(|&&v| planes.padded(v).is_some() && !kctx.strided.borrow().contains(&v))
+            {
                 return Err(unsupported(
                     g,
                     anchor,

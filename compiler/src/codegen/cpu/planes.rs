@@ -22,8 +22,8 @@
 
 use super::contraction::ConvAlgo;
 use super::group::Kernel;
-use super::CpuOptions;
 use super::group::KernelKind;
+use super::CpuOptions;
 use dnnc_ir::op::Unary;
 use dnnc_ir::{DType, Graph, NodeId, Op, ValueId};
 use std::collections::{HashMap, HashSet};

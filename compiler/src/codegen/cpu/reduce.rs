@@ -76,8 +76,8 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
                 c.plane_stride(node.inputs[0]),
                 c.plane_stride(node.outputs[0]),
             );
-            let frame = (strides != (xs[2..].iter().product(), ys[2..].iter().product()))
-                .then(|| Frame {
+            let frame =
+                (strides != (xs[2..].iter().product(), ys[2..].iter().product())).then(|| Frame {
                     planes: xs[0] * xs[1],
                     x0: e.ci(0),
                     x_plane: strides.0,
