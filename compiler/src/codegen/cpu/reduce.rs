@@ -655,17 +655,32 @@ fn pool(
         });
         return Ok(());
     }
-    if max && native_3x3s2(p, w, ow) {
-        // The native AVX-512 plane kernel (`dnnc_max_pool_3x3s2`: the
-        // same maximum of the valid taps, padding as -inf); a plane
-        // holding a NaN, which `maxps` would drop, is recomputed by the
-        // exact code below.
-        let (band, (lo, hi)) = if how == Split::RowBands {
+    // Every plane's rows of this task's band, or this task's planes.
+    type Share = (Option<(Value, Value)>, (Value, Value));
+    let share = |e: &mut Emit<'_>| -> Result<Share, String> {
+        Ok(if how == Split::RowBands {
             let band = e.task_range(oh, "bands of output rows (every plane)")?;
             (Some(band), (e.ci(0), e.ci(planes as i64)))
         } else {
             (None, plane_range(e, planes, "output planes", split)?)
-        };
+        })
+    };
+    // The plane again with the exact code when `flag` is set: a NaN that
+    // a fast path's `maxps` would have dropped.
+    let exact_if = |e: &mut Emit<'_>, flag: Value, xo: Value, yo: Value, band| {
+        let slow = e.b.create_block();
+        let done = e.b.create_block();
+        e.b.ins().brif(flag, slow, &[], done, &[]);
+        e.b.switch_to_block(slow);
+        plane(e, xo, yo, band);
+        e.b.ins().jump(done, &[]);
+        e.b.switch_to_block(done);
+    };
+    if max && native_3x3s2(p, w, ow) {
+        // The native AVX-512 plane kernel (`dnnc_max_pool_3x3s2`: the
+        // same maximum of the valid taps, padding as -inf); a plane
+        // holding a NaN is recomputed by the exact code.
+        let (band, (lo, hi)) = share(e)?;
         let f = e.maxpool;
         e.for_range(lo, hi, 1, |e, pl| {
             let (xo, yo) = offsets(e, pl);
@@ -677,13 +692,7 @@ fn pool(
                 e.b.ins()
                     .call(f, &[xp, yp, dims[0], dims[1], dims[2], dims[3], r0, r1]);
             let rc = e.b.inst_results(call)[0];
-            let slow = e.b.create_block();
-            let done = e.b.create_block();
-            e.b.ins().brif(rc, slow, &[], done, &[]);
-            e.b.switch_to_block(slow);
-            plane(e, xo, yo, band);
-            e.b.ins().jump(done, &[]);
-            e.b.switch_to_block(done);
+            exact_if(e, rc, xo, yo, band);
         });
         return Ok(());
     }
@@ -701,13 +710,7 @@ fn pool(
             e.in_order = true;
         }
         pp.init(e, f32::NEG_INFINITY);
-        // Every plane's rows of this task's band, or this task's planes.
-        let (band, (lo, hi)) = if how == Split::RowBands {
-            let band = e.task_range(oh, "bands of output rows (every plane)")?;
-            (Some(band), (e.ci(0), e.ci(planes as i64)))
-        } else {
-            (None, plane_range(e, planes, "output planes", split)?)
-        };
+        let (band, (lo, hi)) = share(e)?;
         e.for_range(lo, hi, 1, |e, pl| {
             let (xo, yo) = offsets(e, pl);
             let nan = super::direct::nan_mask(e);
@@ -723,13 +726,7 @@ fn pool(
             .expect("plain stores cannot fail");
             let m = e.b.use_var(nan);
             let any = e.b.ins().vany_true(m);
-            let slow = e.b.create_block();
-            let done = e.b.create_block();
-            e.b.ins().brif(any, slow, &[], done, &[]);
-            e.b.switch_to_block(slow);
-            plane(e, xo, yo, band);
-            e.b.ins().jump(done, &[]);
-            e.b.switch_to_block(done);
+            exact_if(e, any, xo, yo, band);
         });
     } else {
         let (lo, hi) = plane_range(e, planes, "output planes", split)?;
