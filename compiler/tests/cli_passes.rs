@@ -283,6 +283,35 @@ fn after_partition_names_the_kernel_an_absorbed_one_runs_in() {
 }
 
 #[test]
+fn after_partition_marks_values_stored_with_padded_planes() {
+    let (dir, model) = temp_model(
+        "planes",
+        "graph chain {
+  input %x: f32[1,16,55,55]
+  param %w1: f32[32,16,1,1] = he(seed=1)
+  %c1 = Conv2d(%x, %w1)
+  %r1 = Relu(%c1)
+  param %w2: f32[16,32,1,1] = he(seed=2)
+  %c2 = Conv2d(%r1, %w2)
+  %r2 = Relu(%c2)
+  output %r2
+}
+",
+    );
+    let m = model.to_str().unwrap();
+    let padded = stdout(&dnnc(&["ir", m, "--after", "partition"]));
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        padded.contains("# kernel r1 [Conv2d+Relu] contraction\n  #   partition: ")
+            && padded
+                .contains("\n  #   planes: stored with each 55x55 plane padded to 3040 floats"),
+        "{padded}"
+    );
+    // The graph's output keeps dense planes.
+    assert_eq!(padded.matches("#   planes:").count(), 1, "{padded}");
+}
+
+#[test]
 fn after_prints_the_ir_at_that_point() {
     let lenet = example("lenet5.dnn");
     let lenet = lenet.to_str().unwrap();
