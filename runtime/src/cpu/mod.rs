@@ -91,6 +91,7 @@ pub mod pgemm;
 mod plan;
 pub mod schedule;
 pub mod spin;
+pub mod wino;
 
 pub use alloc::{AlignedBuf, Allocator, ArenaPlan, PerValueAllocator, TempInfo, ALIGN, HUGE_PAGE};
 pub use plan::GreedyPlanner;

@@ -87,7 +87,8 @@ use super::KCtx;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{F32X4, I32, I64};
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, Value};
-use dnnc_ir::DType;
+use dnnc_ir::op::Unary;
+use dnnc_ir::{DType, Op};
 use dnnc_runtime::cpu::{fftconv, pgemm, AlignedBuf};
 
 /// The matrices of one Winograd algorithm F(m x m, r x r): output tile `m`,
@@ -531,12 +532,14 @@ pub(crate) fn lower(
             o.strides = vec![ch as i64 * ps, ps, w as i64, 1];
         }
     }
+    let native = native_out(e, c, geo, &t, m)?;
     let w = Wino {
         wn,
         geo,
         t: &t,
         x,
         xs: c.plane_stride(node.inputs[0]),
+        native,
         ws: workspaces(geo, m),
         args: [c.ws[0], c.ws[1], c.ws[2], c.ws[3]],
         u: c.prep[0],
@@ -682,6 +685,85 @@ pub(crate) fn lower(
     err.map_or(Ok(()), Err)
 }
 
+/// Where and how the native output transform writes (see
+/// [`native_out`]).
+struct NativeOut {
+    /// The result's buffer.
+    y: Value,
+    /// Floats from one of its planes to the next (padded or `OH·OW`).
+    ys: usize,
+    /// The conv's bias (one f32 per output channel), if it has one.
+    bias: Option<Value>,
+    /// The clamp's bounds (`-inf`, `inf` without one).
+    lo: f32,
+    hi: f32,
+}
+
+/// Smallest tile row the native output transform takes: it computes
+/// sixteen tiles a vector, so shorter rows waste lanes where the
+/// generated code's groups of four do not (alone, one thread: a 32 -> 128
+/// conv on 27x27, 7 tiles a row, 0.207-0.219 ms either way; a 64 -> 256
+/// conv on 13x13, 4 tiles, 0.196-0.201 generated, 0.222-0.233 native).
+const NATIVE_OUT_MIN_TILES: usize = 12;
+
+/// The native AVX-512 output transform (`dnnc_winograd4_out_row`) for an
+/// F(4x4) kernel whose epilogue is the conv's bias and at most one Relu
+/// or Clip, written to its only result, on tile rows of at least
+/// [`NATIVE_OUT_MIN_TILES`] tiles; `None` for any other (the generated
+/// transform runs).
+fn native_out(
+    e: &Emit<'_>,
+    c: &KCtx<'_>,
+    geo: &ConvGeom,
+    t: &Tiling,
+    m: usize,
+) -> Result<Option<NativeOut>, String> {
+    let g = c.g;
+    let node = g.node(c.k.nodes[0]);
+    let (lo, hi) = match c.k.nodes[1..] {
+        [] => (f32::NEG_INFINITY, f32::INFINITY),
+        [n] => match (&g.node(n).op, g.node(n).inputs.first()) {
+            (Op::Unary(Unary::Relu), Some(&x)) if x == node.outputs[0] => (0.0, f32::INFINITY),
+            (Op::Unary(Unary::Clip { min, max }), Some(&x))
+                if x == node.outputs[0] && min <= max =>
+            {
+                (*min, *max)
+            }
+            _ => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let out =
+        *c.k.nodes
+            .last()
+            .and_then(|&n| g.node(n).outputs.first())
+            .ok_or("no result")?;
+    let bias_fits = node.inputs.get(2).is_none_or(|&b| {
+        let ty = &g.value(b).ty;
+        ty.dtype == DType::F32 && ty.shape == [geo.m]
+    });
+    let fits = m == 4
+        && t.tw >= NATIVE_OUT_MIN_TILES
+        && dnnc_runtime::cpu::wino::winograd4_out_row_runs()
+        && c.k.outputs == [out]
+        && g.value(out).ty.dtype == DType::F32
+        && bias_fits;
+    if !fits {
+        return Ok(None);
+    }
+    let bias = match node.inputs.get(2) {
+        Some(&b) => Some(e.bufs[c.arg(b)?]),
+        None => None,
+    };
+    Ok(Some(NativeOut {
+        y: e.bufs[c.arg(out)?],
+        ys: c.plane_stride(out),
+        bias,
+        lo,
+        hi,
+    }))
+}
+
 /// What the three steps of one Winograd kernel share.
 struct Wino<'a> {
     /// The algorithm's matrices.
@@ -694,6 +776,9 @@ struct Wino<'a> {
     x: Value,
     /// Floats from one of its planes to the next (padded or `H·W`).
     xs: usize,
+    /// The output transform on the native AVX-512 kernel, where it runs
+    /// ([`native_out`]).
+    native: Option<NativeOut>,
     /// Workspace sizes ([`workspaces`]).
     ws: Vec<usize>,
     /// Argument indices of the padded plane, V, M and the staging plane.
@@ -859,6 +944,55 @@ impl Wino<'_> {
         } else {
             e.ci(0)
         };
+        if let Some(nat) = &self.native {
+            // A call per channel and tile row: its four output rows,
+            // bias and clamp applied, edges masked (no staging).
+            let f = e.wino4_out;
+            let mb = e.bufs[self.args[2]];
+            let r1 = e.b.ins().iadd(r0, rows);
+            e.for_range(lo, hi, 1, |e, mo| {
+                let co = e.b.ins().iadd(co0, mo);
+                let mc = e.b.ins().imul_imm_s(mo, ps as i64);
+                let mc = e.b.ins().iadd(mc, mimg);
+                let bias = match nat.bias {
+                    Some(b) => e.load_f32(b, co),
+                    None => e.cf(0.0),
+                };
+                let plane = e.b.ins().imul_imm_s(n, geo.m as i64);
+                let plane = e.b.ins().iadd(plane, co);
+                let yo = e.b.ins().imul_imm_s(plane, nat.ys as i64);
+                e.for_range(r0, r1, 1, |e, r| {
+                    let rb = e.b.ins().isub(r, r0);
+                    let mr = e.b.ins().imul_imm_s(rb, t.tw as i64);
+                    let mr = e.b.ins().iadd(mr, mc);
+                    let mp = e.addr(mb, mr, 4);
+                    let yr = e.b.ins().imul_imm_s(r, (m * geo.ow) as i64);
+                    let yr = e.b.ins().iadd(yr, yo);
+                    let yp = e.addr(nat.y, yr, 4);
+                    let left = e.ci(geo.oh as i64);
+                    let top = e.b.ins().imul_imm_s(r, m as i64);
+                    let left = e.b.ins().isub(left, top);
+                    let four = e.ci(m as i64);
+                    let nrows = e.b.ins().smin(left, four);
+                    let args = [
+                        mp,
+                        e.ci(ms as i64),
+                        e.ci(t.tw as i64),
+                        yp,
+                        e.ci(geo.ow as i64),
+                        nrows,
+                        bias,
+                        e.cf(nat.lo),
+                        e.cf(nat.hi),
+                    ];
+                    let call = e.b.ins().call(f, &args);
+                    let rc = e.b.inst_results(call)[0];
+                    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+                    e.fail_if(bad, 1);
+                });
+            });
+            return Ok(());
+        }
         // The staging plane holds rows from the band's first on; `zp`
         // is where its row 0 would be, so absolute rows index it.
         let zb = e.bufs[self.args[3]];
