@@ -1,11 +1,13 @@
-//! Winograd F(4x4) kernels whose output transform runs on the native
-//! AVX-512 kernel (`runtime::cpu::wino`, tile rows of at least 12 tiles
-//! with a bias and at most one Relu or Clip): SqueezeNet's and
+//! Winograd F(4x4) kernels whose input transform and output transform
+//! run on the native AVX-512 kernels (`runtime::cpu::wino`, tile rows of
+//! at least 12 tiles; the output one with a bias and at most one Relu or
+//! Clip): SqueezeNet's and
 //! ResNet-18's map sizes (55x55 in bands, 56x56), a map whose last tile
 //! row and column are partial, no bias, Clip, a batch of two with padded
 //! planes (its images sharing their GEMMs), against the interpreter and
 //! bitwise across 2 and 3 threads with every kernel split. A residual
-//! epilogue keeps the generated transform; it is checked alike.
+//! epilogue keeps the generated output transform (the input transform
+//! still native); it is checked alike.
 
 mod cpu_common;
 

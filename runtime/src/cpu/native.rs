@@ -319,6 +319,10 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
             super::wino::dnnc_winograd4_out_row as *const u8,
         ),
         (
+            "dnnc_winograd4_in_row",
+            super::wino::dnnc_winograd4_in_row as *const u8,
+        ),
+        (
             "dnnc_dw_row_nchw8c",
             super::dwrow::dnnc_dw_row_nchw8c as *const u8,
         ),

@@ -1,16 +1,63 @@
-//! The output transform of Winograd F(4x4, 3x3) for one tile row of one
-//! output channel, with AVX-512: sixteen tiles a vector (a lane a tile),
-//! where the generated code, limited to Cranelift's 128-bit vectors,
-//! takes four. The products `M` of the tile row's frequency GEMMs give
+//! The input and output transforms of Winograd F(4x4, 3x3) for one tile
+//! row of one channel, with AVX-512: sixteen tiles a vector (a lane a
+//! tile), where the generated code, limited to Cranelift's 128-bit
+//! vectors, takes four.
+//!
+//! Input: the tile row's six rows of the zero-padded plane are loaded 64
+//! columns (sixteen tiles) at a time and split by `vpermt2ps` into the
+//! columns `4t + c` of every tile `t` (`c < 6`), then `V = Bᵀ d B` with the
+//! generated code's shared sums, stored a frequency at a time.
+//!
+//! Output: The products `M` of the tile row's frequency GEMMs give
 //! `Y = Aᵀ M A` (points 0, ±1, ±2, ∞, the `Aᵀ` rows written with shared
 //! sums as the generated code writes them), then each output is
 //! `min(max(y + bias, lo), hi)` (a NaN kept, as the generated clamp keeps
 //! it), the tiles' 4x4 blocks regrouped into output rows by shuffles and
 //! stored, the columns past the row's end masked off.
 
-/// Whether [`dnnc_winograd4_out_row`] runs on this machine.
+/// Whether [`dnnc_winograd4_out_row`] and [`dnnc_winograd4_in_row`] run
+/// on this machine.
 pub fn winograd4_out_row_runs() -> bool {
     super::avx512_vl()
+}
+
+/// The F(4x4) input transform of one tile row of one channel: tile `t`
+/// (`t < tiles`) reads rows `0..6` and columns `4t..4t + 6` of the padded
+/// plane at `x` (rows `xw` floats apart, `xw >= 4 * tiles + 2`), and its
+/// 36 transformed values go to `v[f * vs + t]`, `f = 6i + j`. Returns 0,
+/// or 2 where it does not run or for a geometry it does not take.
+///
+/// # Safety
+/// `x` must hold six rows of `xw` floats, `v` the 36 frequencies' `tiles`
+/// values `vs` floats apart; they must not overlap.
+#[no_mangle]
+pub unsafe extern "C" fn dnnc_winograd4_in_row(
+    x: *const f32,
+    xw: i64,
+    tiles: i64,
+    v: *mut f32,
+    vs: i64,
+) -> i32 {
+    let (Ok(xw), Ok(tiles), Ok(vs)) = (
+        usize::try_from(xw),
+        usize::try_from(tiles),
+        usize::try_from(vs),
+    ) else {
+        return 2;
+    };
+    if !winograd4_out_row_runs() || xw < 4 * tiles + 2 {
+        return 2;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::in_row(x, xw, tiles, v, vs);
+        0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (x, v);
+        2
+    }
 }
 
 /// Output rows `4r..4r + rows` (`rows` at most 4) of one channel from the
@@ -84,6 +131,84 @@ mod x86 {
             _mm512_fmadd_ps(s34, k4, s12),
             _mm512_add_ps(_mm512_fmadd_ps(d34, k8, d12), x[5]),
         ]
+    }
+
+    /// `Bᵀ d` for six vectors: `4(d0 - d2) + (d4 - d2)`, `(d4 - 4d2) ±
+    /// (d3 - 4d1)`, `(d4 - d2) ± 2(d3 - d1)`, `-4(d3 - d1) + (d5 - d3)`.
+    #[inline(always)]
+    unsafe fn bt(d: &[__m512; 6]) -> [__m512; 6] {
+        let (k2, k4) = (_mm512_set1_ps(2.0), _mm512_set1_ps(4.0));
+        let (n2, n4) = (_mm512_set1_ps(-2.0), _mm512_set1_ps(-4.0));
+        let c = _mm512_sub_ps(d[4], d[2]);
+        let a = _mm512_fmadd_ps(d[2], n4, d[4]);
+        let b = _mm512_fmadd_ps(d[1], n4, d[3]);
+        let t = _mm512_sub_ps(d[3], d[1]);
+        [
+            _mm512_fmadd_ps(_mm512_sub_ps(d[0], d[2]), k4, c),
+            _mm512_add_ps(a, b),
+            _mm512_sub_ps(a, b),
+            _mm512_fmadd_ps(t, k2, c),
+            _mm512_fmadd_ps(t, n2, c),
+            _mm512_fmadd_ps(t, n4, _mm512_sub_ps(d[5], d[3])),
+        ]
+    }
+
+    /// See [`super::dnnc_winograd4_in_row`]; the caller checked the
+    /// arguments.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn in_row(x: *const f32, xw: usize, tiles: usize, v: *mut f32, vs: usize) {
+        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        let next0 = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16);
+        let next1 = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17);
+        // Columns `[col, col + 16)` of a row, those past `xw` as zeros.
+        let load = |row: *const f32, col: usize| -> __m512 {
+            let n = xw.saturating_sub(col).min(16);
+            _mm512_maskz_loadu_ps(((1u32 << n) - 1) as __mmask16, row.add(col))
+        };
+        for c in (0..tiles).step_by(16) {
+            let nt = (tiles - c).min(16);
+            let tmask = ((1u32 << nt) - 1) as __mmask16;
+            // cols[k][j]: row k's column 4t + j of every tile, then the
+            // column pass: col[i][j] = sum_k Bᵀ[i][k] d[k][j].
+            let mut cols = [[_mm512_setzero_ps(); 6]; 6];
+            for (k, colk) in cols.iter_mut().enumerate() {
+                let row = x.add(k * xw);
+                let x0 = 4 * c;
+                let (v0, v1, v2, v3, v4) = (
+                    load(row, x0),
+                    load(row, x0 + 16),
+                    load(row, x0 + 32),
+                    load(row, x0 + 48),
+                    load(row, x0 + 64),
+                );
+                let (e01, o01) = (
+                    _mm512_permutex2var_ps(v0, even, v1),
+                    _mm512_permutex2var_ps(v0, odd, v1),
+                );
+                let (e23, o23) = (
+                    _mm512_permutex2var_ps(v2, even, v3),
+                    _mm512_permutex2var_ps(v2, odd, v3),
+                );
+                let p0 = _mm512_permutex2var_ps(e01, even, e23);
+                let p2 = _mm512_permutex2var_ps(e01, odd, e23);
+                let p1 = _mm512_permutex2var_ps(o01, even, o23);
+                let p3 = _mm512_permutex2var_ps(o01, odd, o23);
+                let p4 = _mm512_permutex2var_ps(p0, next0, v4);
+                let p5 = _mm512_permutex2var_ps(p1, next1, v4);
+                *colk = [p0, p1, p2, p3, p4, p5];
+            }
+            let passed: [[__m512; 6]; 6] =
+                std::array::from_fn(|j| bt(&std::array::from_fn(|k| cols[k][j])));
+            let cols: [[__m512; 6]; 6] =
+                std::array::from_fn(|k| std::array::from_fn(|j| passed[j][k]));
+            // The row pass: V[i][j] = sum_c col[i][c] B[c][j].
+            for (i, ci) in cols.iter().enumerate() {
+                for (j, vij) in bt(ci).into_iter().enumerate() {
+                    _mm512_mask_storeu_ps(v.add((6 * i + j) * vs + c), tmask, vij);
+                }
+            }
+        }
     }
 
     /// See [`super::dnnc_winograd4_out_row`]; the caller checked the
@@ -235,6 +360,71 @@ mod tests {
                 "wrote past the rows"
             );
         }
+    }
+
+    /// `Bᵀ` of F(4x4, 3x3).
+    const BT: [[f64; 6]; 6] = [
+        [4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
+        [0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
+        [0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
+        [0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
+        [0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
+        [0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
+    ];
+
+    #[test]
+    fn transforms_every_input_tile_and_writes_only_its_tiles() {
+        if !winograd4_out_row_runs() {
+            eprintln!("SKIPPED: no AVX-512 on this machine; the generated transform runs instead");
+            return;
+        }
+        let mut seed = 5u32;
+        let mut next = || {
+            seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+            (seed >> 8) as f32 / (1 << 24) as f32 * 2.0 - 1.0
+        };
+        for (tiles, xw) in [(14, 68), (14, 58), (7, 32), (20, 84), (28, 116), (16, 66)] {
+            let x: Vec<f32> = (0..6 * xw).map(|_| next()).collect();
+            let vs = tiles + 3;
+            let mut v = vec![9.0f32; 36 * vs];
+            let rc = unsafe {
+                dnnc_winograd4_in_row(
+                    x.as_ptr(),
+                    xw as i64,
+                    tiles as i64,
+                    v.as_mut_ptr(),
+                    vs as i64,
+                )
+            };
+            assert_eq!(rc, 0);
+            for t in 0..vs {
+                for i in 0..6 {
+                    for j in 0..6 {
+                        let got = v[(6 * i + j) * vs + t];
+                        if t >= tiles {
+                            assert_eq!(got, 9.0, "tile {t} past the row written");
+                            continue;
+                        }
+                        let mut want = 0.0f64;
+                        for k in 0..6 {
+                            for l in 0..6 {
+                                want += BT[i][k] * x[k * xw + 4 * t + l] as f64 * BT[j][l];
+                            }
+                        }
+                        assert!(
+                            (got as f64 - want).abs() < 1e-4,
+                            "tiles {tiles} tile {t} V[{i}][{j}]: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            unsafe {
+                dnnc_winograd4_in_row([0.0f32; 6].as_ptr(), 1, 1, [0.0f32; 36].as_mut_ptr(), 1)
+            },
+            2
+        );
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub(crate) struct Emit<'a> {
     /// with a bias-and-clamp epilogue (`dnnc_winograd4_out_row`,
     /// AVX-512), imported.
     pub wino4_out: FuncRef,
+    /// One tile row of one channel of Winograd F(4x4)'s input transform
+    /// (`dnnc_winograd4_in_row`, AVX-512), imported.
+    pub wino4_in: FuncRef,
     /// Block every error path jumps to, with the error code as parameter.
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).

@@ -533,6 +533,7 @@ pub(crate) fn lower(
         }
     }
     let native = native_out(e, c, geo, &t, m)?;
+    let native_in = native_rows(&t, m);
     let w = Wino {
         wn,
         geo,
@@ -540,6 +541,7 @@ pub(crate) fn lower(
         x,
         xs: c.plane_stride(node.inputs[0]),
         native,
+        native_in,
         ws: workspaces(geo, m),
         args: [c.ws[0], c.ws[1], c.ws[2], c.ws[3]],
         u: c.prep[0],
@@ -699,6 +701,13 @@ struct NativeOut {
     hi: f32,
 }
 
+/// Whether the input transform of F(`m`x`m`) with tiling `t` runs on
+/// the native AVX-512 kernel (`dnnc_winograd4_in_row`): F(4x4) on tile
+/// rows of at least [`NATIVE_OUT_MIN_TILES`] tiles.
+fn native_rows(t: &Tiling, m: usize) -> bool {
+    m == 4 && t.tw >= NATIVE_OUT_MIN_TILES && dnnc_runtime::cpu::wino::winograd4_out_row_runs()
+}
+
 /// Smallest tile row the native output transform takes: it computes
 /// sixteen tiles a vector, so shorter rows waste lanes where the
 /// generated code's groups of four do not (alone, one thread: a 32 -> 128
@@ -779,6 +788,9 @@ struct Wino<'a> {
     /// The output transform on the native AVX-512 kernel, where it runs
     /// ([`native_out`]).
     native: Option<NativeOut>,
+    /// The input transform on the native AVX-512 kernel
+    /// ([`native_rows`]).
+    native_in: bool,
     /// Workspace sizes ([`workspaces`]).
     ws: Vec<usize>,
     /// Argument indices of the padded plane, V, M and the staging plane.
@@ -860,6 +872,15 @@ impl Wino<'_> {
                 let vr = e.b.ins().imul_imm_s(r, t.tw as i64);
                 let vr = e.b.ins().iadd(vr, vc);
                 let vr = e.addr(vb, vr, 4);
+                if self.native_in {
+                    let f = e.wino4_in;
+                    let args = [xr, e.ci(xw as i64), e.ci(t.tw as i64), vr, e.ci(vs as i64)];
+                    let call = e.b.ins().call(f, &args);
+                    let rc = e.b.inst_results(call)[0];
+                    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+                    e.fail_if(bad, 1);
+                    return;
+                }
                 e.for_n(t.tw4 / 4, |e, q| {
                     let xo = e.b.ins().imul_imm_s(q, (4 * m * 4) as i64);
                     let ga = e.b.ins().iadd(xr, xo);

@@ -618,6 +618,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let wino4_out_id = module
         .declare_function("dnnc_winograd4_out_row", Linkage::Import, &wosg)
         .map_err(|e| backend(e.to_string()))?;
+    let mut wisg = module.make_signature();
+    for t in [ptr, I64, I64, ptr, I64] {
+        wisg.params.push(AbiParam::new(t));
+    }
+    wisg.returns.push(AbiParam::new(I32));
+    let wino4_in_id = module
+        .declare_function("dnnc_winograd4_in_row", Linkage::Import, &wisg)
+        .map_err(|e| backend(e.to_string()))?;
 
     // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
@@ -718,6 +726,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let dw8c = module.declare_func_in_func(dw8c_id, &mut ctx.func);
             let maxpool = module.declare_func_in_func(maxpool_id, &mut ctx.func);
             let wino4_out = module.declare_func_in_func(wino4_out_id, &mut ctx.func);
+            let wino4_in = module.declare_func_in_func(wino4_in_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -747,6 +756,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 dw8c,
                 maxpool,
                 wino4_out,
+                wino4_in,
                 fail,
                 cfg: module.target_config(),
                 task,
