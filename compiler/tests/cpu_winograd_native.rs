@@ -1,10 +1,11 @@
 //! Winograd F(4x4) kernels whose input transform and output transform
 //! run on the native AVX-512 kernels (`runtime::cpu::wino`, tile rows of
-//! at least 12 tiles; the output one with a bias and at most one Relu or
-//! Clip): SqueezeNet's and
+//! at least 7 and 12 tiles; the output one with a bias and at most one
+//! Relu or Clip): SqueezeNet's and
 //! ResNet-18's map sizes (55x55 in bands, 56x56), a map whose last tile
 //! row and column are partial, no bias, Clip, a batch of two with padded
-//! planes (its images sharing their GEMMs), against the interpreter and
+//! planes (its images sharing their GEMMs), 28x28 and 27x30 maps (the
+//! input transform alone native), against the interpreter and
 //! bitwise across 2 and 3 threads with every kernel split. A residual
 //! epilogue keeps the generated output transform (the input transform
 //! still native); it is checked alike.
@@ -71,6 +72,10 @@ fn native_output_transforms_match_the_interpreter() {
     check(&conv(1, 8, 20, (57, 48), true, ""), [1, 8, 57, 48], 5);
     // Two images; 70 tiles a row (five vectors of tiles).
     check(&conv(2, 8, 16, (53, 53), true, relu), [2, 8, 53, 53], 6);
+    // 7 and 8 tiles a row: the native input transform, the generated
+    // output one.
+    check(&conv(1, 16, 16, (28, 28), true, relu), [1, 16, 28, 28], 10);
+    check(&conv(1, 8, 12, (27, 30), true, clip), [1, 8, 27, 30], 11);
     check(&conv(1, 4, 8, (30, 280), true, relu), [1, 4, 30, 280], 7);
 }
 
