@@ -1,14 +1,14 @@
 //! Winograd F(4x4) kernels whose input transform and output transform
 //! run on the native AVX-512 kernels (`runtime::cpu::wino`, tile rows of
-//! at least 7 and 12 tiles; the output one with a bias and at most one
-//! Relu or Clip): SqueezeNet's and
+//! at least 7 and 12 tiles; the output one with a bias, a residual and
+//! at most one Relu or Clip): SqueezeNet's and
 //! ResNet-18's map sizes (55x55 in bands, 56x56), a map whose last tile
 //! row and column are partial, no bias, Clip, a batch of two with padded
 //! planes (its images sharing their GEMMs), 28x28 and 27x30 maps (the
 //! input transform alone native), against the interpreter and
-//! bitwise across 2 and 3 threads with every kernel split. A residual
-//! epilogue keeps the generated output transform (the input transform
-//! still native); it is checked alike.
+//! bitwise across 2 and 3 threads with every kernel split; residual
+//! epilogues (ResNet's second conv of a block) with Relu, Clip and
+//! nothing after the Add, the residual on either side of it.
 
 mod cpu_common;
 
@@ -80,24 +80,50 @@ fn native_output_transforms_match_the_interpreter() {
 }
 
 #[test]
-fn a_residual_epilogue_keeps_the_generated_transform() {
-    let g = parse(
-        "  input %x: f32[1,8,56,56]
-  input %r: f32[1,16,56,56]
+fn residual_epilogues_on_the_native_output_transform() {
+    for (i, (add, ep)) in [
+        ("%s = Add(%c, %r)", "%y = Relu(%s)"),
+        ("%s = Add(%r, %c)", "%y = Clip(%s) {min=-0.25, max=1.0}"),
+        ("%y = Add(%c, %r)", ""),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let out = if ep.is_empty() { "" } else { ep };
+        let g = parse(&format!(
+            "  input %x: f32[2,8,56,53]
+  input %r: f32[2,16,56,53]
   param %w: f32[16,8,3,3] = he(seed=4)
   param %b: f32[16] = uniform(low=-0.5, high=0.5, seed=5)
-  %c = Conv2d(%x, %w, %b) {pads=[1,1,1,1]}
-  %s = Add(%c, %r)
-  %y = Relu(%s)
-  output %y",
-    );
-    let opts = CpuOptions {
-        conv_algo: Some(ConvAlgo::Winograd4),
-        ..Default::default()
-    };
-    let ins = vec![
-        ("x".to_string(), rand_f32(&[1, 8, 56, 56], 8, -2.0, 2.0)),
-        ("r".to_string(), rand_f32(&[1, 16, 56, 56], 9, -2.0, 2.0)),
-    ];
-    check_with(&g, &ins, 1e-3, 1e-4, &opts);
+  %c = Conv2d(%x, %w, %b) {{pads=[1,1,1,1]}}
+  {add}
+  {out}
+  output %y"
+        ));
+        let opts = CpuOptions {
+            conv_algo: Some(ConvAlgo::Winograd4),
+            ..Default::default()
+        };
+        let ins = vec![
+            (
+                "x".to_string(),
+                rand_f32(&[2, 8, 56, 53], 8 + i as u64, -2.0, 2.0),
+            ),
+            (
+                "r".to_string(),
+                rand_f32(&[2, 16, 56, 53], 9 + i as u64, -2.0, 2.0),
+            ),
+        ];
+        check_with(&g, &ins, 1e-3, 1e-4, &opts);
+        let mut exe = compile_cpu(&g, &opts).unwrap();
+        let one = exe.run(&ins).unwrap();
+        exe.set_kernel_split(KernelSplit::Always);
+        exe.set_concurrency(Concurrency::Never);
+        exe.set_threads(3).unwrap();
+        assert_eq!(
+            bits(&exe.run(&ins).unwrap()),
+            bits(&one),
+            "case {i}, 3 threads"
+        );
+    }
 }

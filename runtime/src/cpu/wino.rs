@@ -63,13 +63,16 @@ pub unsafe extern "C" fn dnnc_winograd4_in_row(
 /// Output rows `4r..4r + rows` (`rows` at most 4) of one channel from the
 /// F(4x4) products of the tile row's `tiles` tiles: the product of
 /// frequency `f = 6k + j` for tile `t` at `m[f * ms + t]`; output row `i`
-/// at `y + i * ow`, its `ow` columns (at most `4 * tiles`). Returns 0, or
-/// 2 where it does not run ([`winograd4_out_row_runs`]) or for a
-/// geometry it does not take.
+/// at `y + i * ow`, its `ow` columns (at most `4 * tiles`). Each output is
+/// `min(max(y + bias + r, lo), hi)`, `r` the residual's element at `res +
+/// i * ow` plus the column (none for a null `res`). Returns 0, or 2 where
+/// it does not run ([`winograd4_out_row_runs`]) or for a geometry it does
+/// not take.
 ///
 /// # Safety
 /// `m` must hold the 36 frequencies' `tiles` products `ms` floats apart,
-/// `y` the `rows` output rows; they must not overlap.
+/// `y` the `rows` output rows, `res` (unless null) rows of `y`'s shape;
+/// `y` must not overlap `m` or `res`.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn dnnc_winograd4_out_row(
@@ -79,6 +82,7 @@ pub unsafe extern "C" fn dnnc_winograd4_out_row(
     y: *mut f32,
     ow: i64,
     rows: i64,
+    res: *const f32,
     bias: f32,
     lo: f32,
     hi: f32,
@@ -96,12 +100,12 @@ pub unsafe extern "C" fn dnnc_winograd4_out_row(
     }
     #[cfg(target_arch = "x86_64")]
     {
-        x86::row(m, ms, tiles, y, ow, rows, (bias, lo, hi));
+        x86::row(m, ms, tiles, (y, res), ow, rows, (bias, lo, hi));
         0
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (m, y, bias, lo, hi);
+        let _ = (m, y, res, bias, lo, hi);
         2
     }
 }
@@ -218,7 +222,7 @@ mod x86 {
         m: *const f32,
         ms: usize,
         tiles: usize,
-        y: *mut f32,
+        (y, res): (*mut f32, *const f32),
         ow: usize,
         rows: usize,
         (bias, lo, hi): (f32, f32, f32),
@@ -238,12 +242,7 @@ mod x86 {
             }
             let tr: [[__m512; 6]; 4] = std::array::from_fn(|i| std::array::from_fn(|j| cols[j][i]));
             for (i, tri) in tr.iter().enumerate().take(rows) {
-                let v = at(tri).map(|v| {
-                    let v = _mm512_add_ps(v, vb);
-                    // `max(lo, v)` and `min(hi, v)` return `v` when it is
-                    // NaN.
-                    _mm512_min_ps(vhi, _mm512_max_ps(vlo, v))
-                });
+                let v = at(tri).map(|v| _mm512_add_ps(v, vb));
                 // Regroup: lane t of v[j] is column 4t + j; each 128-bit
                 // lane of a, b, c, d holds one tile's four columns.
                 let lo01 = _mm512_unpacklo_ps(v[0], v[1]);
@@ -274,10 +273,19 @@ mod x86 {
                         break;
                     }
                     let n = (ow - col).min(16);
+                    let mask = ((1u32 << n) - 1) as __mmask16;
+                    let o = if res.is_null() {
+                        o
+                    } else {
+                        _mm512_add_ps(o, _mm512_maskz_loadu_ps(mask, res.add(i * ow + col)))
+                    };
+                    // `max(lo, v)` and `min(hi, v)` return `v` when it is
+                    // NaN.
+                    let o = _mm512_min_ps(vhi, _mm512_max_ps(vlo, o));
                     if n == 16 {
                         _mm512_storeu_ps(yr.add(col), o);
                     } else {
-                        _mm512_mask_storeu_ps(yr.add(col), ((1u32 << n) - 1) as __mmask16, o);
+                        _mm512_mask_storeu_ps(yr.add(col), mask, o);
                     }
                 }
             }
@@ -319,6 +327,9 @@ mod tests {
             let ms = tiles + 5;
             let m: Vec<f32> = (0..36 * ms).map(|_| next()).collect();
             let (bias, lo, hi) = (0.25f32, 0.0f32, 1.5f32);
+            // A residual for the even cases (its rows as the output's).
+            let res: Vec<f32> = (0..4 * ow).map(|_| next()).collect();
+            let with_res = ow % 2 == 0;
             let mut y = vec![-7.0f32; 4 * ow + 3];
             let rc = unsafe {
                 dnnc_winograd4_out_row(
@@ -328,6 +339,11 @@ mod tests {
                     y.as_mut_ptr(),
                     ow as i64,
                     rows as i64,
+                    if with_res {
+                        res.as_ptr()
+                    } else {
+                        std::ptr::null()
+                    },
                     bias,
                     lo,
                     hi,
@@ -348,7 +364,12 @@ mod tests {
                             want += AT[i][k] * m[(6 * k + l) * ms + t] as f64 * AT[j][l];
                         }
                     }
-                    let want = ((want + bias as f64).max(lo as f64)).min(hi as f64);
+                    let r = if with_res {
+                        res[i * ow + col] as f64
+                    } else {
+                        0.0
+                    };
+                    let want = ((want + bias as f64 + r).max(lo as f64)).min(hi as f64);
                     assert!(
                         (got as f64 - want).abs() < 1e-4,
                         "tiles {tiles} row {i} col {col}: {got} vs {want}"
@@ -445,6 +466,7 @@ mod tests {
                 y.as_mut_ptr(),
                 ow as i64,
                 4,
+                std::ptr::null(),
                 0.0,
                 0.0,
                 f32::INFINITY,
@@ -466,6 +488,7 @@ mod tests {
                 y.as_mut_ptr(),
                 ow,
                 rows,
+                std::ptr::null(),
                 0.0,
                 0.0,
                 1.0,

@@ -87,7 +87,7 @@ use super::KCtx;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{F32X4, I32, I64};
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, Value};
-use dnnc_ir::op::Unary;
+use dnnc_ir::op::{Binary, Unary};
 use dnnc_ir::{DType, Op};
 use dnnc_runtime::cpu::{fftconv, pgemm, AlignedBuf};
 
@@ -694,6 +694,9 @@ struct NativeOut {
     y: Value,
     /// Floats from one of its planes to the next (padded or `OH·OW`).
     ys: usize,
+    /// The residual operand and its plane stride, if the epilogue adds
+    /// one.
+    res: Option<(Value, usize)>,
     /// The conv's bias (one f32 per output channel), if it has one.
     bias: Option<Value>,
     /// The clamp's bounds (`-inf`, `inf` without one).
@@ -722,8 +725,9 @@ fn native_rows(t: &Tiling, m: usize) -> bool {
 const NATIVE_OUT_MIN_TILES: usize = 12;
 
 /// The native AVX-512 output transform (`dnnc_winograd4_out_row`) for an
-/// F(4x4) kernel whose epilogue is the conv's bias and at most one Relu
-/// or Clip, written to its only result, on tile rows of at least
+/// F(4x4) kernel whose epilogue is the conv's bias, optionally a residual
+/// Add, and at most one Relu or Clip, written to its only result, on tile
+/// rows of at least
 /// [`NATIVE_OUT_MIN_TILES`] tiles; `None` for any other (the generated
 /// transform runs).
 fn native_out(
@@ -735,13 +739,31 @@ fn native_out(
 ) -> Result<Option<NativeOut>, String> {
     let g = c.g;
     let node = g.node(c.k.nodes[0]);
-    let (lo, hi) = match c.k.nodes[1..] {
+    let acc = node.outputs[0];
+    // An optional residual Add (its other operand a kernel input of the
+    // result's type), then an optional Relu or Clip.
+    let mut rest = &c.k.nodes[1..];
+    let mut cur = acc;
+    let mut res = None;
+    if let Some((&n, more)) = rest.split_first() {
+        if let (Op::Binary(Binary::Add), &[a, b]) = (&g.node(n).op, g.node(n).inputs.as_slice()) {
+            let r = if a == cur { b } else { a };
+            let fits = (a == cur) != (b == cur)
+                && c.k.inputs.contains(&r)
+                && g.value(r).ty == g.value(acc).ty;
+            if !fits {
+                return Ok(None);
+            }
+            res = Some(r);
+            cur = g.node(n).outputs[0];
+            rest = more;
+        }
+    }
+    let (lo, hi) = match rest {
         [] => (f32::NEG_INFINITY, f32::INFINITY),
-        [n] => match (&g.node(n).op, g.node(n).inputs.first()) {
-            (Op::Unary(Unary::Relu), Some(&x)) if x == node.outputs[0] => (0.0, f32::INFINITY),
-            (Op::Unary(Unary::Clip { min, max }), Some(&x))
-                if x == node.outputs[0] && min <= max =>
-            {
+        [n] => match (&g.node(*n).op, g.node(*n).inputs.first()) {
+            (Op::Unary(Unary::Relu), Some(&x)) if x == cur => (0.0, f32::INFINITY),
+            (Op::Unary(Unary::Clip { min, max }), Some(&x)) if x == cur && min <= max => {
                 (*min, *max)
             }
             _ => return Ok(None),
@@ -770,9 +792,14 @@ fn native_out(
         Some(&b) => Some(e.bufs[c.arg(b)?]),
         None => None,
     };
+    let res = match res {
+        Some(r) => Some((e.bufs[c.arg(r)?], c.plane_stride(r))),
+        None => None,
+    };
     Ok(Some(NativeOut {
         y: e.bufs[c.arg(out)?],
         ys: c.plane_stride(out),
+        res,
         bias,
         lo,
         hi,
@@ -988,6 +1015,9 @@ impl Wino<'_> {
                 let plane = e.b.ins().imul_imm_s(n, geo.m as i64);
                 let plane = e.b.ins().iadd(plane, co);
                 let yo = e.b.ins().imul_imm_s(plane, nat.ys as i64);
+                let ro = nat
+                    .res
+                    .map(|(r, rs)| (r, e.b.ins().imul_imm_s(plane, rs as i64)));
                 e.for_range(r0, r1, 1, |e, r| {
                     let rb = e.b.ins().isub(r, r0);
                     let mr = e.b.ins().imul_imm_s(rb, t.tw as i64);
@@ -996,6 +1026,14 @@ impl Wino<'_> {
                     let yr = e.b.ins().imul_imm_s(r, (m * geo.ow) as i64);
                     let yr = e.b.ins().iadd(yr, yo);
                     let yp = e.addr(nat.y, yr, 4);
+                    let rp = match ro {
+                        Some((rb, ro)) => {
+                            let rr = e.b.ins().imul_imm_s(r, (m * geo.ow) as i64);
+                            let rr = e.b.ins().iadd(rr, ro);
+                            e.addr(rb, rr, 4)
+                        }
+                        None => e.ci(0),
+                    };
                     let left = e.ci(geo.oh as i64);
                     let top = e.b.ins().imul_imm_s(r, m as i64);
                     let left = e.b.ins().isub(left, top);
@@ -1008,6 +1046,7 @@ impl Wino<'_> {
                         yp,
                         e.ci(geo.ow as i64),
                         nrows,
+                        rp,
                         bias,
                         e.cf(nat.lo),
                         e.cf(nat.hi),

@@ -611,7 +611,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         .declare_function("dnnc_max_pool_3x3s2", Linkage::Import, &mpsg)
         .map_err(|e| backend(e.to_string()))?;
     let mut wosg = module.make_signature();
-    for t in [ptr, I64, I64, ptr, I64, I64, F32, F32, F32] {
+    for t in [ptr, I64, I64, ptr, I64, I64, ptr, F32, F32, F32] {
         wosg.params.push(AbiParam::new(t));
     }
     wosg.returns.push(AbiParam::new(I32));
