@@ -297,6 +297,24 @@ mod x86 {
 mod tests {
     use super::*;
 
+    /// Whether the native transforms run here; says so when they do not.
+    fn runs() -> bool {
+        let ok = winograd4_out_row_runs();
+        if !ok {
+            eprintln!("SKIPPED: no AVX-512 on this machine; the generated transform runs instead");
+        }
+        ok
+    }
+
+    /// Floats in `[-1, 1)` from a linear congruential generator.
+    fn uniform(seed: u32) -> impl FnMut() -> f32 {
+        let mut s = seed;
+        move || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1 << 24) as f32 * 2.0 - 1.0
+        }
+    }
+
     /// `Aᵀ` of F(4x4, 3x3), points 0, ±1, ±2, ∞.
     const AT: [[f64; 6]; 4] = [
         [1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
@@ -307,15 +325,10 @@ mod tests {
 
     #[test]
     fn computes_the_transform_of_every_tile_clamped_and_masked() {
-        if !winograd4_out_row_runs() {
-            eprintln!("SKIPPED: no AVX-512 on this machine; the generated transform runs instead");
+        if !runs() {
             return;
         }
-        let mut seed = 3u32;
-        let mut next = || {
-            seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
-            (seed >> 8) as f32 / (1 << 24) as f32 * 2.0 - 1.0
-        };
+        let mut next = uniform(3);
         for (tiles, ow, rows) in [
             (14, 55, 4),
             (14, 56, 3),
@@ -395,15 +408,10 @@ mod tests {
 
     #[test]
     fn transforms_every_input_tile_and_writes_only_its_tiles() {
-        if !winograd4_out_row_runs() {
-            eprintln!("SKIPPED: no AVX-512 on this machine; the generated transform runs instead");
+        if !runs() {
             return;
         }
-        let mut seed = 5u32;
-        let mut next = || {
-            seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
-            (seed >> 8) as f32 / (1 << 24) as f32 * 2.0 - 1.0
-        };
+        let mut next = uniform(5);
         for (tiles, xw) in [(14, 68), (14, 58), (7, 32), (20, 84), (28, 116), (16, 66)] {
             let x: Vec<f32> = (0..6 * xw).map(|_| next()).collect();
             let vs = tiles + 3;
@@ -450,8 +458,7 @@ mod tests {
 
     #[test]
     fn a_nan_product_reaches_its_outputs() {
-        if !winograd4_out_row_runs() {
-            eprintln!("SKIPPED: no AVX-512 on this machine; the generated transform runs instead");
+        if !runs() {
             return;
         }
         let (tiles, ms, ow) = (14usize, 16usize, 55usize);
