@@ -2,7 +2,7 @@
 //! the pass list, dumps after each pass, and exit code 2 with the valid
 //! names for an unknown pass.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn example(name: &str) -> PathBuf {
@@ -249,6 +249,21 @@ fn after_partition_shows_each_kernels_tasks_and_the_waves() {
     );
 }
 
+/// `dnnc ir MODEL --after partition --threads T` of a temporary model,
+/// whose directory is then removed.
+fn partition_dump(dir: &Path, model: &Path, threads: &str) -> String {
+    let out = stdout(&dnnc(&[
+        "ir",
+        model.to_str().unwrap(),
+        "--after",
+        "partition",
+        "--threads",
+        threads,
+    ]));
+    std::fs::remove_dir_all(dir).ok();
+    out
+}
+
 /// A kernel absorbed into another (here a stem conv whose max pool
 /// computes it band by band) names the kernel that computes it.
 #[test]
@@ -266,15 +281,7 @@ fn after_partition_names_the_kernel_an_absorbed_one_runs_in() {
 }
 ",
     );
-    let out = stdout(&dnnc(&[
-        "ir",
-        model.to_str().unwrap(),
-        "--after",
-        "partition",
-        "--threads",
-        "2",
-    ]));
-    std::fs::remove_dir_all(&dir).ok();
+    let out = partition_dump(&dir, &model, "2");
     assert!(
         out.contains("# kernel r [Conv2d+Relu] contraction\n  #   partition: no code of its own: computed inside kernel p [Conv2d+Relu+MaxPool]"),
         "{out}"
@@ -298,9 +305,7 @@ fn after_partition_marks_values_stored_with_padded_planes() {
 }
 ",
     );
-    let m = model.to_str().unwrap();
-    let padded = stdout(&dnnc(&["ir", m, "--after", "partition"]));
-    std::fs::remove_dir_all(&dir).ok();
+    let padded = partition_dump(&dir, &model, "1");
     assert!(
         padded.contains("# kernel r1 [Conv2d+Relu] contraction\n  #   partition: ")
             && padded

@@ -87,8 +87,7 @@ use super::KCtx;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{F32X4, I32, I64};
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, Value};
-use dnnc_ir::op::{Binary, Unary};
-use dnnc_ir::{DType, Op};
+use dnnc_ir::DType;
 use dnnc_runtime::cpu::{fftconv, pgemm, AlignedBuf};
 
 /// The matrices of one Winograd algorithm F(m x m, r x r): output tile `m`,
@@ -739,37 +738,21 @@ fn native_out(
 ) -> Result<Option<NativeOut>, String> {
     let g = c.g;
     let node = g.node(c.k.nodes[0]);
-    let acc = node.outputs[0];
-    // An optional residual Add (its other operand a kernel input of the
-    // result's type), then an optional Relu or Clip.
-    let mut rest = &c.k.nodes[1..];
-    let mut cur = acc;
-    let mut res = None;
-    if let Some((&n, more)) = rest.split_first() {
-        if let (Op::Binary(Binary::Add), &[a, b]) = (&g.node(n).op, g.node(n).inputs.as_slice()) {
-            let r = if a == cur { b } else { a };
-            let fits = (a == cur) != (b == cur)
-                && c.k.inputs.contains(&r)
-                && g.value(r).ty == g.value(acc).ty;
-            if !fits {
-                return Ok(None);
-            }
-            res = Some(r);
-            cur = g.node(n).outputs[0];
-            rest = more;
-        }
-    }
-    let (lo, hi) = match rest {
-        [] => (f32::NEG_INFINITY, f32::INFINITY),
-        [n] => match (&g.node(*n).op, g.node(*n).inputs.first()) {
-            (Op::Unary(Unary::Relu), Some(&x)) if x == cur => (0.0, f32::INFINITY),
-            (Op::Unary(Unary::Clip { min, max }), Some(&x)) if x == cur && min <= max => {
-                (*min, *max)
-            }
-            _ => return Ok(None),
-        },
-        _ => return Ok(None),
+    // The epilogue as the GEMM fuses it (bias, residual Add, Relu/Clip),
+    // or the conv alone; no activation after the clamp.
+    let fused = super::contraction::match_fused(c, node.inputs.get(2).copied()).or_else(|| {
+        (c.k.nodes.len() == 1).then_some(super::contraction::FusedEp {
+            bias: None,
+            res: None,
+            lo: f32::NEG_INFINITY,
+            hi: f32::INFINITY,
+            act: pgemm::ACT_NONE,
+        })
+    });
+    let Some(fused) = fused.filter(|f| f.act == pgemm::ACT_NONE) else {
+        return Ok(None);
     };
+    let (res, lo, hi) = (fused.res, fused.lo, fused.hi);
     let out =
         *c.k.nodes
             .last()
