@@ -49,7 +49,7 @@ pub struct ConvArgs {
     #[arg(long, value_name = "RECORD.json")]
     pub tuning: Option<PathBuf>,
     /// Run the optimisation pipeline (`dnnc ir --passes`: simplify,
-    /// fold-batchnorm, egraph, fold-weights, select-conv-algo) before
+    /// fold-batchnorm, egraph, fold-weights, split-order, select-conv-algo) before
     /// compiling; without
     /// it the model compiles as loaded.
     #[arg(long)]

@@ -53,6 +53,7 @@ fn passes_lists_the_pipeline_in_order() {
             "fold-batchnorm",
             "egraph",
             "fold-weights",
+            "split-order",
             "select-conv-algo",
             "fusion",
             "block-channels",
@@ -106,7 +107,7 @@ fn unknown_pass_exits_2_listing_valid_names() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("unknown pass `fuse`; the passes are: simplify, fold-batchnorm, egraph, fold-weights, select-conv-algo, fusion, block-channels, partition"),
+        err.contains("unknown pass `fuse`; the passes are: simplify, fold-batchnorm, egraph, fold-weights, split-order, select-conv-algo, fusion, block-channels, partition"),
         "{err}"
     );
     assert!(o.stdout.is_empty());

@@ -49,7 +49,7 @@ fn zoo_models_match_onnxruntime_on_cpu_backend() {
 }
 
 /// The same after the optimisation pipeline (`--optimize`: simplify,
-/// fold-batchnorm, egraph, fold-weights, select-conv-algo): every model
+/// fold-batchnorm, egraph, fold-weights, split-order, select-conv-algo): every model
 /// still matches
 /// onnxruntime's output.
 #[test]

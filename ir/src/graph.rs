@@ -335,27 +335,42 @@ impl Graph {
     }
 
     /// Live nodes in a deterministic topological order: Kahn's algorithm,
-    /// ready nodes taken by creation sequence.
+    /// ready nodes taken by creation sequence. A node without operands (a
+    /// parameter, constant or input) ranks no later than its first
+    /// reader, so a weight a pass creates late (a folded filter) does not
+    /// hold back the node reading it, and the order of the computation,
+    /// which backends follow, stays that of construction.
     pub fn topo_order(&self) -> Vec<NodeId> {
         let mut indeg: HashMap<NodeId, usize> = HashMap::new();
         for n in self.dag.node_indices() {
             indeg.insert(n, self.dag.edges_directed(n, Direction::Incoming).count());
         }
-        let mut ready: BTreeSet<(u64, NodeId)> = indeg
+        let rank = |n: NodeId| {
+            let own = self.dag[n].seq;
+            if indeg[&n] > 0 {
+                return own;
+            }
+            self.dag
+                .edges_directed(n, Direction::Outgoing)
+                .map(|e| self.dag[e.target()].seq)
+                .fold(own, u64::min)
+        };
+        let mut ready: BTreeSet<(u64, u64, NodeId)> = indeg
             .iter()
             .filter(|(_, &d)| d == 0)
-            .map(|(&n, _)| (self.dag[n].seq, n))
+            .map(|(&n, _)| (rank(n), self.dag[n].seq, n))
             .collect();
         let mut order = Vec::with_capacity(indeg.len());
         while let Some(first) = ready.iter().next().copied() {
             ready.remove(&first);
-            let n = first.1;
+            let n = first.2;
             order.push(n);
             for e in self.dag.edges_directed(n, Direction::Outgoing) {
                 let d = indeg.get_mut(&e.target()).expect("node");
                 *d -= 1;
                 if *d == 0 {
-                    ready.insert((self.dag[e.target()].seq, e.target()));
+                    let seq = self.dag[e.target()].seq;
+                    ready.insert((seq, seq, e.target()));
                 }
             }
         }
@@ -541,6 +556,58 @@ impl Graph {
         let node = &mut self.dag[id];
         node.op = op;
         node.inputs = inputs.to_vec();
+        Ok(())
+    }
+
+    /// Replaces a multi-result node's op by one producing the node's
+    /// current results in a new order (`order[j]` is the old index of
+    /// new result `j`), keeping the handle, creation sequence, operands
+    /// and every value's identity and uses: a Split whose parts a pass
+    /// reorders stays where it was in the printed and executed order.
+    /// The new op must infer exactly the permuted result types.
+    pub fn permute_results(
+        &mut self,
+        id: NodeId,
+        op: Op,
+        order: &[usize],
+    ) -> Result<(), GraphError> {
+        let name = self.node_name(id).to_string();
+        let type_err = |message: String| GraphError::Type {
+            node: name.clone(),
+            op: op.name().into(),
+            message,
+        };
+        let outs = self.dag[id].outputs.clone();
+        let mut seen = vec![false; outs.len()];
+        if order.len() != outs.len()
+            || !order
+                .iter()
+                .all(|&i| i < seen.len() && !std::mem::replace(&mut seen[i], true))
+        {
+            return Err(type_err(format!(
+                "{order:?} is no permutation of the node's {} results",
+                outs.len()
+            )));
+        }
+        let ins = self.dag[id].inputs.clone();
+        let tys: Vec<&TensorType> = ins.iter().map(|v| &self.values[v.index()].ty).collect();
+        let out_tys = infer(&op, &tys).map_err(&type_err)?;
+        let want: Vec<&TensorType> = order
+            .iter()
+            .map(|&i| &self.values[outs[i].index()].ty)
+            .collect();
+        if out_tys.iter().collect::<Vec<_>>() != want {
+            return Err(type_err(
+                "the new op does not produce the results in the given order".into(),
+            ));
+        }
+        let permuted: Vec<ValueId> = order.iter().map(|&i| outs[i]).collect();
+        for (j, &v) in permuted.iter().enumerate() {
+            self.values[v.index()].output_index = j;
+        }
+        let node = &mut self.dag[id];
+        node.op = op;
+        node.outputs = permuted;
         Ok(())
     }
 

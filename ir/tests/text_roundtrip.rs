@@ -460,6 +460,77 @@ fn graph_api_rejects_a_resultless_split() {
     assert!(e.to_string().contains("Split"), "{e}");
 }
 
+#[test]
+fn a_weight_created_late_is_ordered_before_its_reader() {
+    // A pass that folds a filter creates its parameter after everything
+    // else; the node reading it must keep its place in the order.
+    let mut g = parse(
+        "graph late {
+          input %x: f32[1,4]
+          %a = Relu(%x)
+          %b = Sigmoid(%x)
+          output %a, %b
+        }",
+        "late.dnn",
+    )
+    .unwrap();
+    let a = g.value_by_name("a").unwrap();
+    let k = g
+        .add_param("k", TensorType::f32(vec![4]), Init::External("k".into()))
+        .unwrap();
+    let relu = g.value(a).producer;
+    g.rewrite_node(
+        relu,
+        Op::Binary(dnnc_ir::op::Binary::Add),
+        &[g.inputs()[0], k],
+    )
+    .unwrap();
+    let order: Vec<String> = g
+        .topo_order()
+        .into_iter()
+        .map(|n| g.node_name(n).to_string())
+        .collect();
+    assert_eq!(order, ["x", "k", "a", "b"]);
+}
+
+#[test]
+fn permuting_a_splits_results_keeps_their_identity() {
+    let mut g = parse(
+        "graph parts {
+          input %x: f32[1,6]
+          %p, %q, %r = Split(%x) {axis=1, split=[1,2,3]}
+          %s = Relu(%q)
+          output %p, %s, %r
+        }",
+        "parts.dnn",
+    )
+    .unwrap();
+    let q = g.value_by_name("q").unwrap();
+    let split = g.value(q).producer;
+    let op = |split: Vec<usize>| Op::Split { axis: 1, split };
+    let e = g
+        .permute_results(split, op(vec![3, 1, 2]), &[2, 0, 0])
+        .unwrap_err();
+    assert!(e.to_string().contains("no permutation"), "{e}");
+    let e = g
+        .permute_results(split, op(vec![1, 2, 3]), &[2, 0, 1])
+        .unwrap_err();
+    assert!(e.to_string().contains("given order"), "{e}");
+    g.permute_results(split, op(vec![3, 1, 2]), &[2, 0, 1])
+        .unwrap();
+    verify(&g).unwrap();
+    assert_eq!(g.value(q).output_index, 2);
+    let text = print(&g);
+    assert!(
+        text.contains(
+            "%r: f32[1,3], %p: f32[1,1], %q: f32[1,2] = Split(%x) {axis=1, split=[3,1,2]}"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("%s: f32[1,2] = Relu(%q)"), "{text}");
+    assert_eq!(print(&parse(&text, "again.dnn").unwrap()), text);
+}
+
 /// The attributes of `g`'s first Conv2d.
 fn first_conv(g: &dnnc_ir::Graph) -> dnnc_ir::op::Conv2d {
     g.topo_order()

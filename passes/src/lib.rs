@@ -19,6 +19,7 @@ pub mod fold_weights;
 pub mod fusion;
 pub mod pipeline;
 pub mod simplify;
+pub mod split_order;
 pub mod wd;
 
 pub use conv_algo::{ConvGeom, SelectConvAlgo};

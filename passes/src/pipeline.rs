@@ -9,6 +9,7 @@ use crate::fold_bn::FoldBatchNorm;
 use crate::fold_weights::FoldWeights;
 use crate::fusion::{self, KernelGraph};
 use crate::simplify::Simplify;
+use crate::split_order::SplitOrder;
 use dnnc_ir::{Graph, GraphError, VerifyError};
 use std::fmt;
 
@@ -144,6 +145,7 @@ impl Default for Pipeline {
             Box::new(FoldBatchNorm),
             Box::new(EGraphOpt::default()),
             Box::new(FoldWeights),
+            Box::new(SplitOrder),
             Box::new(SelectConvAlgo),
             Box::new(Fusion),
         ])
@@ -260,7 +262,7 @@ mod tests {
         let e = Pipeline::default().run_until(&mut g, "nope").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown pass `nope`; the passes are: simplify, fold-batchnorm, egraph, fold-weights, select-conv-algo, fusion"
+            "unknown pass `nope`; the passes are: simplify, fold-batchnorm, egraph, fold-weights, split-order, select-conv-algo, fusion"
         );
     }
 
@@ -274,9 +276,9 @@ mod tests {
         let p = Pipeline::default();
         let r = p.run(&mut g).unwrap();
         assert_eq!(r.kernels.unwrap().kernels.len(), 1);
-        assert_eq!(r.stats.len(), 6);
+        assert_eq!(r.stats.len(), 7);
         let d = p.describe();
         assert!(d.starts_with("simplify "), "{d}");
-        assert_eq!(d.lines().count(), 6);
+        assert_eq!(d.lines().count(), 7);
     }
 }

@@ -374,9 +374,26 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         .iter()
         .map(|c| (c.result, c.parts.iter().map(|&(v, _)| v).collect()))
         .collect();
-    let planes = planes::Planes::plan(g, &kernels, &concats, opts);
+    let routed = routed_splits(g, &kernels, &concats);
+    let planes = planes::Planes::plan(g, &kernels, &concats, &routed, opts);
     let in_place = in_place_concats(g, &kernels, &|v| planes.bytes(g, v));
-    let views_of_split = in_place_splits(g, &kernels, &in_place);
+    // A Split is routed only into a Concat built in place with its part.
+    let routed: Vec<planes::Routed> = routed
+        .into_iter()
+        .filter(|r| {
+            let before: usize = r
+                .parts
+                .iter()
+                .take_while(|&&v| v != r.part)
+                .map(|&v| planes.bytes(g, v))
+                .sum();
+            before.is_multiple_of(dnnc_runtime::cpu::ALIGN)
+                && in_place
+                    .iter()
+                    .any(|c| c.result == r.concat && c.parts.iter().any(|&(v, _)| v == r.part))
+        })
+        .collect();
+    let views_of_split = in_place_splits(g, &kernels, &in_place, &routed, &|v| planes.bytes(g, v));
     for n in g.topo_order() {
         let node = g.node(n);
         let Some(&v) = node.outputs.first() else {
@@ -424,15 +441,57 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     }
     // A concatenation built in place: one buffer, created before its
     // parts' producers so their results can alias slices of it.
+    // A routed Split's operand shares one buffer with the Concat, placed
+    // so its Concat part is the Concat's slice and its other parts lie
+    // before the Concat (the part opens it) or after it (closes it).
     let mut part_of: HashMap<ValueId, (BufId, usize)> = HashMap::new();
     for c in &in_place {
-        let b = buffers.len();
-        vbuf.insert(c.result, b);
-        buffers.push(Buffer {
-            name: g.value(c.result).name.clone(),
-            bytes: planes.bytes(g, c.result),
-            kind: BufferKind::Temp,
+        let bytes = planes.bytes(g, c.result);
+        let route = routed.iter().find(|r| r.concat == c.result).map(|r| {
+            let x_bytes = planes.bytes(g, r.operand);
+            let part_bytes = planes.bytes(g, r.part);
+            let at = c
+                .parts
+                .iter()
+                .find(|&&(v, _)| v == r.part)
+                .map_or(0, |&(_, o)| o);
+            if at == 0 {
+                // (operand at, Concat at, shared bytes)
+                let head = x_bytes - part_bytes;
+                (r.operand, 0, head, head + bytes)
+            } else {
+                (r.operand, at, 0, bytes.max(at + x_bytes))
+            }
         });
+        let b = match route {
+            Some((x, x_at, c_at, shared)) => {
+                let e = buffers.len();
+                buffers.push(Buffer {
+                    name: format!("{} (with %{})", g.value(c.result).name, g.value(x).name),
+                    bytes: shared,
+                    kind: BufferKind::Temp,
+                });
+                part_of.insert(x, (e, x_at));
+                buffers.push(Buffer {
+                    name: g.value(c.result).name.clone(),
+                    bytes,
+                    kind: BufferKind::Alias {
+                        of: e,
+                        offset: c_at,
+                    },
+                });
+                e + 1
+            }
+            None => {
+                buffers.push(Buffer {
+                    name: g.value(c.result).name.clone(),
+                    bytes,
+                    kind: BufferKind::Temp,
+                });
+                buffers.len() - 1
+            }
+        };
+        vbuf.insert(c.result, b);
         for &(v, offset) in &c.parts {
             part_of.insert(v, (b, offset));
         }
@@ -1061,7 +1120,13 @@ struct InPlaceSplit {
 /// alignment and it is no graph output and no part of an in-place
 /// Concat (whose producer must write it into the Concat's buffer: the
 /// Split's kernel copies it there).
-fn in_place_splits(g: &Graph, kernels: &[Kernel], concats: &[InPlaceConcat]) -> Vec<InPlaceSplit> {
+fn in_place_splits(
+    g: &Graph,
+    kernels: &[Kernel],
+    concats: &[InPlaceConcat],
+    routed: &[planes::Routed],
+    bytes: &dyn Fn(ValueId) -> usize,
+) -> Vec<InPlaceSplit> {
     let outputs: std::collections::HashSet<ValueId> = g.outputs().iter().copied().collect();
     let concat_parts: std::collections::HashSet<ValueId> = concats
         .iter()
@@ -1083,22 +1148,97 @@ fn in_place_splits(g: &Graph, kernels: &[Kernel], concats: &[InPlaceConcat]) -> 
         if !dnnc_ir::infer::contiguous_pieces(&g.value(*x).ty.shape, *axis) {
             continue;
         }
+        let routed_part = routed.iter().find(|r| r.kernel == ki).map(|r| r.part);
         let mut parts = Vec::new();
         let mut offset = 0usize;
         for &v in &node.outputs {
             if !outputs.contains(&v)
-                && !concat_parts.contains(&v)
+                && (!concat_parts.contains(&v) || routed_part == Some(v))
                 && offset.is_multiple_of(dnnc_runtime::cpu::ALIGN)
             {
                 parts.push((v, offset));
             }
-            offset += g.value(v).ty.size_bytes();
+            offset += bytes(v);
         }
-        if !parts.is_empty() && offset == g.value(*x).ty.size_bytes() {
+        if !parts.is_empty() && offset == bytes(*x) {
             found.push(InPlaceSplit {
                 kernel: ki,
                 operand: *x,
                 parts,
+            });
+        }
+    }
+    found
+}
+
+/// The Splits that can be routed into an in-place Concat candidate
+/// (`concats`: each result and its parts): along an axis with only size-1
+/// axes before it, exactly one result a part of the Concat, its first
+/// operand and the Split's last result or its last operand and the
+/// Split's first (`split-order` arranges this for merged convs), every
+/// other result no graph output and no Concat part, and the operand a
+/// fresh result of a generated kernel that writes nothing else, read by
+/// the Split alone, no graph output and no Concat part itself. The
+/// operand's buffer is then placed so the part is the Concat's slice and
+/// the other parts lie outside the Concat: no copy, and every result a
+/// view.
+fn routed_splits(
+    g: &Graph,
+    kernels: &[Kernel],
+    concats: &[(ValueId, Vec<ValueId>)],
+) -> Vec<planes::Routed> {
+    let outputs: std::collections::HashSet<ValueId> = g.outputs().iter().copied().collect();
+    let concat_of = |v: ValueId| concats.iter().find(|(_, parts)| parts.contains(&v));
+    let mut found = Vec::new();
+    for (ki, k) in kernels.iter().enumerate() {
+        let [n] = k.nodes[..] else {
+            continue;
+        };
+        let node = g.node(n);
+        let (Op::Split { axis, .. }, [x]) = (&node.op, &node.inputs[..]) else {
+            continue;
+        };
+        let parts = &node.outputs;
+        if !dnnc_ir::infer::contiguous_pieces(&g.value(*x).ty.shape, *axis)
+            || parts.len() < 2
+            || outputs.contains(x)
+            || concat_of(*x).is_some()
+            || parts.iter().any(|v| outputs.contains(v))
+        {
+            continue;
+        }
+        let in_concat: Vec<usize> = (0..parts.len())
+            .filter(|&i| concat_of(parts[i]).is_some())
+            .collect();
+        let [i] = in_concat[..] else {
+            continue;
+        };
+        let Some((concat, cparts)) = concat_of(parts[i]) else {
+            continue;
+        };
+        let opens = cparts.first() == Some(&parts[i]) && i + 1 == parts.len();
+        let closes = cparts.last() == Some(&parts[i]) && i == 0;
+        let writer = kernels
+            .iter()
+            .enumerate()
+            .find(|(_, w)| w.outputs.contains(x));
+        let fresh = writer.is_some_and(|(wi, w)| {
+            wi != ki
+                && w.kind != KernelKind::View
+                && w.outputs == [*x]
+                && !matches!(g.node(w.anchor.unwrap_or(w.nodes[0])).op, Op::Shape { .. })
+        });
+        let read_once = kernels
+            .iter()
+            .enumerate()
+            .all(|(ri, r)| ri == ki || !r.inputs.contains(x));
+        if (opens || closes) && fresh && read_once {
+            found.push(planes::Routed {
+                kernel: ki,
+                operand: *x,
+                parts: parts.clone(),
+                concat: *concat,
+                part: parts[i],
             });
         }
     }

@@ -62,11 +62,14 @@ impl Planes {
     /// padded result and read only by kernels that honour a padded
     /// operand ([`writes_padded`], [`reads_padded`]). A Concat built in
     /// place (`concats`: its result and parts) is padded whole or not at
-    /// all, its parts' planes at the result's stride.
+    /// all, its parts' planes at the result's stride; so is a Split
+    /// routed into it (`routed`): its operand, written by the operand's
+    /// kernel where the Concat's part is, and every result (views).
     pub fn plan(
         g: &Graph,
         kernels: &[Kernel],
         concats: &[(ValueId, Vec<ValueId>)],
+        routed: &[Routed],
         opts: &CpuOptions,
     ) -> Planes {
         let mut planes = Planes::default();
@@ -78,13 +81,17 @@ impl Planes {
         let writer = |v: ValueId| kernels.iter().find(|k| k.outputs.contains(&v));
         // Kernels reading `v`, other than an in-place Concat of it.
         let concat_kernel = &concat_kernel;
+        // Kernels reading `v`, other than an in-place Concat of it or a
+        // routed Split (both generated as nothing).
         let readers = move |v: ValueId| {
-            kernels.iter().filter(move |k| {
-                k.inputs.contains(&v)
+            kernels.iter().enumerate().filter_map(move |(ki, k)| {
+                let read = k.inputs.contains(&v)
                     && !k
                         .outputs
                         .iter()
                         .any(|o| concat_kernel.contains(o) && k.nodes.len() == 1)
+                    && !routed.iter().any(|r| r.kernel == ki);
+                read.then_some(k)
             })
         };
         let stride = |v: ValueId| -> Option<usize> {
@@ -109,18 +116,34 @@ impl Planes {
         for (r, parts) in concats {
             in_concat.extend(parts.iter().copied());
             in_concat.insert(*r);
+            let routes: Vec<&Routed> = routed.iter().filter(|s| s.concat == *r).collect();
+            for s in &routes {
+                in_concat.insert(s.operand);
+                in_concat.extend(s.parts.iter().copied());
+            }
             let Some(p) = stride(*r) else {
                 continue;
             };
+            // A routed part is written by its Split's operand's kernel.
+            let written = |v: ValueId| match routes.iter().find(|s| s.parts.contains(&v)) {
+                Some(s) => {
+                    stride(s.operand) == Some(p)
+                        && writer(s.operand).is_some_and(|k| writes_padded(g, k, s.operand, opts))
+                        && s.parts.iter().all(|&q| stride(q) == Some(p) && read_ok(q))
+                }
+                None => writer(v).is_some_and(|k| writes_padded(g, k, v, opts)),
+            };
             let ok = read_ok(*r)
-                && parts.iter().all(|&v| {
-                    stride(v) == Some(p)
-                        && read_ok(v)
-                        && writer(v).is_some_and(|k| writes_padded(g, k, v, opts))
-                });
+                && parts
+                    .iter()
+                    .all(|&v| stride(v) == Some(p) && read_ok(v) && written(v));
             if ok {
                 planes.padded.insert(*r, p);
                 planes.padded.extend(parts.iter().map(|&v| (v, p)));
+                for s in &routes {
+                    planes.padded.insert(s.operand, p);
+                    planes.padded.extend(s.parts.iter().map(|&v| (v, p)));
+                }
             }
         }
         for k in kernels {
@@ -138,6 +161,25 @@ impl Planes {
         }
         planes
     }
+}
+
+/// A Split whose operand is placed against an in-place Concat's buffer
+/// so that the Concat's part among its results needs no copy
+/// (`super::routed_splits`).
+#[derive(Clone, Debug)]
+pub(crate) struct Routed {
+    /// Index of the Split's kernel (generated as nothing).
+    pub kernel: usize,
+    /// The Split's operand.
+    pub operand: ValueId,
+    /// The Split's results, in order.
+    pub parts: Vec<ValueId>,
+    /// The Concat's result.
+    pub concat: ValueId,
+    /// The result that is the Concat's first operand (the operand's last
+    /// part: the operand starts before the Concat) or its last (the
+    /// operand's first part: the operand ends after it).
+    pub part: ValueId,
 }
 
 /// A conv kernel whose planes the lowering addresses by stride: an
