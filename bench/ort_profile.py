@@ -13,7 +13,8 @@ kernel's ORT time is the sum over every ORT node named after a value the kernel 
 back from its output, stopping at other kernels' outputs such as a residual operand): ORT names a
 fused Conv + Add + Relu after the conv's output, and fuses a Conv + Sigmoid + Mul into a Conv and a
 QuickGelu node named after the Mul node.
-The last line sums the ORT nodes that fall in no kernel (its layout reorders). Settings match ort_reference.py: ORT_ENABLE_ALL,
+A last line puts both runtimes' pointwise (1x1) convs against the peak the dnnc profile measured.
+The line before sums the ORT nodes that fall in no kernel (its layout reorders). Settings match ort_reference.py: ORT_ENABLE_ALL,
 intra_op_num_threads=N, inter_op 1, sequential.
 """
 import argparse
@@ -98,15 +99,28 @@ def side_by_side(a, ort_us):
 
     producer = {o: n for n in onnx.load(a.model).graph.node for o in n.output}
     kernels = []
+    flops = {}
+    peak = None
     with open(a.dnnc) as f:
         for line in f:
             parts = line.split()
+            if peak is None and "GFLOP/s a core" in line:
+                # "... measured FMA peak of the cores it ran on (249.1 GFLOP/s a core, ..."
+                head = line.split("GFLOP/s a core")[0].split("(")[-1]
+                try:
+                    peak = float(head)
+                except ValueError:
+                    pass
             if len(parts) < 3 or not parts[0].startswith(("/", "output")):
                 continue
             try:
                 kernels.append((parts[0], float(parts[1]), parts[6] if len(parts) > 6 else "-"))
             except ValueError:
                 continue
+            try:
+                flops[parts[0]] = float(parts[3]) * float(parts[1]) * 1e6
+            except (ValueError, IndexError):
+                pass
     outputs = {k[0] for k in kernels}
     lines = []
     claimed = set()
@@ -156,6 +170,21 @@ def side_by_side(a, ort_us):
     print(f"sum over {len(matched)} matched kernels: dnnc {sum(l[3] for l in matched):.1f} us, "
           f"ort {sum(l[4] for l in matched):.1f} us ({len(lines) - len(matched)} unmatched); "
           f"ort nodes in no dnnc kernel (layout reorders, ...): {rest:.1f} us")
+    # Both runtimes' share of the peak on the pointwise (1x1) convs, the
+    # same FLOPs over each one's time: the one-core peak the dnnc profile
+    # measured, times the thread count.
+    if peak and a.threads >= 1:
+        cap = peak * a.threads
+        pw = [(n, flops[n], d, o) for _, n, algo, d, o in lines
+              if algo == "pointwise" and o and n in flops and d > 0]
+        if pw:
+            share = lambda f, us: 100 * f / (us * 1e3) / cap
+            ds = sorted(share(f, d) for _, f, d, _ in pw)
+            os_ = sorted(share(f, o) for _, f, _, o in pw)
+            print(f"pointwise convs against {cap:.1f} GFLOP/s ({a.threads} x the peak the dnnc profile "
+                  f"measured): dnnc median {statistics.median(ds):.0f}% ({sum(v >= 80 for v in ds)} "
+                  f"of {len(ds)} at >= 80%), ort median {statistics.median(os_):.0f}% "
+                  f"({sum(v >= 80 for v in os_)} at >= 80%)")
 
 
 if __name__ == "__main__":
