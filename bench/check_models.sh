@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Numerics of every model directory under DIR (model.onnx, input.npy,
 # output.npy: onnxruntime's output, as bench/export_torchvision.py writes
-# them) on the cpu backend: the default build, each forced conv algorithm
-# (ALGOS, default "im2col winograd2 winograd4"), and the reference
-# interpreter, each against output.npy with the zoo's rule
+# them) on the cpu backend: the default build, the optimised one
+# (--optimize), each forced conv algorithm (ALGOS, default "im2col
+# winograd2 winograd4"), and the reference interpreter (BUILDS overrides
+# the whole list, e.g. BUILDS="default optimize"), each against output.npy with the zoo's rule
 # |out - ref| <= 1e-4 + 1e-3 |ref|. One line per model and build: max
 # abs error, elements outside the bound, OK or FAIL. The interpreter's
 # line tells how far plain f32 summation in another order already is
@@ -21,7 +22,8 @@ DIR=${1:?usage: bench/check_models.sh DIR [THREADS]}
 T=${2:-2}
 [ -d "$DIR" ] || { echo "check_models.sh: $DIR is not a directory" >&2; exit 2; }
 ls "$DIR"/*/model.onnx >/dev/null 2>&1 || { echo "check_models.sh: no */model.onnx under $DIR" >&2; exit 2; }
-ALGOS=${ALGOS:-im2col winograd2 winograd4}
+ALGOS=${ALGOS-im2col winograd2 winograd4}
+BUILDS=${BUILDS:-default optimize $ALGOS interp}
 PY=../ort-venv/bin/python
 DNNC=./target/release/dnnc
 [ -x "$DNNC" ] || { echo "build first: cargo build --release -p dnnc-compiler" >&2; exit 2; }
@@ -50,10 +52,11 @@ for dir in "$DIR"/*/; do
     line=$("$PY" -c "$compare" "$dir/output.npy" "$exact")
     printf '%-20s %-10s %s\n' "$name" onnxruntime "vs float64: ${line#max abs err }"
   fi
-  for build in default $ALGOS interp; do
+  for build in $BUILDS; do
     args=(--threads "$T")
     case $build in
       default) ;;
+      optimize) args+=(--optimize) ;;
       interp) args=(--backend interp) ;;
       *) args+=(--conv-algo "$build") ;;
     esac
