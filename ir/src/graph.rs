@@ -500,6 +500,16 @@ impl Graph {
         Ok(())
     }
 
+    /// A type error at node `id` for its rewrite to `op`.
+    fn type_error(&self, id: NodeId, op: &Op) -> impl Fn(String) -> GraphError {
+        let (node, op) = (self.node_name(id).to_string(), op.name().to_string());
+        move |message| GraphError::Type {
+            node: node.clone(),
+            op: op.clone(),
+            message,
+        }
+    }
+
     /// Replaces a node's op and operand list in place, keeping its handle,
     /// creation sequence and result names, so a rewrite (e.g. a conv gaining
     /// a folded bias) does not move the node in the printed order. The new
@@ -510,12 +520,7 @@ impl Graph {
         op: Op,
         inputs: &[ValueId],
     ) -> Result<(), GraphError> {
-        let name = self.node_name(id).to_string();
-        let type_err = |message: String| GraphError::Type {
-            node: name.clone(),
-            op: op.name().into(),
-            message,
-        };
+        let type_err = self.type_error(id, &op);
         for v in inputs {
             if v.index() >= self.values.len()
                 || !self.dag.contains_node(self.values[v.index()].producer)
@@ -538,7 +543,7 @@ impl Graph {
         for &v in inputs {
             let src = self.values[v.index()].producer;
             if src == id || petgraph::algo::has_path_connecting(&self.dag, id, src, None) {
-                return Err(GraphError::Cycle(name));
+                return Err(GraphError::Cycle(self.node_name(id).to_string()));
             }
         }
         let old: Vec<_> = self
@@ -571,12 +576,7 @@ impl Graph {
         op: Op,
         order: &[usize],
     ) -> Result<(), GraphError> {
-        let name = self.node_name(id).to_string();
-        let type_err = |message: String| GraphError::Type {
-            node: name.clone(),
-            op: op.name().into(),
-            message,
-        };
+        let type_err = self.type_error(id, &op);
         let outs = self.dag[id].outputs.clone();
         let mut seen = vec![false; outs.len()];
         if order.len() != outs.len()

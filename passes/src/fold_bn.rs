@@ -347,37 +347,8 @@ fn fold_gemm(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_inputs::run;
     use dnnc_ir::text::{parse, print};
-    use dnnc_ir::TensorType;
-
-    /// Deterministic inputs without an RNG crate.
-    fn seeded(ty: &TensorType, seed: u64) -> Tensor {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let data = (0..ty.shape.iter().product::<usize>())
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect();
-        Tensor::F32(ArrayD::from_shape_vec(IxDyn(&ty.shape), data).unwrap())
-    }
-
-    fn run(g: &Graph) -> Vec<Tensor> {
-        let feeds: Vec<(String, Tensor)> = g
-            .inputs()
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| {
-                (
-                    g.value(v).name.clone(),
-                    seeded(&g.value(v).ty, i as u64 + 7),
-                )
-            })
-            .collect();
-        dnnc_runtime::run(g, &feeds).unwrap()
-    }
 
     fn assert_close(a: &[Tensor], b: &[Tensor]) {
         assert_eq!(a.len(), b.len());

@@ -20,6 +20,8 @@ pub mod fusion;
 pub mod pipeline;
 pub mod simplify;
 pub mod split_order;
+#[cfg(test)]
+mod test_inputs;
 pub mod wd;
 
 pub use conv_algo::{ConvGeom, SelectConvAlgo};

@@ -18,8 +18,6 @@ use crate::pipeline::{Pass, PassError, PassStats};
 use dnnc_ir::infer::norm_axis;
 use dnnc_ir::{Graph, GraphError, Init, NodeId, Op, Tensor, ValueId};
 use ndarray::Axis;
-#[cfg(test)]
-use ndarray::IxDyn;
 
 /// The `split-order` pass.
 #[derive(Clone, Copy, Debug, Default)]
@@ -189,32 +187,8 @@ fn fresh(g: &Graph, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_inputs::run;
     use dnnc_ir::text::{parse, print};
-    use dnnc_ir::TensorType;
-    use ndarray::ArrayD;
-
-    /// Deterministic inputs without an RNG crate.
-    fn seeded(ty: &TensorType, seed: u64) -> Tensor {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let data = (0..ty.shape.iter().product::<usize>())
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect();
-        Tensor::F32(ArrayD::from_shape_vec(IxDyn(&ty.shape), data).unwrap())
-    }
-
-    fn run(g: &Graph) -> Vec<Tensor> {
-        let feeds: Vec<(String, Tensor)> = g
-            .inputs()
-            .iter()
-            .map(|&v| (g.value(v).name.clone(), seeded(&g.value(v).ty, 11)))
-            .collect();
-        dnnc_runtime::run(g, &feeds).unwrap()
-    }
 
     /// A merged 1x1 conv (what the e-graph's branch merge leaves): its
     /// first part opens a Concat, the others feed 3x3 convs.
