@@ -165,3 +165,48 @@ fn splits_that_cannot_be_routed_still_copy_or_view() {
     let exe = check_all(&g, &x, &winograd());
     assert!(exe.buffers().iter().all(|b| b.name != "cat (with %m)"));
 }
+
+#[test]
+fn one_split_is_routed_into_a_concat_that_two_could_take() {
+    // p1 opens the Concat from one merged conv, r2 closes it from
+    // another: only one is routed, the other's part is copied.
+    let s = 14;
+    let g = parse(&format!(
+        "  input %x: f32[1,8,{s},{s}]
+  param %mw: f32[16,8,1,1] = he(seed=1)
+  %mc = Conv2d(%x, %mw)
+  %m = Relu(%mc)
+  %p2, %p1 = Split(%m) {{axis=1, split=[8,8]}}
+  param %nw: f32[16,8,1,1] = he(seed=2)
+  %nc = Conv2d(%x, %nw)
+  %n = Relu(%nc)
+  %r2, %r1 = Split(%n) {{axis=1, split=[8,8]}}
+  param %w2: f32[8,8,3,3] = he(seed=3)
+  %q2c = Conv2d(%p2, %w2) {{pads=[1,1,1,1]}}
+  %q2 = Relu(%q2c)
+  param %w3: f32[8,8,3,3] = he(seed=4)
+  %q3c = Conv2d(%r1, %w3) {{pads=[1,1,1,1]}}
+  %q3 = Relu(%q3c)
+  %cat = Concat(%p1, %q2, %q3, %r2) {{axis=1}}
+  param %ow: f32[6,32,1,1] = he(seed=5)
+  %y = Conv2d(%cat, %ow)
+  output %y"
+    ));
+    let opts = CpuOptions {
+        conv_algo_for: ["q2c", "q3c"]
+            .iter()
+            .map(|n| (n.to_string(), ConvAlgo::Winograd4))
+            .collect(),
+        ..Default::default()
+    };
+    let x = vec![("x".to_string(), rand_f32(&[1, 8, s, s], 7, -2.0, 2.0))];
+    let exe = check_all(&g, &x, &opts);
+    let shared: Vec<&str> = exe
+        .buffers()
+        .iter()
+        .filter(|b| b.name.starts_with("cat (with"))
+        .map(|b| b.name.as_str())
+        .collect();
+    assert_eq!(shared.len(), 1, "{shared:?}");
+    assert_eq!(exe.steps().iter().filter(|s| s.op == "Split").count(), 1);
+}

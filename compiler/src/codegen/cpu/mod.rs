@@ -1178,7 +1178,8 @@ fn in_place_splits(
 /// Split's first (`split-order` arranges this for merged convs), every
 /// other result no graph output and no Concat part, and the operand a
 /// fresh result of a generated kernel that writes nothing else, read by
-/// the Split alone, no graph output and no Concat part itself. The
+/// the Split alone, no graph output and no Concat part itself; one such
+/// Split a Concat (the first in kernel order). The
 /// operand's buffer is then placed so the part is the Concat's slice and
 /// the other parts lie outside the Concat: no copy, and every result a
 /// view.
@@ -1232,7 +1233,9 @@ fn routed_splits(
             .iter()
             .enumerate()
             .all(|(ri, r)| ri == ki || !r.inputs.contains(x));
-        if (opens || closes) && fresh && read_once {
+        // One route a Concat: its buffer is placed against one operand.
+        let taken = found.iter().any(|r: &planes::Routed| r.concat == *concat);
+        if (opens || closes) && fresh && read_once && !taken {
             found.push(planes::Routed {
                 kernel: ki,
                 operand: *x,
