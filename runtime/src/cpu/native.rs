@@ -315,6 +315,10 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
             super::maxpool::dnnc_max_pool_3x3s2 as *const u8,
         ),
         (
+            "dnnc_max_pool_3x3s1",
+            super::maxpool::dnnc_max_pool_3x3s1 as *const u8,
+        ),
+        (
             "dnnc_winograd4_out_row",
             super::wino::dnnc_winograd4_out_row as *const u8,
         ),

@@ -51,6 +51,8 @@ pub(crate) struct Emit<'a> {
     /// A plane's rows of a 3x3 stride-2 max pool (`dnnc_max_pool_3x3s2`,
     /// AVX-512), imported.
     pub maxpool: FuncRef,
+    /// The same with stride 1 (`dnnc_max_pool_3x3s1`), imported.
+    pub maxpool1: FuncRef,
     /// One tile row of one channel of Winograd F(4x4)'s output transform
     /// with a bias-and-clamp epilogue (`dnnc_winograd4_out_row`,
     /// AVX-512), imported.

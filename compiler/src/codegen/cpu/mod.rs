@@ -669,6 +669,9 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let maxpool_id = module
         .declare_function("dnnc_max_pool_3x3s2", Linkage::Import, &mpsg)
         .map_err(|e| backend(e.to_string()))?;
+    let maxpool1_id = module
+        .declare_function("dnnc_max_pool_3x3s1", Linkage::Import, &mpsg)
+        .map_err(|e| backend(e.to_string()))?;
     let mut wosg = module.make_signature();
     for t in [ptr, I64, I64, ptr, I64, I64, ptr, F32, F32, F32] {
         wosg.params.push(AbiParam::new(t));
@@ -784,6 +787,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let dw8c_row = module.declare_func_in_func(dw8c_row_id, &mut ctx.func);
             let dw8c = module.declare_func_in_func(dw8c_id, &mut ctx.func);
             let maxpool = module.declare_func_in_func(maxpool_id, &mut ctx.func);
+            let maxpool1 = module.declare_func_in_func(maxpool1_id, &mut ctx.func);
             let wino4_out = module.declare_func_in_func(wino4_out_id, &mut ctx.func);
             let wino4_in = module.declare_func_in_func(wino4_in_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
@@ -814,6 +818,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 dw8c_row,
                 dw8c,
                 maxpool,
+                maxpool1,
                 wino4_out,
                 wino4_in,
                 fail,

@@ -676,12 +676,13 @@ fn pool(
         e.b.ins().jump(done, &[]);
         e.b.switch_to_block(done);
     };
-    if max && native_3x3s2(p, w, ow) {
-        // The native AVX-512 plane kernel (`dnnc_max_pool_3x3s2`: the
-        // same maximum of the valid taps, padding as -inf); a plane
-        // holding a NaN is recomputed by the exact code.
+    if let Some(stride) = native_3x3(p, w, ow).filter(|_| max) {
+        // The native AVX-512 plane kernel (`dnnc_max_pool_3x3s2` or
+        // `dnnc_max_pool_3x3s1`: the same maximum of the valid taps,
+        // padding as -inf); a plane holding a NaN is recomputed by the
+        // exact code.
         let (band, (lo, hi)) = share(e)?;
-        let f = e.maxpool;
+        let f = if stride == 1 { e.maxpool1 } else { e.maxpool };
         e.for_range(lo, hi, 1, |e, pl| {
             let (xo, yo) = offsets(e, pl);
             let xp = e.addr(x, xo, 4);
@@ -739,14 +740,17 @@ fn pool(
     Ok(())
 }
 
-/// Whether max pool `p` of rows `w` wide into `ow` runs on the native
-/// 3x3 stride-2 plane kernel (`dnnc_runtime::cpu::maxpool`): that window,
-/// undilated, on a machine with AVX-512 and a geometry it takes.
-fn native_3x3s2(p: &Pool2d, w: usize, ow: usize) -> bool {
-    p.kernel == [3, 3]
-        && p.strides == [2, 2]
+/// The stride of the native 3x3 plane kernel (`dnnc_runtime::cpu::maxpool`)
+/// that max pool `p` of rows `w` wide into `ow` runs on: that window,
+/// undilated, with stride 2 or 1 both ways, on a machine with AVX-512
+/// and a geometry it takes.
+fn native_3x3(p: &Pool2d, w: usize, ow: usize) -> Option<usize> {
+    let s = p.strides[0];
+    (p.kernel == [3, 3]
+        && p.strides == [s, s]
         && p.dilations == [1, 1]
-        && dnnc_runtime::cpu::maxpool::max_pool_3x3s2_fits(w, ow, p.pads[0], p.pads[1])
+        && dnnc_runtime::cpu::maxpool::max_pool_3x3_fits(s, w, ow, p.pads[0], p.pads[1]))
+    .then_some(s)
 }
 
 /// Divides each output of an average pool's plane `y[yo..]` (the window
