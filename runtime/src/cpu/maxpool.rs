@@ -9,8 +9,8 @@
 //! outputs. Stride 2: sixteen outputs of a row are `max(even, odd, next
 //! even)` of the column-wise maxima of its (up to) three input rows, 32
 //! columns and one more, picked by `vpermt2ps` from vectors loaded
-//! straight from the rows. Stride 1: sixteen outputs are `max(c, c + 1, c
-//! + 2)` of the column maxima of 16 columns and two more, walking down a
+//! straight from the rows. Stride 1: sixteen outputs are
+//! `max(c, c + 1, c + 2)` of the column maxima of 16 columns and two more, walking down a
 //! column block so each input vector is loaded once per block, the
 //! window's three rows kept in registers. Lanes outside the row are
 //! masked to `-inf`: the maximum of the window's valid taps, the padding
