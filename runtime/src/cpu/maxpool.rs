@@ -129,6 +129,17 @@ unsafe fn pool<const S: usize>(
 mod x86 {
     use std::arch::x86_64::*;
 
+    /// The lanes of padded column block `k` (padded columns `16k..16k +
+    /// 16`, input columns `16k - pl ..`) inside a row of `w`, and the
+    /// block's first input column.
+    #[inline(always)]
+    fn block_lanes(k: usize, w: usize, pl: usize) -> (__mmask16, isize) {
+        let c0 = 16 * k as isize - pl as isize;
+        let lo = (-c0).clamp(0, 16) as u32;
+        let hi = (w as isize - c0).clamp(0, 16) as u32;
+        ((((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as __mmask16, c0)
+    }
+
     /// See [`super::dnnc_max_pool_3x3s2`]; the caller checked the
     /// geometry. Written without closures: a closure does not inherit
     /// `target_feature`, and its intrinsics would be calls.
@@ -176,10 +187,7 @@ mod x86 {
             // Column maxima of padded block `k` into `$m`.
             macro_rules! block {
                 ($k:expr) => {{
-                    let c0 = 16 * $k as isize - pl as isize;
-                    let lo = (-c0).clamp(0, 16) as u32;
-                    let hi = (w as isize - c0).clamp(0, 16) as u32;
-                    let mask = (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as __mmask16;
+                    let (mask, c0) = block_lanes($k, w, pl);
                     let mut m = ninf;
                     if mask == 0xffff {
                         for &s in &src[..n] {
@@ -223,7 +231,7 @@ mod x86 {
     /// Each block walks down the output rows with the window's three
     /// input rows of both blocks in registers, so every input vector is
     /// loaded once per block (rows outside the plane are `-inf`), and
-    /// the NaN check is one compare per load.
+    /// the NaN check is one compare per row of both blocks.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn rows_s1(
         x: *const f32,
@@ -239,16 +247,9 @@ mod x86 {
         if r0 >= r1 {
             return 0;
         }
-        // The lanes of padded block `k` inside the row, and its offset.
-        let lanes = |k: usize| -> (__mmask16, isize) {
-            let c0 = 16 * k as isize - pl as isize;
-            let lo = (-c0).clamp(0, 16) as u32;
-            let hi = (w as isize - c0).clamp(0, 16) as u32;
-            ((((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as __mmask16, c0)
-        };
         for t in 0..ow.div_ceil(16) {
-            let (ma, ca) = lanes(t);
-            let (mb, cb) = lanes(t + 1);
+            let (ma, ca) = block_lanes(t, w, pl);
+            let (mb, cb) = block_lanes(t + 1, w, pl);
             let omask: __mmask16 = if 16 * (t + 1) <= ow {
                 0xffff
             } else {
