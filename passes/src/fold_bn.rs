@@ -262,22 +262,10 @@ fn try_fold(g: &mut Graph, id: NodeId) -> Result<Outcome, GraphError> {
     Ok(Outcome::Folded)
 }
 
-/// A fresh name `<stem><suffix>.fold`, numbered if taken; a previous
-/// `.fold` suffix is not repeated.
+/// A fresh name `<stem><suffix>.fold` for a folded weight of `v`
+/// ([`crate::tagged_name`]).
 fn fresh(g: &Graph, v: &ValueId, suffix: &str) -> String {
-    let name = &g.value(*v).name;
-    let stem = match name.rfind(".fold") {
-        Some(i) if name[i + 5..].chars().all(|c| c.is_ascii_digit()) => &name[..i],
-        _ => name.as_str(),
-    };
-    let base = format!("{stem}{suffix}.fold");
-    let mut cand = base.clone();
-    let mut n = 2;
-    while g.value_by_name(&cand).is_some() {
-        cand = format!("{base}{n}");
-        n += 1;
-    }
-    cand
+    crate::tagged_name(g, &g.value(*v).name, suffix, "fold")
 }
 
 fn add_weight(g: &mut Graph, name: &str, a: ArrayD<f64>) -> Result<ValueId, GraphError> {

@@ -25,6 +25,26 @@ mod test_inputs;
 pub mod wd;
 
 pub use conv_algo::{ConvGeom, SelectConvAlgo};
+
+/// A free value name for a weight a pass derives from `name`:
+/// `<stem><suffix>.<tag>`, numbered (`.<tag>2`, ...) if taken, where
+/// `stem` is `name` without a previous `.<tag>` or `.<tag>N`, so a
+/// weight rewritten twice does not pile up tags.
+pub(crate) fn tagged_name(g: &dnnc_ir::Graph, name: &str, suffix: &str, tag: &str) -> String {
+    let mark = format!(".{tag}");
+    let stem = match name.rfind(&mark) {
+        Some(i) if name[i + mark.len()..].chars().all(|c| c.is_ascii_digit()) => &name[..i],
+        _ => name,
+    };
+    let base = format!("{stem}{suffix}{mark}");
+    let mut cand = base.clone();
+    let mut n = 2;
+    while g.value_by_name(&cand).is_some() {
+        cand = format!("{base}{n}");
+        n += 1;
+    }
+    cand
+}
 pub use fusion::{fuse, print_kernels, verify_kernels, Kernel, KernelGraph, KernelKind};
 pub use pipeline::{Pass, PassError, PassStats, Pipeline, PipelineResult};
 pub use wd::{analyze, render_json, render_table, Analysis, ConvAlgos, Cost, NodeCost};

@@ -144,7 +144,7 @@ fn permute(g: &mut Graph, conv: NodeId, s: NodeId, order: &[usize]) -> Result<()
             });
         };
         let permuted = a.select(Axis(0), &channels);
-        let name = fresh(g, &g.value(*slot).name);
+        let name = crate::tagged_name(g, &g.value(*slot).name, "", "order");
         let nv = g.add_param(
             &name,
             g.value(*slot).ty.clone(),
@@ -170,18 +170,6 @@ fn permute(g: &mut Graph, conv: NodeId, s: NodeId, order: &[usize]) -> Result<()
         order,
     )?;
     Ok(())
-}
-
-/// A fresh name `<name>.order`, numbered if taken.
-fn fresh(g: &Graph, name: &str) -> String {
-    let stem = name.strip_suffix(".order").unwrap_or(name);
-    let mut candidate = format!("{stem}.order");
-    let mut n = 2;
-    while g.value_by_name(&candidate).is_some() {
-        candidate = format!("{stem}.order{n}");
-        n += 1;
-    }
-    candidate
 }
 
 #[cfg(test)]
