@@ -1,6 +1,8 @@
 //! The packed GEMM on one shape, with B as a conv's input usually finds
-//! it: out of L2 (an 8 MiB buffer is swept between runs), unless `WARM=1`
-//! (B read once just before each run). Prints the median of 41 runs; with
+//! it: out of L2 (an 8 MiB buffer is swept between runs; `SWEEP_MB=128`
+//! sweeps 128 MiB, leaving B and C in memory as a batch-8 conv's input and
+//! output often are), unless `WARM=1` (B read once just before each run;
+//! `WARM_C=1`: C too). Prints the median of 41 runs; with
 //! `HOT=N`, the mean of N back-to-back runs instead (everything cached).
 //! `THREADS=T` splits each GEMM over T rayon threads as a kernel would
 //! (rayon's hand-off costs tens of µs: small shapes read slower than in a
@@ -53,6 +55,7 @@ fn measure() {
         std::process::exit(2);
     };
     let warm = std::env::var_os("WARM").is_some();
+    let warm_c = std::env::var_os("WARM_C").is_some();
     let remote = std::env::var_os("REMOTE").is_some();
     let gathered = std::env::var_os("GATHER").is_some();
     let hot: usize = std::env::var("HOT")
@@ -80,7 +83,12 @@ fn measure() {
     let b: &[f32] = b;
     let mut cbuf = AlignedBuf::zeroed(m * crs * 4);
     let c = floats(&mut cbuf);
-    let mut sweep = vec![0u8; 8 << 20];
+    let (cbuf_ptr, cbuf_len) = (c.as_mut_ptr() as usize, c.len());
+    let sweep_mb: usize = std::env::var("SWEEP_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let mut sweep = vec![0u8; sweep_mb << 20];
     let pa = match std::env::var("LAYOUT").as_deref() {
         Ok("lanes") => pack_a_for(Layout::Lanes, m, k, &a, k, 1, 1.0),
         Ok("auto") => pack_a_for(Layout::choose(m, n, k), m, k, &a, k, 1, 1.0),
@@ -191,6 +199,13 @@ fn measure() {
         }
         if warm {
             std::hint::black_box(b.iter().step_by(16).sum::<f32>());
+        }
+        if warm_c {
+            let cp = cbuf_ptr as *mut f32;
+            for i in (0..cbuf_len).step_by(16) {
+                // SAFETY: `i` is inside C, which no GEMM is writing now.
+                unsafe { cp.add(i).write_volatile(cp.add(i).read_volatile()) };
+            }
         }
         if remote {
             let (bp, len) = (b.as_ptr() as usize, b.len());

@@ -1371,6 +1371,10 @@ impl Gemm {
                                 Some(ep) if last => Some(tile_ep(ep, p * mr, j)),
                                 _ => None,
                             };
+                            // The row's next tile, a tile's time ahead.
+                            if k0 == 0 && jp + 1 < npn - usize::from(tail) {
+                                self.hint_c_tile(p, j + nr);
+                            }
                             micro(
                                 self.kern,
                                 kc,
@@ -1476,6 +1480,15 @@ impl Gemm {
                         && j + 2 * nr <= cols.end
                         && panels.len() >= 2;
                     let np = panels.len();
+                    // AVX-512, a copied strip: the strip copied next (this
+                    // strip's next k block, else the next strip's first),
+                    // when full, streams in during the first two tiles.
+                    let next = (self.kern == Kernel::Avx512
+                        && ncols == nr
+                        && copy
+                        && self.gather.is_none())
+                    .then(|| self.next_copied_strip(j, k0 + kc, cols.end))
+                    .flatten();
                     for (q, p) in panels.clone().enumerate() {
                         if pf && q + 1 < np {
                             let rows = (kc * q / (np - 1), kc * (q + 1) / (np - 1));
@@ -1488,6 +1501,25 @@ impl Gemm {
                             Some(ep) if last => Some(tile_ep(ep, p * mr, j)),
                             _ => None,
                         };
+                        // Its tile in the next strip, a strip's time ahead.
+                        if k0 == 0 && j + nr < cols.end {
+                            self.hint_c_tile(p, j + nr);
+                        }
+                        #[cfg(target_arch = "x86_64")]
+                        if let Some(nx) = next.filter(|_| q < 2) {
+                            x86::micro_avx512_streamed(
+                                kc,
+                                ablk.add(p * kc * mr),
+                                bpan,
+                                (nx.wrapping_add(16 * q), self.b_rs),
+                                cp,
+                                (mr.min(self.m - p * mr), ncols),
+                                (self.c_rs, self.c_cs),
+                                first,
+                                te.as_ref(),
+                            );
+                            continue;
+                        }
                         micro(
                             self.kern,
                             kc,
@@ -1503,6 +1535,42 @@ impl Gemm {
                 }
             }
         });
+    }
+
+    /// Hints for writing the lines of the C tile of panel `p` at column
+    /// `j` that a later micro-kernel call stores first (AVX-512, row-major
+    /// C): a conv's output at batch 8 is cold, and each tile's stores
+    /// otherwise wait for their lines to be read from memory.
+    #[inline]
+    unsafe fn hint_c_tile(&self, p: usize, j: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if self.kern == Kernel::Avx512 && self.c_cs == 1 {
+            let mr = self.kern.mr();
+            let rows = mr.min(self.m - p * mr);
+            let cp = self
+                .c
+                .wrapping_offset((p * mr) as isize * self.c_rs + j as isize);
+            x86::hint_rows::<true>(cp, self.c_rs, rows, 2, |l| 16 * l);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (p, j);
+    }
+
+    /// Where the strip that [`Gemm::run_direct`] copies after the one at
+    /// column `j` (whose k block ends at row `k_end`) starts in B: the same
+    /// strip's next k block, else the next full strip's first row.
+    fn next_copied_strip(&self, j: usize, k_end: usize, col_end: usize) -> Option<*const f32> {
+        let nr = self.kern.nr();
+        if k_end < self.k {
+            Some(
+                self.b
+                    .wrapping_offset(k_end as isize * self.b_rs + j as isize),
+            )
+        } else if j + 2 * nr <= col_end {
+            Some(self.b.wrapping_add(j + nr))
+        } else {
+            None
+        }
     }
 
     /// Prefetches into L2 rows `r0..r1` of the strip after the one at
@@ -2101,6 +2169,51 @@ pub(super) mod x86 {
         }
     }
 
+    /// [`micro_avx512`] over a strip copied to L1 scratch (`b`, rows 32
+    /// floats apart) that, at each k step, also prefetches one line of the
+    /// strip B copies next (`pf`, rows `pf_rs` floats apart): the first two
+    /// tiles of a copied strip walk the next strip's left and right lines,
+    /// so B's rows stream from memory while the tiles compute instead of
+    /// all at once in the copy (see `Gemm::run_direct`).
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn micro_avx512_streamed(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        (pf, pf_rs): (*const f32, isize),
+        c: *mut f32,
+        dims: (usize, usize),
+        cs: (isize, isize),
+        first: bool,
+        ep: Option<&TileEp>,
+    ) {
+        let src = Streamed { b, pf, pf_rs };
+        micro_avx512_src(kc, a, src, c, dims, cs, first, ep)
+    }
+
+    /// Rows of a copied strip (32 floats apart), with a walk of one
+    /// prefetched line a row through B's next strip.
+    #[derive(Clone, Copy)]
+    struct Streamed {
+        b: *const f32,
+        pf: *const f32,
+        pf_rs: isize,
+    }
+
+    impl BRows for Streamed {
+        #[inline(always)]
+        unsafe fn row(&self) -> *const f32 {
+            self.b
+        }
+        #[inline(always)]
+        unsafe fn advance(&mut self) {
+            _mm_prefetch::<_MM_HINT_T0>(self.pf as *const i8);
+            self.pf = self.pf.wrapping_offset(self.pf_rs);
+            self.b = self.b.add(32);
+        }
+    }
+
     /// Row `k` at `base + offs[k]` (a gathered B's strip inside one
     /// segment, read in place).
     #[derive(Clone, Copy)]
@@ -2208,7 +2321,7 @@ pub(super) mod x86 {
     /// each of `rows` rows from `p`, `rs` floats apart: the tiles' hints
     /// of the lines their stores will touch. Never dereferences.
     #[inline(always)]
-    unsafe fn hint_rows<const WRITE: bool>(
+    pub(super) unsafe fn hint_rows<const WRITE: bool>(
         p: *const f32,
         rs: isize,
         rows: usize,
