@@ -1538,19 +1538,31 @@ impl Gemm {
     }
 
     /// Hints for writing the lines of the C tile of panel `p` at column
-    /// `j` that a later micro-kernel call stores first (AVX-512, row-major
-    /// C): a conv's output at batch 8 is cold, and each tile's stores
-    /// otherwise wait for their lines to be read from memory.
+    /// `j` that a later micro-kernel call stores first (row-major C): a
+    /// conv's output at batch 8 is in memory, and each tile's stores
+    /// otherwise wait for their lines to be read (see "GEMM micro-kernel
+    /// choice" in ARCHITECTURE.md). Not for the AVX2 kernel's GEMMs of k
+    /// < 32, whose `6 x 16` tiles compute too briefly to pay for the hints
+    /// when C is in cache (96 x 12544 x 16 with C in L3: 5% slower).
     #[inline]
     unsafe fn hint_c_tile(&self, p: usize, j: usize) {
         #[cfg(target_arch = "x86_64")]
-        if self.kern == Kernel::Avx512 && self.c_cs == 1 {
+        {
+            // Floats to a tile row's last line (its 32 or 16 columns).
+            let last = match self.kern {
+                Kernel::Avx512 => 16,
+                Kernel::Avx2 if self.k >= 32 => 15,
+                _ => return,
+            };
+            if self.c_cs != 1 {
+                return;
+            }
             let mr = self.kern.mr();
             let rows = mr.min(self.m - p * mr);
             let cp = self
                 .c
                 .wrapping_offset((p * mr) as isize * self.c_rs + j as isize);
-            x86::hint_rows::<true>(cp, self.c_rs, rows, 2, |l| 16 * l);
+            x86::hint_rows::<true>(cp, self.c_rs, rows, 2, |l| last * l);
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (p, j);
