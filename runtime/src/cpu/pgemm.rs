@@ -1480,14 +1480,15 @@ impl Gemm {
                         && j + 2 * nr <= cols.end
                         && panels.len() >= 2;
                     let np = panels.len();
-                    // AVX-512, a copied strip: the strip copied next (this
+                    // AVX-512, a copied strip: the block copied next (this
                     // strip's next k block, else the next strip's first),
-                    // when full, streams in during the first two tiles.
+                    // when full, streams in during this block's tiles
+                    // (`LineWalk::share`).
                     let next = (self.kern == Kernel::Avx512
                         && ncols == nr
                         && copy
                         && self.gather.is_none())
-                    .then(|| self.next_copied_strip(j, k0 + kc, cols.end))
+                    .then(|| self.next_copied_block(j, k0 + kc, cols.end))
                     .flatten();
                     for (q, p) in panels.clone().enumerate() {
                         if pf && q + 1 < np {
@@ -1506,12 +1507,14 @@ impl Gemm {
                             self.hint_c_tile(p, j + nr);
                         }
                         #[cfg(target_arch = "x86_64")]
-                        if let Some(nx) = next.filter(|_| q < 2) {
+                        if let Some(walk) = next
+                            .and_then(|(nx, rows)| x86::LineWalk::share(nx, self.b_rs, rows, q, kc))
+                        {
                             x86::micro_avx512_streamed(
                                 kc,
                                 ablk.add(p * kc * mr),
                                 bpan,
-                                (nx.wrapping_add(16 * q), self.b_rs),
+                                walk,
                                 cp,
                                 (mr.min(self.m - p * mr), ncols),
                                 (self.c_rs, self.c_cs),
@@ -1568,18 +1571,22 @@ impl Gemm {
         let _ = (p, j);
     }
 
-    /// Where the strip that [`Gemm::run_direct`] copies after the one at
-    /// column `j` (whose k block ends at row `k_end`) starts in B: the same
-    /// strip's next k block, else the next full strip's first row.
-    fn next_copied_strip(&self, j: usize, k_end: usize, col_end: usize) -> Option<*const f32> {
+    /// The block that [`Gemm::run_direct`] copies after the one at column
+    /// `j` whose k block ends at row `k_end`: the same strip's next k
+    /// block, else the next full strip's first; where it starts in B and
+    /// its rows.
+    fn next_copied_block(
+        &self,
+        j: usize,
+        k_end: usize,
+        col_end: usize,
+    ) -> Option<(*const f32, usize)> {
         let nr = self.kern.nr();
         if k_end < self.k {
-            Some(
-                self.b
-                    .wrapping_offset(k_end as isize * self.b_rs + j as isize),
-            )
+            let at = k_end as isize * self.b_rs + j as isize;
+            Some((self.b.wrapping_offset(at), KC.min(self.k - k_end)))
         } else if j + 2 * nr <= col_end {
-            Some(self.b.wrapping_add(j + nr))
+            Some((self.b.wrapping_add(j + nr), KC.min(self.k)))
         } else {
             None
         }
@@ -2182,35 +2189,73 @@ pub(super) mod x86 {
     }
 
     /// [`micro_avx512`] over a strip copied to L1 scratch (`b`, rows 32
-    /// floats apart) that, at each k step, also prefetches one line of the
-    /// strip B copies next (`pf`, rows `pf_rs` floats apart): the first two
-    /// tiles of a copied strip walk the next strip's left and right lines,
-    /// so B's rows stream from memory while the tiles compute instead of
-    /// all at once in the copy (see `Gemm::run_direct`).
+    /// floats apart) that also prefetches, a line a k step, its share of
+    /// the block B copies next (`walk`), so B's rows stream from memory
+    /// while the tiles compute instead of all at once in the copy (see
+    /// `Gemm::run_direct`).
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn micro_avx512_streamed(
         kc: usize,
         a: *const f32,
         b: *const f32,
-        (pf, pf_rs): (*const f32, isize),
+        walk: LineWalk,
         c: *mut f32,
         dims: (usize, usize),
         cs: (isize, isize),
         first: bool,
         ep: Option<&TileEp>,
     ) {
-        let src = Streamed { b, pf, pf_rs };
+        let src = Streamed { b, walk };
         micro_avx512_src(kc, a, src, c, dims, cs, first, ep)
     }
 
-    /// Rows of a copied strip (32 floats apart), with a walk of one
-    /// prefetched line a row through B's next strip.
+    /// One line a k step down one half (16 floats) of a 32-column strip
+    /// of B, rows `rs` floats apart: `left` lines from `at`.
+    #[derive(Clone, Copy)]
+    pub(super) struct LineWalk {
+        at: *const f32,
+        rs: isize,
+        left: usize,
+    }
+
+    impl LineWalk {
+        /// Tile `q`'s walk through the `rows` rows of the strip at `base`
+        /// while it runs `steps` k steps: tiles 0 and 1 take the left and
+        /// right halves of the first `steps` rows, tiles 2 and 3 of the
+        /// next `steps`, and so on; `None` past the last row.
+        pub(super) fn share(
+            base: *const f32,
+            rs: isize,
+            rows: usize,
+            q: usize,
+            steps: usize,
+        ) -> Option<LineWalk> {
+            let r0 = (q / 2) * steps;
+            (r0 < rows).then(|| LineWalk {
+                at: base.wrapping_offset(r0 as isize * rs + 16 * (q % 2) as isize),
+                rs,
+                left: steps.min(rows - r0),
+            })
+        }
+
+        /// Prefetches the walk's next line, if any.
+        #[inline(always)]
+        unsafe fn step(&mut self) {
+            if self.left != 0 {
+                _mm_prefetch::<_MM_HINT_T0>(self.at as *const i8);
+                self.at = self.at.wrapping_offset(self.rs);
+                self.left -= 1;
+            }
+        }
+    }
+
+    /// Rows of a copied strip (32 floats apart), with a [`LineWalk`]
+    /// through the block copied next.
     #[derive(Clone, Copy)]
     struct Streamed {
         b: *const f32,
-        pf: *const f32,
-        pf_rs: isize,
+        walk: LineWalk,
     }
 
     impl BRows for Streamed {
@@ -2220,8 +2265,7 @@ pub(super) mod x86 {
         }
         #[inline(always)]
         unsafe fn advance(&mut self) {
-            _mm_prefetch::<_MM_HINT_T0>(self.pf as *const i8);
-            self.pf = self.pf.wrapping_offset(self.pf_rs);
+            self.walk.step();
             self.b = self.b.add(32);
         }
     }
