@@ -2335,12 +2335,23 @@ pub(super) mod x86 {
         let mut c0 = [_mm512_setzero_ps(); R];
         let mut c1 = [_mm512_setzero_ps(); R];
         let mut a = a;
-        for _ in 0..kc {
+        // Two k steps a turn: hot `pgemm_shapes` (128 x 784 x 256, 256 x
+        // 196 x 832, 64 x 1024 x 256, 192 x 289 x 768) 1-5% faster in 12
+        // of 12 alternating pairs; models within their noise.
+        for _ in 0..kc / 2 {
             // A streams from memory for large weights: fetch ~4 KiB ahead
             // (the next panels follow contiguously) so it overlaps compute.
             _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
             step_rows(a, b.row(), &mut c0, &mut c1);
-            a = a.add(MR);
+            b.advance();
+            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH + MR) as *const i8);
+            step_rows(a.add(MR), b.row(), &mut c0, &mut c1);
+            a = a.add(2 * MR);
+            b.advance();
+        }
+        if kc % 2 == 1 {
+            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
+            step_rows(a, b.row(), &mut c0, &mut c1);
             b.advance();
         }
         finish_rows(&c0, &c1, c, dims, cs, first, ep);
