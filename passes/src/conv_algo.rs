@@ -168,10 +168,19 @@ impl ConvGeom {
     /// [`WINO_MIN_CHANNELS`] channels per group, where the cost model is
     /// known to mislead: the calibration layers have 16 and more, and the
     /// fitted fixed costs then favour Winograd over im2col (4 -> 32 on
-    /// 28x28 predicted 0.016 vs 0.026 ms, measured 0.029 vs 0.016).
+    /// 28x28 predicted 0.016 vs 0.026 ms, measured 0.029 vs 0.016). And
+    /// nothing where the heuristic sends the conv to the grouped-8 kernel
+    /// ([`ConvGeom::grouped8`]): the cost model has no figures for that
+    /// kernel (it prices `direct` as the generic loop, 20-50x slower), so
+    /// it chose Winograd and im2col for RegNetY-400MF's grouped convs at
+    /// batch 8, 15.7 + 15.3 ms against the kernel's 14.1 + 10.9 (with the
+    /// im2col convs the heuristic gives too), the model 1.08 of the
+    /// default build.
     pub fn offers(&self, a: ConvAlgo) -> bool {
         let winograd = matches!(a, ConvAlgo::Winograd2 | ConvAlgo::Winograd4);
-        self.unfit(a).is_none() && (!winograd || self.winograd_channels())
+        self.unfit(a).is_none()
+            && (!winograd || self.winograd_channels())
+            && self.default_algo() != ConvAlgo::Direct
     }
 
     /// Whether each group has [`WINO_MIN_CHANNELS`] input and output

@@ -31,7 +31,7 @@ pub const OVERRIDE_MARGIN: f64 = 0.2;
 /// fixed cost not fitted by `dnnc calibrate` on this machine class), so
 /// the heuristic alone chooses those two (FFT for large kernels with few
 /// channels).
-const CHOICES: [ConvAlgo; 5] = [
+pub(crate) const CHOICES: [ConvAlgo; 5] = [
     ConvAlgo::Im2col,
     ConvAlgo::Pointwise,
     ConvAlgo::Depthwise,
