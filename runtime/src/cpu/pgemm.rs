@@ -2341,16 +2341,16 @@ pub(super) mod x86 {
         for _ in 0..kc / 2 {
             // A streams from memory for large weights: fetch ~4 KiB ahead
             // (the next panels follow contiguously) so it overlaps compute.
-            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(A_PREFETCH) as *const i8);
             step_rows(a, b.row(), &mut c0, &mut c1);
             b.advance();
-            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH + MR) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(A_PREFETCH + MR) as *const i8);
             step_rows(a.add(MR), b.row(), &mut c0, &mut c1);
             a = a.add(2 * MR);
             b.advance();
         }
         if kc % 2 == 1 {
-            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(A_PREFETCH) as *const i8);
             step_rows(a, b.row(), &mut c0, &mut c1);
             b.advance();
         }
@@ -2695,7 +2695,7 @@ pub(super) mod x86 {
         let mut c0 = [_mm512_setzero_ps(); MR];
         let (mut a, mut b) = (a, b);
         for _ in 0..kc {
-            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(A_PREFETCH) as *const i8);
             // A line past the end of A is a hint, never a load.
             _mm_prefetch::<_MM_HINT_T1>(a.wrapping_add(NARROW_L2_PREFETCH) as *const i8);
             let b0 = _mm512_loadu_ps(b);
@@ -3551,7 +3551,7 @@ pub(super) mod x86 {
         let pfb = if ldb > 8 * W { 8 * W } else { 0 };
         let (mut a, mut b) = (a, b);
         for _ in 0..kc {
-            _mm_prefetch::<_MM_HINT_T0>(a.add(A_PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(A_PREFETCH) as *const i8);
             if pfb > 0 {
                 _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(pfb) as *const i8);
             }
