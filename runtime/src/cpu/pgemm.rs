@@ -2250,6 +2250,46 @@ pub(super) mod x86 {
         }
     }
 
+    #[cfg(test)]
+    mod line_walk_tests {
+        use super::LineWalk;
+
+        /// The tiles' walks cover every line of the next block's first
+        /// `ceil(tiles / 2) * steps` rows (both halves of each row) once,
+        /// and nothing past its last row: a short block is walked to its
+        /// end, a long one as far as the tiles' steps go.
+        #[test]
+        fn the_tiles_walk_each_line_of_the_next_block_once() {
+            let rs = 1225isize;
+            let base = std::ptr::null::<f32>().wrapping_add(1 << 20);
+            for (rows, steps, tiles) in [(256, 256, 5), (32, 256, 5), (256, 32, 5), (300, 44, 8)] {
+                let mut seen = Vec::new();
+                for q in 0..tiles {
+                    if let Some(w) = LineWalk::share(base, rs, rows, q, steps) {
+                        assert!(w.left <= steps);
+                        for i in 0..w.left as isize {
+                            let off = (w.at as isize - base as isize) / 4 + i * w.rs;
+                            seen.push((off / rs, off % rs));
+                        }
+                    }
+                }
+                seen.sort();
+                let reach = rows.min(tiles.div_ceil(2) * steps) as isize;
+                let want: Vec<(isize, isize)> =
+                    (0..reach).flat_map(|r| [(r, 0), (r, 16)]).collect();
+                // Tile `tiles - 1` of an odd count walks only left halves.
+                let want: Vec<_> = want
+                    .into_iter()
+                    .filter(|&(r, h)| {
+                        let pair = r as usize / steps;
+                        2 * pair + usize::from(h == 16) < tiles
+                    })
+                    .collect();
+                assert_eq!(seen, want, "rows {rows}, steps {steps}, tiles {tiles}");
+            }
+        }
+    }
+
     /// Rows of a copied strip (32 floats apart), with a [`LineWalk`]
     /// through the block copied next.
     #[derive(Clone, Copy)]
