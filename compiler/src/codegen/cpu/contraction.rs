@@ -439,7 +439,7 @@ fn conv_packed(g: &Graph, k: &Kernel, algo: ConvAlgo) -> bool {
 fn conv_layout(geo: &ConvGeom, g: &Graph, k: &Kernel, algo: ConvAlgo) -> pgemm::Layout {
     // A prologue is applied as B is packed, which only the panels
     // layout does for every element.
-    if !conv_packed(g, k, algo) || !k.prologue.is_empty() {
+    if !conv_packed(g, k, algo) || !k.prologue.is_empty() || k.concat.is_some() {
         return pgemm::Layout::Panels;
     }
     // A layout recorded in the IR (the egraph pass's choice, or the
@@ -672,6 +672,14 @@ pub(crate) fn takes_prologue(g: &Graph, k: &Kernel, opts: &CpuOptions) -> bool {
         && geom.oh * geom.ow > 1
         && conv_packed(g, k, algo)
         && g.value(g.node(k.nodes[0]).inputs[0]).ty.dtype == DType::F32
+}
+
+/// Whether a conv kernel's lowering reads a channel Concat's operands in
+/// place of its result ([`super::group::absorb_concats`]): the kernels
+/// that take a prologue, whose B the packed GEMM packs (through a row
+/// table then, [`concat_rows`]).
+pub(crate) fn takes_concat(g: &Graph, k: &Kernel, opts: &CpuOptions) -> bool {
+    takes_prologue(g, k, opts)
 }
 
 /// Whether conv kernel `k` takes max pool node `pool` into itself
@@ -1379,6 +1387,27 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
     };
     let xv = pro.map_or(node.inputs[0], |(v, _)| v);
     let strides = (pro.map_or(strides.0, |(v, _)| c.plane_stride(v)), strides.1);
+    // An absorbed Concat (`group::absorb_concats`): the GEMM's B rows come
+    // from its operands (buffer, channels), dense planes each.
+    let cat = match c.k.concat {
+        Some(cn) => {
+            if algo != ConvAlgo::Pointwise || geom.g != 1 || !conv_packed(c.g, c.k, algo) {
+                return Err("an absorbed concat needs a packed pointwise conv of one group".into());
+            }
+            let mut parts = Vec::new();
+            for &v in &c.g.node(cn).inputs {
+                if c.plane_stride(v) != geom.h * geom.w {
+                    return Err("an absorbed concat's operand has padded planes".into());
+                }
+                parts.push((e.bufs[c.arg(v)?], c.g.value(v).ty.shape[1]));
+            }
+            if parts.iter().map(|p| p.1).sum::<usize>() != geom.c {
+                return Err("an absorbed concat's operands do not make the conv's channels".into());
+            }
+            Some(parts)
+        }
+        None => None,
+    };
     let dense = (geom.h * geom.w, geom.oh * geom.ow);
     let dense_pool = pool.as_ref().map(|pb| pb.ohp * pb.owp);
     let strided = match algo {
@@ -1391,7 +1420,10 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
             "padded planes need a pointwise conv with its epilogue in the GEMM (this is {algo:?})"
         ));
     }
-    let x = e.bufs[c.arg(xv)?];
+    let x = match &cat {
+        Some(parts) => parts[0].0,
+        None => e.bufs[c.arg(xv)?],
+    };
     let w = e.bufs[c.arg(node.inputs[1])?];
     let y = e.bufs[acc];
     let pro = pro.map(|(_, p)| p);
@@ -1470,6 +1502,7 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
                 ep,
                 pool,
                 strides,
+                cat.as_deref(),
             )?;
             return Ok(vec![PACKED_MISMATCH.to_string()]);
         }
@@ -1560,6 +1593,53 @@ fn gemm_a(
     }
 }
 
+/// The GEMM of image `n` of a pointwise conv that reads an absorbed
+/// Concat ([`super::group::absorb_concats`]): B's rows are the channels
+/// of the Concat's operands `parts` (buffer, channels) in order, so a row
+/// table on the stack gives each row's offset in floats from the first
+/// operand's buffer (operand `i`'s image `n` starts `n·Cᵢ·H·W` into its
+/// buffer), and the gathered packed GEMM packs B from them, bitwise as
+/// from the concatenation. `c`: C and its row stride.
+fn concat_rows(
+    e: &mut Emit<'_>,
+    parts: &[(Value, usize)],
+    n: Value,
+    (m, cols, k): (usize, usize, usize),
+    a: AOp,
+    (c, c_rs): (Value, usize),
+    ep: Option<Value>,
+) -> Result<(), String> {
+    let AOp::Packed(ap) = a else {
+        return Err("an absorbed concat needs a packed filter".into());
+    };
+    let bytes = u32::try_from(k * 8).map_err(|_| "too many concat rows".to_string())?;
+    let ss =
+        e.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 3));
+    let tab = e.b.ins().stack_addr(I64, ss, 0);
+    let base = parts[0].0;
+    let mut row = 0usize;
+    for &(buf, ch) in parts {
+        let d = e.b.ins().isub(buf, base);
+        let d = e.b.ins().sshr_imm_s(d, 2);
+        let img = e.b.ins().imul_imm_s(n, (ch * cols) as i64);
+        let first = e.b.ins().iadd(d, img);
+        let (s, en) = (e.ci(0), e.ci(ch as i64));
+        e.for_range(s, en, 1, |e, ci| {
+            let o = e.b.ins().imul_imm_s(ci, cols as i64);
+            let o = e.b.ins().iadd(first, o);
+            let at = e.b.ins().imul_imm_s(ci, 8);
+            let at = e.b.ins().iadd_imm_s(at, (row * 8) as i64);
+            let p = e.b.ins().iadd(tab, at);
+            e.b.ins().store(super::emit::mem(), o, p, 0);
+        });
+        row += ch;
+    }
+    let gd = gather_desc(e, base, tab, (cols, 0), strip_panels(false));
+    let mode = ep.unwrap_or_else(|| e.ci(0));
+    sgemm_packed_gather(e, (m, cols, k), ap, gd, c, (c_rs as i64, 1), mode);
+    Ok(())
+}
+
 /// [`conv_gemm`]'s operands besides the input: the im2col workspace (id,
 /// buffer), the packed filter with its per-group stride in floats, and
 /// the gathered B's row-offset table.
@@ -1600,8 +1680,12 @@ fn conv_gemm(
     ep: Option<ConvEp>,
     pool: Option<(&PoolBands, (usize, Value))>,
     (xs, ys): (usize, usize),
+    cat: Option<&[(Value, usize)]>,
 ) -> Result<(), String> {
     let (cg, mg) = (geo.c / geo.g, geo.m / geo.g);
+    if cat.is_some() && (col.is_some() || pool.is_some()) {
+        return Err("an absorbed concat needs a pointwise conv".into());
+    }
     let kk = cg * geo.kh * geo.kw;
     let p = geo.oh * geo.ow;
     // The planes' strides: `xs` the input's, `ys` the result's (or the
@@ -1919,8 +2003,14 @@ fn conv_gemm(
             let gi = e.b.ins().urem_imm_u(u, geo.g as i64);
             let (xg, a, yg, m0, epg) = group(e, n, gi);
             let d = desc(e, epg, None);
-            gemm_a(e, (mg, p, kk), a, xg, (xs as i64, 1), yg, (ys as i64, 1), d);
-            if let Err(m) = tile_epilogue(e, spec, n, m0, mg) {
+            let run = match cat {
+                Some(parts) => concat_rows(e, parts, n, (mg, p, kk), a, (yg, ys), d),
+                None => {
+                    gemm_a(e, (mg, p, kk), a, xg, (xs as i64, 1), yg, (ys as i64, 1), d);
+                    Ok(())
+                }
+            };
+            if let Err(m) = run.and_then(|()| tile_epilogue(e, spec, n, m0, mg)) {
                 err.get_or_insert(m);
             }
         });
@@ -1936,7 +2026,13 @@ fn conv_gemm(
                 // 16->96 at 112x112, 0.81 vs 0.66 ms).
                 None => {
                     let d = desc(e, epg, None);
-                    gemm_a(e, (mg, p, kk), a, xg, (xs as i64, 1), yg, (ys as i64, 1), d)
+                    if let Some(parts) = cat {
+                        if let Err(m) = concat_rows(e, parts, n, (mg, p, kk), a, (yg, ys), d) {
+                            err.get_or_insert(m);
+                        }
+                    } else {
+                        gemm_a(e, (mg, p, kk), a, xg, (xs as i64, 1), yg, (ys as i64, 1), d)
+                    }
                 }
                 Some((_, col)) => {
                     if full > 0 {

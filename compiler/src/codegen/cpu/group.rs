@@ -59,14 +59,19 @@ pub(crate) struct Kernel {
     /// the conv result gets no buffer, and the kernel's outputs are the
     /// pool's.
     pub pool: Vec<NodeId>,
+    /// A channel Concat whose result this pointwise conv's GEMM reads row
+    /// by row from the Concat's operands ([`absorb_concats`]): the
+    /// concatenation gets no buffer and is never copied.
+    pub concat: Option<NodeId>,
 }
 
 impl Kernel {
-    /// Every node the kernel computes, in order: prologue, expansion, its
-    /// own nodes, projection, pool.
+    /// Every node the kernel computes, in order: concat, prologue,
+    /// expansion, its own nodes, projection, pool.
     pub fn all_nodes(&self) -> impl Iterator<Item = &NodeId> {
-        self.prologue
+        self.concat
             .iter()
+            .chain(&self.prologue)
             .chain(&self.expansion)
             .chain(&self.nodes)
             .chain(&self.projection)
@@ -142,6 +147,7 @@ pub(crate) fn kernels(g: &Graph) -> Vec<Kernel> {
             expansion: Vec::new(),
             projection: Vec::new(),
             pool: Vec::new(),
+            concat: None,
         };
         add_dead_results(g, &graph_outputs, &mut kernel);
         out.push(kernel);
@@ -202,6 +208,7 @@ fn finish(
         expansion: Vec::new(),
         projection: Vec::new(),
         pool: Vec::new(),
+        concat: None,
     };
     add_dead_results(g, graph_outputs, &mut k);
     k
@@ -362,6 +369,88 @@ pub(crate) fn absorb_prologues(
     absorb(g, kernels, takes, Slot::Prologue, |p| {
         p.kind == KernelKind::Elementwise && prologue_of(g, &p.nodes).is_some()
     })
+}
+
+/// Moves each kernel that is one channel Concat of NCHW f32 tensors
+/// (its result no graph output, read by nothing but the data input of
+/// one conv kernel `k`, or of `k`'s prologue, with `takes(k)`; a copy:
+/// its pieces not contiguous, as at batch > 1, or an operand another
+/// Concat takes too) into `k`:
+/// `k` then reads the Concat's operands, and its GEMM packs B's rows
+/// from them through a row table (`pgemm::Gather`), so the concatenation
+/// is never written. DenseNet concatenates every earlier layer's output
+/// anew before each layer's 1x1 conv: at batch 8 that copied 338 MB over
+/// its 62 Concats, which a channel slice of one buffer cannot avoid (an
+/// image's channels are not contiguous across images), and at batch 1
+/// only one Concat of such a chain can be built in place.
+pub(crate) fn absorb_concats(
+    g: &Graph,
+    mut kernels: Vec<Kernel>,
+    takes: impl Fn(&Kernel) -> bool,
+) -> Vec<Kernel> {
+    let graph_outputs: HashSet<ValueId> = g.outputs().iter().copied().collect();
+    let mut gone = vec![false; kernels.len()];
+    for ki in 0..kernels.len() {
+        let k = &kernels[ki];
+        let Some(anchor) = k.anchor else { continue };
+        if k.kind != KernelKind::Contraction
+            || !matches!(g.node(anchor).op, Op::Conv2d(_))
+            || k.concat.is_some()
+            || !k.expansion.is_empty()
+            || !k.projection.is_empty()
+            || !k.pool.is_empty()
+            || !takes(k)
+        {
+            continue;
+        }
+        // The node reading the data input: the prologue's first, or the
+        // conv itself.
+        let reader = k.prologue.first().copied().unwrap_or(anchor);
+        let Some(&v) = g.node(reader).inputs.first() else {
+            continue;
+        };
+        let Some(pi) = kernels.iter().position(|p| p.outputs.contains(&v)) else {
+            continue;
+        };
+        let p = &kernels[pi];
+        let concat = match p.nodes.as_slice() {
+            [n] if pi != ki && !gone[pi] && p.outputs == [v] => *n,
+            _ => continue,
+        };
+        let node = g.node(concat);
+        let sole_user = matches!(g.users(v).as_slice(), [(u, 0)] if *u == reader);
+        let nchw = |x: ValueId| {
+            let t = &g.value(x).ty;
+            t.dtype == dnnc_ir::DType::F32 && t.shape.len() == 4
+        };
+        // A Concat whose pieces are contiguous (batch 1) and whose
+        // operands no other Concat takes is built in place by its
+        // producers at no cost (`in_place_concats`): it stays.
+        let shared = node.inputs.iter().any(|&x| {
+            g.users(x)
+                .iter()
+                .any(|&(u, _)| u != concat && matches!(g.node(u).op, Op::Concat { .. }))
+        });
+        let copied = !dnnc_ir::infer::contiguous_pieces(&g.value(v).ty.shape, 1) || shared;
+        let fits = matches!(node.op, Op::Concat { axis: 1 })
+            && copied
+            && sole_user
+            && !graph_outputs.contains(&v)
+            && nchw(v)
+            && !node.inputs.is_empty()
+            && node.inputs.iter().all(|&x| nchw(x) && g.weight(x).is_err());
+        if !fits {
+            continue;
+        }
+        let inputs = p.inputs.clone();
+        let k = &mut kernels[ki];
+        let mut merged = inputs;
+        add_inputs(&mut merged, &k.inputs, v);
+        k.inputs = merged;
+        k.concat = Some(concat);
+        gone[pi] = true;
+    }
+    without(kernels, &gone)
 }
 
 /// The kernel that computes the data input `v` of kernel `ki`'s anchor,

@@ -319,6 +319,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let kernels = group::absorb_prologues(g, group::kernels(g), |k| {
         contraction::takes_prologue(g, k, opts)
     });
+    let kernels = group::absorb_concats(g, kernels, |k| contraction::takes_concat(g, k, opts));
     let kernels = if opts.unfused_blocks {
         kernels
     } else {

@@ -198,6 +198,7 @@ fn strided_conv(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Option<(ValueId, Va
         || !k.expansion.is_empty()
         || !k.projection.is_empty()
         || !k.pool.is_empty()
+        || k.concat.is_some()
         || !clamp_chain(g, &k.nodes)
     {
         return None;
