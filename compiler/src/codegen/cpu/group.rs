@@ -372,13 +372,12 @@ pub(crate) fn absorb_prologues(
 }
 
 /// Moves each kernel that is one channel Concat of NCHW f32 tensors
-/// (its result no graph output, read by nothing but the data input of
-/// one conv kernel `k`, or of `k`'s prologue, with `takes(k)`; a copy:
-/// its pieces not contiguous, as at batch > 1, or an operand another
-/// Concat takes too) into `k`:
-/// `k` then reads the Concat's operands, and its GEMM packs B's rows
-/// from them through a row table (`pgemm::Gather`), so the concatenation
-/// is never written. DenseNet concatenates every earlier layer's output
+/// (its result no graph output, read by nothing but the data inputs of
+/// conv kernels `k` (or their prologues) with `takes(k)`; a copy: its
+/// pieces not contiguous, as at batch > 1, or an operand another Concat
+/// takes too) into every such `k`: each then reads the Concat's
+/// operands, its GEMM packing B's rows from them through a row table
+/// (`pgemm::Gather`), so the concatenation is never written. DenseNet concatenates every earlier layer's output
 /// anew before each layer's 1x1 conv: at batch 8 that copied 338 MB over
 /// its 62 Concats, which a channel slice of one buffer cannot avoid (an
 /// image's channels are not contiguous across images), and at batch 1
@@ -389,40 +388,21 @@ pub(crate) fn absorb_concats(
     takes: impl Fn(&Kernel) -> bool,
 ) -> Vec<Kernel> {
     let graph_outputs: HashSet<ValueId> = g.outputs().iter().copied().collect();
+    let nchw = |x: ValueId| {
+        let t = &g.value(x).ty;
+        t.dtype == dnnc_ir::DType::F32 && t.shape.len() == 4
+    };
+    // The node of kernel `k` that reads its data input: the prologue's
+    // first, or the anchor.
+    let reader = |k: &Kernel| k.prologue.first().copied().or(k.anchor);
     let mut gone = vec![false; kernels.len()];
-    for ki in 0..kernels.len() {
-        let k = &kernels[ki];
-        let Some(anchor) = k.anchor else { continue };
-        if k.kind != KernelKind::Contraction
-            || !matches!(g.node(anchor).op, Op::Conv2d(_))
-            || k.concat.is_some()
-            || !k.expansion.is_empty()
-            || !k.projection.is_empty()
-            || !k.pool.is_empty()
-            || !takes(k)
-        {
-            continue;
-        }
-        // The node reading the data input: the prologue's first, or the
-        // conv itself.
-        let reader = k.prologue.first().copied().unwrap_or(anchor);
-        let Some(&v) = g.node(reader).inputs.first() else {
-            continue;
-        };
-        let Some(pi) = kernels.iter().position(|p| p.outputs.contains(&v)) else {
-            continue;
-        };
+    for pi in 0..kernels.len() {
         let p = &kernels[pi];
-        let concat = match p.nodes.as_slice() {
-            [n] if pi != ki && !gone[pi] && p.outputs == [v] => *n,
+        let (concat, v) = match (p.nodes.as_slice(), p.outputs.as_slice()) {
+            ([n], [v]) if matches!(g.node(*n).op, Op::Concat { axis: 1 }) => (*n, *v),
             _ => continue,
         };
         let node = g.node(concat);
-        let sole_user = matches!(g.users(v).as_slice(), [(u, 0)] if *u == reader);
-        let nchw = |x: ValueId| {
-            let t = &g.value(x).ty;
-            t.dtype == dnnc_ir::DType::F32 && t.shape.len() == 4
-        };
         // A Concat whose pieces are contiguous (batch 1) and whose
         // operands no other Concat takes is built in place by its
         // producers at no cost (`in_place_concats`): it stays.
@@ -432,9 +412,7 @@ pub(crate) fn absorb_concats(
                 .any(|&(u, _)| u != concat && matches!(g.node(u).op, Op::Concat { .. }))
         });
         let copied = !dnnc_ir::infer::contiguous_pieces(&g.value(v).ty.shape, 1) || shared;
-        let fits = matches!(node.op, Op::Concat { axis: 1 })
-            && copied
-            && sole_user
+        let fits = copied
             && !graph_outputs.contains(&v)
             && nchw(v)
             && !node.inputs.is_empty()
@@ -442,12 +420,40 @@ pub(crate) fn absorb_concats(
         if !fits {
             continue;
         }
-        let inputs = p.inputs.clone();
-        let k = &mut kernels[ki];
-        let mut merged = inputs;
-        add_inputs(&mut merged, &k.inputs, v);
-        k.inputs = merged;
-        k.concat = Some(concat);
+        // Every user reads it as the data input of a kernel that takes it.
+        let mut readers = Vec::new();
+        let users = g.users(v);
+        for &(u, slot) in &users {
+            let k = (slot == 0)
+                .then(|| {
+                    kernels.iter().position(|k| {
+                        reader(k) == Some(u)
+                            && k.concat.is_none()
+                            && k.expansion.is_empty()
+                            && k.projection.is_empty()
+                            && k.pool.is_empty()
+                    })
+                })
+                .flatten()
+                .filter(|&ki| {
+                    ki != pi && !gone[ki] && !readers.contains(&ki) && takes(&kernels[ki])
+                });
+            match k {
+                Some(ki) => readers.push(ki),
+                None => break,
+            }
+        }
+        if users.is_empty() || readers.len() != users.len() {
+            continue;
+        }
+        let parts = p.inputs.clone();
+        for ki in readers {
+            let k = &mut kernels[ki];
+            let mut merged = parts.clone();
+            add_inputs(&mut merged, &k.inputs, v);
+            k.inputs = merged;
+            k.concat = Some(concat);
+        }
         gone[pi] = true;
     }
     without(kernels, &gone)
