@@ -11,9 +11,8 @@
 
 mod cpu_common;
 
-use cpu_common::{bits, check_with, parse, rand_f32};
-use dnnc_compiler::codegen::cpu::{compile_cpu, ConvAlgo, CpuOptions};
-use dnnc_ir::{Graph, Tensor};
+use cpu_common::checked_steps;
+use dnnc_compiler::codegen::cpu::{ConvAlgo, CpuOptions};
 
 /// A dense block of three layers on `n` images of `c` channels, `h x
 /// h`: each layer concatenates the block input and every earlier layer's
@@ -77,32 +76,10 @@ fn dense_block(n: usize, c: usize, h: usize, growth: usize, pre: bool) -> String
     s
 }
 
-fn inputs(g: &Graph) -> Vec<(String, Tensor)> {
-    g.inputs()
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| {
-            let val = g.value(v);
-            (
-                val.name.clone(),
-                rand_f32(&val.ty.shape, 3 + i as u64, -2.0, 2.0),
-            )
-        })
-        .collect()
-}
-
 /// The kernel ops of `body`, after checking it against the interpreter
 /// and 2 threads bitwise against 1; and its outputs' bits, in order.
 fn run(body: &str, opts: &CpuOptions) -> (Vec<String>, Vec<u32>) {
-    let g = parse(body);
-    let ins = inputs(&g);
-    check_with(&g, &ins, 1e-4, 1e-5, opts);
-    let mut exe = compile_cpu(&g, opts).expect("compile");
-    let one = bits(&exe.run(&ins).expect("run"));
-    exe.set_threads(2).expect("threads");
-    let two = bits(&exe.run(&ins).expect("run"));
-    assert_eq!(one, two, "2 threads differ from 1");
-    (exe.steps().iter().map(|s| s.op.clone()).collect(), one)
+    checked_steps(body, opts, 3)
 }
 
 #[test]

@@ -9,8 +9,8 @@
 
 mod cpu_common;
 
-use cpu_common::{bits, check_with, parse, rand_f32};
-use dnnc_compiler::codegen::cpu::{compile_cpu, ConvAlgo, CpuOptions};
+use cpu_common::checked_steps;
+use dnnc_compiler::codegen::cpu::{ConvAlgo, CpuOptions};
 
 /// A graph body: `input %x: f32[n,c,h,w]`, BN parameters for `c`
 /// channels, `mid` (statements from `%n`, the BN result), a 1x1 conv of
@@ -41,26 +41,7 @@ fn body(
 /// it against the interpreter on random inputs and 2 threads bitwise
 /// against 1.
 fn run(body: &str, opts: &CpuOptions) -> Vec<String> {
-    let g = parse(body);
-    let ins: Vec<_> = g
-        .inputs()
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| {
-            let val = g.value(v);
-            (
-                val.name.clone(),
-                rand_f32(&val.ty.shape, 7 + i as u64, -2.0, 2.0),
-            )
-        })
-        .collect();
-    check_with(&g, &ins, 1e-4, 1e-5, opts);
-    let mut exe = compile_cpu(&g, opts).expect("compile");
-    let one = bits(&exe.run(&ins).expect("run"));
-    exe.set_threads(2).expect("threads");
-    let two = bits(&exe.run(&ins).expect("run"));
-    assert_eq!(one, two, "2 threads differ from 1");
-    exe.steps().iter().map(|s| s.op.clone()).collect()
+    checked_steps(body, opts, 7).0
 }
 
 #[test]

@@ -294,3 +294,37 @@ pub fn check_one_input_and_threads(g: &Graph, seed: u64, opts: &CpuOptions) {
     exe.set_threads(2).expect("threads");
     assert_eq!(bits(&exe.run(&ins).expect("run")), one, "2 threads vs 1");
 }
+
+/// Uniform random values in [-2, 2) for every input of `g` (input `i`
+/// from seed `seed + i`).
+#[allow(dead_code)]
+pub fn random_inputs(g: &Graph, seed: u64) -> Vec<(String, Tensor)> {
+    g.inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let val = g.value(v);
+            (
+                val.name.clone(),
+                rand_f32(&val.ty.shape, seed + i as u64, -2.0, 2.0),
+            )
+        })
+        .collect()
+}
+
+/// Compiles the graph `body` with `opts`, checks it against the
+/// interpreter on [`random_inputs`] (rtol 1e-4, atol 1e-5) and at 2
+/// threads bitwise against 1: the kernel (step) labels, and the outputs'
+/// bits in order.
+#[allow(dead_code)]
+pub fn checked_steps(body: &str, opts: &CpuOptions, seed: u64) -> (Vec<String>, Vec<u32>) {
+    let g = parse(body);
+    let ins = random_inputs(&g, seed);
+    check_with(&g, &ins, 1e-4, 1e-5, opts);
+    let mut exe = compile_cpu(&g, opts).expect("compile");
+    let one = bits(&exe.run(&ins).expect("run"));
+    exe.set_threads(2).expect("threads");
+    let two = bits(&exe.run(&ins).expect("run"));
+    assert_eq!(one, two, "2 threads differ from 1");
+    (exe.steps().iter().map(|s| s.op.clone()).collect(), one)
+}
