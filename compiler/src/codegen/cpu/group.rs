@@ -377,11 +377,13 @@ pub(crate) fn absorb_prologues(
 /// pieces not contiguous, as at batch > 1, or an operand another Concat
 /// takes too) into every such `k`: each then reads the Concat's
 /// operands, its GEMM packing B's rows from them through a row table
-/// (`pgemm::Gather`), so the concatenation is never written. DenseNet concatenates every earlier layer's output
-/// anew before each layer's 1x1 conv: at batch 8 that copied 338 MB over
-/// its 62 Concats, which a channel slice of one buffer cannot avoid (an
-/// image's channels are not contiguous across images), and at batch 1
-/// only one Concat of such a chain can be built in place.
+/// (`pgemm::Gather`), so the concatenation is never written.
+///
+/// DenseNet concatenates every earlier layer's output anew before each
+/// layer's 1x1 conv: at batch 8 that copied 338 MB over its 62 Concats,
+/// which a channel slice of one buffer cannot avoid (an image's channels
+/// are not contiguous across images), and at batch 1 only one Concat of
+/// such a chain can be built in place.
 pub(crate) fn absorb_concats(
     g: &Graph,
     mut kernels: Vec<Kernel>,
