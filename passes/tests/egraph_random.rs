@@ -94,7 +94,18 @@ impl Builder {
                 let y = self.fresh("conv");
                 let p = k / 2;
                 let line = format!("%{y} = Conv2d(%{v}, %{w}, %{b}) {{pads=[{p},{p},{p},{p}]}}");
-                self.push(line, y, vec![s[0], co, s[2], s[3]]);
+                if k == 1 && seed.is_multiple_of(3) {
+                    // A third of the 1x1 convs feed an average pool that
+                    // does not count padding (average-pool-over-conv).
+                    self.lines.push(line);
+                    let q = self.fresh("pool");
+                    let pool = format!(
+                        "%{q} = AveragePool(%{y}) {{kernel=[3,3], strides=[1,1], pads=[1,1,1,1], count_include_pad=0}}"
+                    );
+                    self.push(pool, q, vec![s[0], co, s[2], s[3]]);
+                } else {
+                    self.push(line, y, vec![s[0], co, s[2], s[3]]);
+                }
             }
             1 => {
                 let c = s[1];
@@ -420,6 +431,7 @@ fn random_graphs_keep_their_outputs() {
         "merge-matmuls",
         "unary-over-split",
         "conv-over-average-pool",
+        "average-pool-over-conv",
     ] {
         assert!(rules.get(r).copied().unwrap_or(0) >= 5, "{r}: {rules:?}");
     }

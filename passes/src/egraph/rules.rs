@@ -122,6 +122,11 @@ pub fn rules() -> Vec<Rule> {
             Rewrite::new("conv-over-average-pool", ClassWhere::new("?conv", conv_of_pool_class), ConvOverPool).expect("rule"),
         ),
         row(
+            "average-pool-over-conv",
+            "AveragePool(Conv2d_1x1(x, w, b)) = Conv2d_1x1(AveragePool(x), w, b) with no padding counted: the conv runs on the pooled map",
+            Rewrite::new("average-pool-over-conv", ClassWhere::new("?pool", pool_of_conv_class), PoolOverConv).expect("rule"),
+        ),
+        row(
             "merge-convs",
             "Conv2ds of one input with one stride = one Conv2d of the concatenated (smaller ones zero-padded) filters, then Split",
             Rewrite::new("merge-convs", ClassWhere::new("?shared", convs_to_merge), MergeShared(MergeKind::Conv)).expect("rule"),
@@ -940,6 +945,82 @@ fn conv_of_pool(eg: &TensorGraph, n: &TensorNode) -> Option<ConvOfPool> {
 /// match).
 fn conv_of_pool_class(eg: &TensorGraph, c: Id) -> bool {
     eg[c].iter().any(|n| conv_of_pool(eg, n).is_some())
+}
+
+/// An average pool of a 1x1 conv as `(pool, conv, x, w, b)`: the pool
+/// divides each window's sum by its count of input taps (no padding, or
+/// padding not counted), so the bias, the same in every tap, comes
+/// through the average unchanged, and the per-pixel linear map `w`
+/// commutes with it.
+type PoolOfConv = (dnnc_ir::op::Pool2d, dnnc_ir::op::Conv2d, Id, Id, Option<Id>);
+
+/// `n` as a [`PoolOfConv`], if it is one.
+fn pool_of_conv(eg: &TensorGraph, n: &TensorNode) -> Option<PoolOfConv> {
+    let Some(Op::AveragePool(q)) = n.ir_op() else {
+        return None;
+    };
+    if q.pads != [0; 4] && q.count_include_pad {
+        return None;
+    }
+    let &[src] = n.children() else {
+        return None;
+    };
+    eg[src].iter().find_map(|m| {
+        let Some(Op::Conv2d(p)) = m.ir_op() else {
+            return None;
+        };
+        let ch = m.children();
+        let (&x, &w) = (ch.first()?, ch.get(1)?);
+        let one_by_one = eg[w]
+            .data
+            .ty()
+            .is_some_and(|t| t.rank() == 4 && t.shape[2] == 1 && t.shape[3] == 1);
+        let plain = p.group == 1
+            && p.strides == [1, 1]
+            && p.pads == [0; 4]
+            && p.data == DataLayout::Nchw
+            && ch.len() <= 3
+            && one_by_one
+            && ch[1..].iter().all(|&c| eg[c].data.weights_only);
+        plain.then(|| (q.clone(), p.clone(), x, w, ch.get(2).copied()))
+    })
+}
+
+/// Whether class `c` holds a [`PoolOfConv`] (`average-pool-over-conv`'s
+/// match).
+fn pool_of_conv_class(eg: &TensorGraph, c: Id) -> bool {
+    eg[c].iter().any(|n| pool_of_conv(eg, n).is_some())
+}
+
+/// Adds `Conv2d(AveragePool(x), w, b)` for each [`PoolOfConv`] of the
+/// class: the conv then multiplies the pooled map (DenseNet's
+/// transitions: 2x2 pools, a quarter of the conv's work), the pool
+/// averaging its `C` input channels instead of its `M` outputs.
+/// Extraction keeps it where the cost model finds it cheaper.
+struct PoolOverConv;
+
+impl Applier<TensorNode, TensorAnalysis> for PoolOverConv {
+    fn apply_one(
+        &self,
+        eg: &mut TensorGraph,
+        eclass: Id,
+        _subst: &Subst,
+        _ast: Option<&PatternAst<TensorNode>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
+        let found: Vec<PoolOfConv> = eg[eclass]
+            .iter()
+            .filter_map(|n| pool_of_conv(eg, n))
+            .collect();
+        let mut ids = Vec::new();
+        for (q, p, x, w, b) in found {
+            let pool = eg.add(TensorNode::op(Op::AveragePool(q), vec![x]));
+            let mut ch = vec![pool, w];
+            ch.extend(b);
+            ids.push(eg.add(TensorNode::op(Op::Conv2d(p), ch)));
+        }
+        merge(eg, eclass, ids, rule)
+    }
 }
 
 /// Adds `AveragePool(Conv2d(x, w)) + b` for each [`ConvOfPool`] of the

@@ -915,3 +915,47 @@ fn conv_over_average_pool_variants() {
     let pool = text.find("AveragePool(%x)");
     assert!(pool.is_some(), "{text}");
 }
+
+#[test]
+fn average_pool_over_conv() {
+    // DenseNet's transition: the 2x2 pool of a 1x1 conv runs first, so
+    // the conv multiplies a quarter of the pixels; the bias comes through
+    // the average unchanged.
+    insta::assert_snapshot!(rule_effect(
+        "average-pool-over-conv",
+        "graph t {
+           input %x: f32[1,16,8,8]
+           param %w: f32[8,16,1,1] = he(seed=1)
+           param %b: f32[8] = uniform(low=-1, high=1, seed=2)
+           %c = Conv2d(%x, %w, %b) {}
+           %p = AveragePool(%c) {kernel=[2,2], strides=[2,2]}
+           %r = Relu(%p)
+           output %r
+         }"
+    ));
+}
+
+/// A pool that counts padding in its divisor would scale the bias at the
+/// border: the rule leaves it alone.
+#[test]
+fn average_pool_counting_padding_stays_after_the_conv() {
+    let g = parse(
+        "graph t {
+           input %x: f32[1,16,6,6]
+           param %w: f32[8,16,1,1] = he(seed=1)
+           param %b: f32[8] = uniform(low=-1, high=1, seed=2)
+           %c = Conv2d(%x, %w, %b) {}
+           %p = AveragePool(%c) {kernel=[3,3], strides=[1,1], pads=[1,1,1,1], count_include_pad=1}
+           output %p
+         }",
+        "padded.dnn",
+    )
+    .unwrap();
+    let (out, stats) = optimize(&g, &EGraphConfig::default()).unwrap();
+    assert!(
+        !stats.fired.contains_key("average-pool-over-conv"),
+        "{:?}",
+        stats.fired
+    );
+    same_outputs(&g, &out);
+}
