@@ -917,6 +917,21 @@ type ConvOfPool = (dnnc_ir::op::Conv2d, dnnc_ir::op::Pool2d, Id, Id, Option<Id>)
 /// linear map `w`; the bias, constant per channel, is added after the
 /// pool, where an average with padding counted would have scaled it.
 fn conv_of_pool(eg: &TensorGraph, n: &TensorNode) -> Option<ConvOfPool> {
+    let (p, src, w, b) = plain_1x1_conv(eg, n)?;
+    eg[src]
+        .iter()
+        .find_map(|m| match (m.ir_op(), m.children()) {
+            (Some(Op::AveragePool(q)), &[x]) => Some((p.clone(), q.clone(), x, w, b)),
+            _ => None,
+        })
+}
+
+/// `n` as a 1x1 conv both pool rules commute, `(conv, x, w, b)`: one
+/// group, stride 1, no padding, NCHW, a weights-only filter (and bias).
+fn plain_1x1_conv(
+    eg: &TensorGraph,
+    n: &TensorNode,
+) -> Option<(dnnc_ir::op::Conv2d, Id, Id, Option<Id>)> {
     let Some(Op::Conv2d(p)) = n.ir_op() else {
         return None;
     };
@@ -924,21 +939,15 @@ fn conv_of_pool(eg: &TensorGraph, n: &TensorNode) -> Option<ConvOfPool> {
         return None;
     }
     let ch = n.children();
-    let (&src, &w) = (ch.first()?, ch.get(1)?);
+    let (&x, &w) = (ch.first()?, ch.get(1)?);
     let one_by_one = eg[w]
         .data
         .ty()
         .is_some_and(|t| t.rank() == 4 && t.shape[2] == 1 && t.shape[3] == 1);
-    let b = ch.get(2).copied();
     if ch.len() > 3 || !one_by_one || !ch[1..].iter().all(|&c| eg[c].data.weights_only) {
         return None;
     }
-    eg[src]
-        .iter()
-        .find_map(|m| match (m.ir_op(), m.children()) {
-            (Some(Op::AveragePool(q)), &[x]) => Some((p.clone(), q.clone(), x, w, b)),
-            _ => None,
-        })
+    Some((p.clone(), x, w, ch.get(2).copied()))
 }
 
 /// Whether class `c` holds a [`ConvOfPool`] (`conv-over-average-pool`'s
@@ -965,25 +974,9 @@ fn pool_of_conv(eg: &TensorGraph, n: &TensorNode) -> Option<PoolOfConv> {
     let &[src] = n.children() else {
         return None;
     };
-    eg[src].iter().find_map(|m| {
-        let Some(Op::Conv2d(p)) = m.ir_op() else {
-            return None;
-        };
-        let ch = m.children();
-        let (&x, &w) = (ch.first()?, ch.get(1)?);
-        let one_by_one = eg[w]
-            .data
-            .ty()
-            .is_some_and(|t| t.rank() == 4 && t.shape[2] == 1 && t.shape[3] == 1);
-        let plain = p.group == 1
-            && p.strides == [1, 1]
-            && p.pads == [0; 4]
-            && p.data == DataLayout::Nchw
-            && ch.len() <= 3
-            && one_by_one
-            && ch[1..].iter().all(|&c| eg[c].data.weights_only);
-        plain.then(|| (q.clone(), p.clone(), x, w, ch.get(2).copied()))
-    })
+    eg[src]
+        .iter()
+        .find_map(|m| plain_1x1_conv(eg, m).map(|(p, x, w, b)| (q.clone(), p, x, w, b)))
 }
 
 /// Whether class `c` holds a [`PoolOfConv`] (`average-pool-over-conv`'s
