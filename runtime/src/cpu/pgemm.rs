@@ -3120,6 +3120,21 @@ pub(super) mod x86 {
         }
     }
 
+    /// One vector of a prologue row: `min(hi, max(lo, v · scale + shift))`,
+    /// the product rounded before the add, as [`super::Prologue::apply`]
+    /// computes each element (the packing paths all go through this, so
+    /// they agree bitwise).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn prologue16(
+        v: __m512,
+        (scale, shift): (__m512, __m512),
+        (lo, hi): (__m512, __m512),
+    ) -> __m512 {
+        let v = _mm512_add_ps(_mm512_mul_ps(v, scale), shift);
+        _mm512_min_ps(hi, _mm512_max_ps(lo, v))
+    }
+
     /// [`super::Prologue::apply`] on 16 lanes: the same product, add and
     /// clamp per element.
     #[target_feature(enable = "avx512f")]
@@ -3143,9 +3158,7 @@ pub(super) mod x86 {
                     (1u32 << (w - jj)) as u16 - 1
                 };
                 let v = _mm512_maskz_loadu_ps(m, row.add(jj));
-                let v = _mm512_add_ps(_mm512_mul_ps(v, a), b);
-                let v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
-                _mm512_mask_storeu_ps(row.add(jj), m, v);
+                _mm512_mask_storeu_ps(row.add(jj), m, prologue16(v, (a, b), (lo, hi)));
                 jj += 16;
             }
         }
@@ -3229,9 +3242,7 @@ pub(super) mod x86 {
                     for jp in 0..strips {
                         for h in [0, 16] {
                             let v = _mm512_loadu_ps(row.add(jp * 32 + h));
-                            let v = _mm512_add_ps(_mm512_mul_ps(v, a), b);
-                            let v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
-                            _mm512_storeu_ps(d.add(jp * step + h), v);
+                            _mm512_storeu_ps(d.add(jp * step + h), prologue16(v, (a, b), (lo, hi)));
                         }
                     }
                 }
