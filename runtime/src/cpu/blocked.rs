@@ -476,15 +476,7 @@ pub unsafe extern "C" fn dnnc_conv_into_nchw8c(
     u1: usize,
     ep: *const Epilogue,
 ) -> i32 {
-    // The window tile stays ymm on AVX-512 machines: 14-pixel zmm tiles
-    // measured slower on MobileNet-V2's stem (0.24 -> 0.32 ms), and so
-    // did zmm activations after its stores (EfficientNet-B0's SiLU stem
-    // at batch 8: 3.65-3.71 -> 3.89-4.62 ms in alternating profiles).
-    let path = match Path::best() {
-        Path::Avx512 => Path::Avx2,
-        p => p,
-    };
-    into_blocked(w, x, y, &*geo, (u0, u1), ep, path)
+    into_blocked(w, x, y, &*geo, (u0, u1), ep, Path::best())
 }
 
 /// [`dnnc_conv_into_nchw8c`] on `path`.
@@ -553,8 +545,29 @@ unsafe fn into_blocked(
         let mut o = 0;
         while o < m {
             let width = panel_width(m, o);
-            let t = Tile::panel(w, (o, width), (taps, 0), plane * 8, &ep, path);
-            let tile = path.tile_pixels(width);
+            // On AVX-512 groups of 16-channel panels run as zmm tiles
+            // (`avx512_window_group_tile`); the other panels keep the ymm
+            // tile (one-panel zmm tiles of 14 pixels measured slower on
+            // MobileNet-V2's stem, 0.24 -> 0.32 ms), and every window
+            // tile activates in ymm registers (zmm activations after the
+            // stores measured slower: EfficientNet-B0's SiLU stem at batch
+            // 8, 3.65-3.71 -> 3.89-4.62 ms in alternating profiles).
+            let group = if path == Path::Avx512 && width == 16 {
+                group_panels(m, o, usize::MAX)
+            } else {
+                1
+            };
+            let ymm = if path == Path::Avx512 {
+                Path::Avx2
+            } else {
+                path
+            };
+            let t = Tile::panel(w, (o, width), (taps, 0), plane * 8, &ep, ymm);
+            let tile = if group > 1 {
+                GROUP_TILE_PIXELS[group]
+            } else {
+                ymm.tile_pixels(width)
+            };
             let block = (o / 8) * plane * 8;
             for (s0, s1, in_place) in segments {
                 let mut p = s0;
@@ -578,13 +591,17 @@ unsafe fn into_blocked(
                     };
                     match path {
                         #[cfg(target_arch = "x86_64")]
-                        Path::Avx2 => avx2_window_tile(&t, &win, yp, rp, n),
+                        Path::Avx512 if group > 1 => {
+                            avx512_window_group_tile(&t, group, &win, yp, rp, n)
+                        }
+                        #[cfg(target_arch = "x86_64")]
+                        Path::Avx2 | Path::Avx512 => avx2_window_tile(&t, &win, yp, rp, n),
                         _ => portable_window_tile(&t, &win, yp, rp, n),
                     }
                     p += n;
                 }
             }
-            o += width;
+            o += width * group;
         }
     }
     0
@@ -1032,6 +1049,90 @@ unsafe fn avx512_tile_n<const NP: usize, const W24: bool>(
     zmm_store!(t, a16, a8, y, res, NP, W24);
 }
 
+/// The accumulators of a group tile ([`avx512_group_tile_n`]), `[pixel]
+/// [panel]` zmm, each starting at its panel's bias (or zero): the largest
+/// shape's array, every access with literal indices (see
+/// [`avx2_tile_n`]).
+#[cfg(target_arch = "x86_64")]
+macro_rules! group_accumulators {
+    ($t:expr, $g:ident) => {{
+        use std::arch::x86_64::*;
+        let bias = |j: usize| {
+            if j >= $g || $t.bias.is_null() {
+                _mm512_setzero_ps()
+            } else {
+                _mm512_loadu_ps($t.bias.add(16 * j))
+            }
+        };
+        [[bias(0), bias(1), bias(2), bias(3)]; 12]
+    }};
+}
+
+/// One pixel's FMAs in a group tile: the broadcast input element `$s`
+/// times each panel's filter row.
+#[cfg(target_arch = "x86_64")]
+macro_rules! group_fmas {
+    ($acc:ident, $g:ident, $np:ident, $s:expr, ($w0:ident, $w1:ident, $w2:ident, $w3:ident), $p:literal) => {
+        if $p < $np {
+            let s = _mm512_set1_ps($s);
+            $acc[$p][0] = _mm512_fmadd_ps($w0, s, $acc[$p][0]);
+            if $g > 1 {
+                $acc[$p][1] = _mm512_fmadd_ps($w1, s, $acc[$p][1]);
+            }
+            if $g > 2 {
+                $acc[$p][2] = _mm512_fmadd_ps($w2, s, $acc[$p][2]);
+            }
+            if $g > 3 {
+                $acc[$p][3] = _mm512_fmadd_ps($w3, s, $acc[$p][3]);
+            }
+        }
+    };
+}
+
+/// One accumulator of a group tile (pixel `$p`, panel `$j`, literals)
+/// stored through [`store8`] as its two 8-channel blocks.
+#[cfg(target_arch = "x86_64")]
+macro_rules! group_out {
+    ($t:expr, $acc:ident, ($y:expr, $res:expr), ($g:ident, $np:ident), ($lo:ident, $hi:ident), $p:literal, $j:literal) => {
+        if $p < $np && $j < $g {
+            let v = $acc[$p][$j];
+            let v0 = _mm512_castps512_ps256(v);
+            let v1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+            store8(v0, $y, $res, 2 * $j * $t.y_stride + $p * 8, ($lo, $hi));
+            store8(
+                v1,
+                $y,
+                $res,
+                (2 * $j + 1) * $t.y_stride + $p * 8,
+                ($lo, $hi),
+            );
+        }
+    };
+}
+
+/// [`group_out`] for every panel of the listed pixels.
+#[cfg(target_arch = "x86_64")]
+macro_rules! group_out_pixels {
+    ($t:expr, $acc:ident, $out:tt, $shape:tt, $bounds:tt, $($p:literal)*) => {$(
+        group_out!($t, $acc, $out, $shape, $bounds, $p, 0);
+        group_out!($t, $acc, $out, $shape, $bounds, $p, 1);
+        group_out!($t, $acc, $out, $shape, $bounds, $p, 2);
+        group_out!($t, $acc, $out, $shape, $bounds, $p, 3);
+    )*};
+}
+
+/// Stores a group tile's accumulators ([`group_out`]), then activates
+/// them.
+#[cfg(target_arch = "x86_64")]
+macro_rules! group_store {
+    ($t:expr, $acc:ident, $y:expr, $res:expr, $g:ident, $np:ident) => {{
+        use std::arch::x86_64::*;
+        let (lo, hi) = (_mm256_set1_ps($t.lo), _mm256_set1_ps($t.hi));
+        group_out_pixels!($t, $acc, ($y, $res), ($g, $np), (lo, hi), 0 1 2 3 4 5 6 7 8 9 10 11);
+        activate_tile($t, $y, $np, 2 * $g);
+    }};
+}
+
 /// A tile of `n` pixels of `g` (2 to 4) consecutive 16-channel panels
 /// on AVX-512, the first `t`'s: per `k`, one zmm filter row of each panel
 /// and one broadcast per pixel feeding `g` FMAs.
@@ -1085,34 +1186,8 @@ unsafe fn avx512_group_tile_n<const G: usize, const NP: usize>(
     // Panel `j`'s rows start `j * 16 * k` floats after the first's.
     let ps = 16 * k;
     let z = _mm512_setzero_ps();
-    let bias = |j: usize| {
-        if j >= G || t.bias.is_null() {
-            z
-        } else {
-            _mm512_loadu_ps(t.bias.add(16 * j))
-        }
-    };
-    // `[pixel][panel]`, the largest shape's array; every access has
-    // literal indices (see `avx2_tile_n`).
-    let mut acc = [[bias(0), bias(1), bias(2), bias(3)]; 12];
+    let mut acc = group_accumulators!(t, G);
     let mut wp = t.w;
-    macro_rules! px {
-        ($a:expr, $kk:literal, ($w0:ident, $w1:ident, $w2:ident, $w3:ident), $p:literal) => {
-            if $p < NP {
-                let s = _mm512_set1_ps(*$a.add($p * 8 + $kk));
-                acc[$p][0] = _mm512_fmadd_ps($w0, s, acc[$p][0]);
-                if G > 1 {
-                    acc[$p][1] = _mm512_fmadd_ps($w1, s, acc[$p][1]);
-                }
-                if G > 2 {
-                    acc[$p][2] = _mm512_fmadd_ps($w2, s, acc[$p][2]);
-                }
-                if G > 3 {
-                    acc[$p][3] = _mm512_fmadd_ps($w3, s, acc[$p][3]);
-                }
-            }
-        };
-    }
     macro_rules! step {
         ($a:expr, $kk:literal) => {{
             let row = wp.add($kk * 16);
@@ -1132,44 +1207,104 @@ unsafe fn avx512_group_tile_n<const G: usize, const NP: usize>(
             } else {
                 z
             };
-            px!($a, $kk, (w0, w1, w2, w3), 0);
-            px!($a, $kk, (w0, w1, w2, w3), 1);
-            px!($a, $kk, (w0, w1, w2, w3), 2);
-            px!($a, $kk, (w0, w1, w2, w3), 3);
-            px!($a, $kk, (w0, w1, w2, w3), 4);
-            px!($a, $kk, (w0, w1, w2, w3), 5);
-            px!($a, $kk, (w0, w1, w2, w3), 6);
-            px!($a, $kk, (w0, w1, w2, w3), 7);
-            px!($a, $kk, (w0, w1, w2, w3), 8);
-            px!($a, $kk, (w0, w1, w2, w3), 9);
-            px!($a, $kk, (w0, w1, w2, w3), 10);
-            px!($a, $kk, (w0, w1, w2, w3), 11);
+            group_fmas!(acc, G, NP, *$a.add(8 * 0 + $kk), (w0, w1, w2, w3), 0);
+            group_fmas!(acc, G, NP, *$a.add(8 * 1 + $kk), (w0, w1, w2, w3), 1);
+            group_fmas!(acc, G, NP, *$a.add(8 * 2 + $kk), (w0, w1, w2, w3), 2);
+            group_fmas!(acc, G, NP, *$a.add(8 * 3 + $kk), (w0, w1, w2, w3), 3);
+            group_fmas!(acc, G, NP, *$a.add(8 * 4 + $kk), (w0, w1, w2, w3), 4);
+            group_fmas!(acc, G, NP, *$a.add(8 * 5 + $kk), (w0, w1, w2, w3), 5);
+            group_fmas!(acc, G, NP, *$a.add(8 * 6 + $kk), (w0, w1, w2, w3), 6);
+            group_fmas!(acc, G, NP, *$a.add(8 * 7 + $kk), (w0, w1, w2, w3), 7);
+            group_fmas!(acc, G, NP, *$a.add(8 * 8 + $kk), (w0, w1, w2, w3), 8);
+            group_fmas!(acc, G, NP, *$a.add(8 * 9 + $kk), (w0, w1, w2, w3), 9);
+            group_fmas!(acc, G, NP, *$a.add(8 * 10 + $kk), (w0, w1, w2, w3), 10);
+            group_fmas!(acc, G, NP, *$a.add(8 * 11 + $kk), (w0, w1, w2, w3), 11);
         }};
     }
     k_blocks!(x, stride, k, step, wp, 16);
-    let (lo, hi) = (_mm256_set1_ps(t.lo), _mm256_set1_ps(t.hi));
-    // Panel `$j`'s zmm of pixel `$p` as its two 8-channel blocks.
-    macro_rules! out {
-        ($p:literal, $j:literal) => {
-            if $p < NP && $j < G {
-                let v = acc[$p][$j];
-                let v0 = _mm512_castps512_ps256(v);
-                let v1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-                store8(v0, y, res, 2 * $j * t.y_stride + $p * 8, (lo, hi));
-                store8(v1, y, res, (2 * $j + 1) * t.y_stride + $p * 8, (lo, hi));
+    group_store!(t, acc, y, res, G, NP);
+}
+
+/// [`avx512_group_tile`] for a window conv into the blocked layout
+/// ([`dnnc_conv_into_nchw8c`]): pixel `p`'s input of tap `k` at its window
+/// offset ([`Window`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+unsafe fn avx512_window_group_tile(
+    t: &Tile,
+    g: usize,
+    win: &Window,
+    y: *mut f32,
+    res: *const f32,
+    n: usize,
+) {
+    macro_rules! by_pixels {
+        ($g:literal, [$($np:literal)*], $max:literal) => {
+            match n {
+                $($np => avx512_window_group_tile_n::<$g, $np>(t, win, y, res),)*
+                _ => avx512_window_group_tile_n::<$g, $max>(t, win, y, res),
             }
         };
     }
-    macro_rules! out_pixel {
-        ($($p:literal)*) => {$(
-            out!($p, 0);
-            out!($p, 1);
-            out!($p, 2);
-            out!($p, 3);
-        )*};
+    match g {
+        4 => by_pixels!(4, [1 2 3 4 5], 6),
+        3 => by_pixels!(3, [1 2 3 4 5 6 7], 8),
+        _ => by_pixels!(2, [1 2 3 4 5 6 7 8 9 10 11], 12),
     }
-    out_pixel!(0 1 2 3 4 5 6 7 8 9 10 11);
-    activate_tile(t, y, NP, 2 * G);
+}
+
+/// [`avx512_window_group_tile`] for `G` panels and `NP` pixels: per tap,
+/// one zmm filter row of each panel and one broadcast per pixel, each
+/// output the bias then one FMA per tap in order, as the ymm window
+/// tile's (bitwise the same).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+#[inline(never)]
+unsafe fn avx512_window_group_tile_n<const G: usize, const NP: usize>(
+    t: &Tile,
+    win: &Window,
+    y: *mut f32,
+    res: *const f32,
+) {
+    use std::arch::x86_64::*;
+    let ps = 16 * t.k;
+    let z = _mm512_setzero_ps();
+    let mut acc = group_accumulators!(t, G);
+    let step = win.ps;
+    let mut wp = t.w;
+    for kk in 0..t.k {
+        let a = win.src.offset(*win.offs.add(kk));
+        let w0 = _mm512_loadu_ps(wp);
+        let w1 = if G > 1 {
+            _mm512_loadu_ps(wp.add(ps))
+        } else {
+            z
+        };
+        let w2 = if G > 2 {
+            _mm512_loadu_ps(wp.add(2 * ps))
+        } else {
+            z
+        };
+        let w3 = if G > 3 {
+            _mm512_loadu_ps(wp.add(3 * ps))
+        } else {
+            z
+        };
+        group_fmas!(acc, G, NP, *a, (w0, w1, w2, w3), 0);
+        group_fmas!(acc, G, NP, *a.offset(step), (w0, w1, w2, w3), 1);
+        group_fmas!(acc, G, NP, *a.offset(2 * step), (w0, w1, w2, w3), 2);
+        group_fmas!(acc, G, NP, *a.offset(3 * step), (w0, w1, w2, w3), 3);
+        group_fmas!(acc, G, NP, *a.offset(4 * step), (w0, w1, w2, w3), 4);
+        group_fmas!(acc, G, NP, *a.offset(5 * step), (w0, w1, w2, w3), 5);
+        group_fmas!(acc, G, NP, *a.offset(6 * step), (w0, w1, w2, w3), 6);
+        group_fmas!(acc, G, NP, *a.offset(7 * step), (w0, w1, w2, w3), 7);
+        group_fmas!(acc, G, NP, *a.offset(8 * step), (w0, w1, w2, w3), 8);
+        group_fmas!(acc, G, NP, *a.offset(9 * step), (w0, w1, w2, w3), 9);
+        group_fmas!(acc, G, NP, *a.offset(10 * step), (w0, w1, w2, w3), 10);
+        group_fmas!(acc, G, NP, *a.offset(11 * step), (w0, w1, w2, w3), 11);
+        wp = wp.add(16);
+    }
+    group_store!(t, acc, y, res, G, NP);
 }
 
 /// Eight outputs of a tile at offset `off` (floats) of `y`: residual
@@ -1767,10 +1902,14 @@ mod tests {
 
     #[test]
     fn window_conv_into_blocks_matches_the_definition() {
-        let paths: Vec<Path> = [Path::Avx2]
+        let best = Path::best();
+        let paths: Vec<Path> = [Path::Avx2, Path::Avx512]
             .into_iter()
-            .filter(|_| Path::best() != Path::Portable)
+            .filter(|&p| p == Path::Avx2 && best != Path::Portable || p == best)
             .collect();
+        if !paths.contains(&Path::Avx512) {
+            eprintln!("window_conv_into_blocks_matches_the_definition: no AVX-512 here, zmm tiles not run");
+        }
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         let cases = [
             // A stem: 3 channels, 3x3 stride 2, padding 1 (top and left
@@ -1779,6 +1918,13 @@ mod tests {
                 window_geom((3, 15, 29), 32, (3, 3), (2, 2), [1, 1, 1, 1]),
                 2,
                 &[3, 9][..],
+            ),
+            // 24 channels, then a group of four 16-channel panels (zmm
+            // tiles of 6 pixels on AVX-512), then one of three (8).
+            (
+                window_geom((3, 11, 13), 136, (3, 3), (2, 2), [1, 1, 1, 1]),
+                2,
+                &[5][..],
             ),
             // A 24-wide panel (4-pixel tiles), then 16; padding on every
             // side; rows split mid-image.
