@@ -1133,6 +1133,42 @@ macro_rules! group_store {
     }};
 }
 
+/// Calls `$f::<G, NP>` for a group tile of `$g` panels and `$n` pixels
+/// (at most [`GROUP_TILE_PIXELS`]`[$g]`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! dispatch_group {
+    ($f:ident, $g:expr, $n:expr, ($($arg:expr),*)) => {
+        match ($g, $n) {
+            (4, 1) => $f::<4, 1>($($arg),*),
+            (4, 2) => $f::<4, 2>($($arg),*),
+            (4, 3) => $f::<4, 3>($($arg),*),
+            (4, 4) => $f::<4, 4>($($arg),*),
+            (4, 5) => $f::<4, 5>($($arg),*),
+            (4, _) => $f::<4, 6>($($arg),*),
+            (3, 1) => $f::<3, 1>($($arg),*),
+            (3, 2) => $f::<3, 2>($($arg),*),
+            (3, 3) => $f::<3, 3>($($arg),*),
+            (3, 4) => $f::<3, 4>($($arg),*),
+            (3, 5) => $f::<3, 5>($($arg),*),
+            (3, 6) => $f::<3, 6>($($arg),*),
+            (3, 7) => $f::<3, 7>($($arg),*),
+            (3, _) => $f::<3, 8>($($arg),*),
+            (_, 1) => $f::<2, 1>($($arg),*),
+            (_, 2) => $f::<2, 2>($($arg),*),
+            (_, 3) => $f::<2, 3>($($arg),*),
+            (_, 4) => $f::<2, 4>($($arg),*),
+            (_, 5) => $f::<2, 5>($($arg),*),
+            (_, 6) => $f::<2, 6>($($arg),*),
+            (_, 7) => $f::<2, 7>($($arg),*),
+            (_, 8) => $f::<2, 8>($($arg),*),
+            (_, 9) => $f::<2, 9>($($arg),*),
+            (_, 10) => $f::<2, 10>($($arg),*),
+            (_, 11) => $f::<2, 11>($($arg),*),
+            (_, _) => $f::<2, 12>($($arg),*),
+        }
+    };
+}
+
 /// A tile of `n` pixels of `g` (2 to 4) consecutive 16-channel panels
 /// on AVX-512, the first `t`'s: per `k`, one zmm filter row of each panel
 /// and one broadcast per pixel feeding `g` FMAs.
@@ -1146,19 +1182,7 @@ unsafe fn avx512_group_tile(
     res: *const f32,
     n: usize,
 ) {
-    macro_rules! by_pixels {
-        ($g:literal, [$($np:literal)*], $max:literal) => {
-            match n {
-                $($np => avx512_group_tile_n::<$g, $np>(t, x, y, res),)*
-                _ => avx512_group_tile_n::<$g, $max>(t, x, y, res),
-            }
-        };
-    }
-    match g {
-        4 => by_pixels!(4, [1 2 3 4 5], 6),
-        3 => by_pixels!(3, [1 2 3 4 5 6 7], 8),
-        _ => by_pixels!(2, [1 2 3 4 5 6 7 8 9 10 11], 12),
-    }
+    dispatch_group!(avx512_group_tile_n, g, n, (t, x, y, res))
 }
 
 /// [`avx512_group_tile`] for `G` panels and `NP` pixels. Each output is
@@ -1238,19 +1262,7 @@ unsafe fn avx512_window_group_tile(
     res: *const f32,
     n: usize,
 ) {
-    macro_rules! by_pixels {
-        ($g:literal, [$($np:literal)*], $max:literal) => {
-            match n {
-                $($np => avx512_window_group_tile_n::<$g, $np>(t, win, y, res),)*
-                _ => avx512_window_group_tile_n::<$g, $max>(t, win, y, res),
-            }
-        };
-    }
-    match g {
-        4 => by_pixels!(4, [1 2 3 4 5], 6),
-        3 => by_pixels!(3, [1 2 3 4 5 6 7], 8),
-        _ => by_pixels!(2, [1 2 3 4 5 6 7 8 9 10 11], 12),
-    }
+    dispatch_group!(avx512_window_group_tile_n, g, n, (t, win, y, res))
 }
 
 /// [`avx512_window_group_tile`] for `G` panels and `NP` pixels: per tap,
