@@ -888,3 +888,40 @@ fn executable_is_send_sync_and_reusable() {
         }
     });
 }
+
+/// A sum keeping a last axis of 8 lanes (a channel-blocked tensor's
+/// planes summed) adds each lane's elements in order, so every result is
+/// bitwise the sequential f32 sum, whichever thread takes its unit and
+/// however many units run together: 15 units (three groups of four and
+/// three alone) at 1, 2 and 3 threads.
+#[test]
+fn lane_sums_add_in_order_at_any_thread_count() {
+    let shape = [3usize, 5, 6, 7, 8];
+    let g =
+        parse("input %x: f32[3,5,6,7,8]\n%y = ReduceSum(%x) {axes=[2,3], keepdims=1}\noutput %y");
+    let x = rand_f32(&shape, 11, -3.0, 3.0);
+    let xs = x.as_f32().expect("f32 input").to_owned();
+    let xv: Vec<f32> = xs.iter().copied().collect();
+    let mut want = Vec::new();
+    for unit in 0..15 {
+        for lane in 0..8 {
+            let mut s = 0f32;
+            for p in 0..42 {
+                s += xv[unit * 42 * 8 + p * 8 + lane];
+            }
+            want.push(s.to_bits());
+        }
+    }
+    let mut exe = compile_cpu(&g, &CpuOptions::default()).expect("compile");
+    for threads in [1, 2, 3] {
+        exe.set_threads(threads).expect("threads");
+        let got = exe.run(&[("x".to_string(), x.clone())]).expect("run");
+        let got: Vec<u32> = got[0]
+            .as_f32()
+            .expect("f32 output")
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(got, want, "{threads} threads");
+    }
+}
