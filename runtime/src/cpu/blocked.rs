@@ -542,6 +542,13 @@ unsafe fn into_blocked(
             (inner.0, inner.1, true),
             (inner.1, g.ow, false),
         ];
+        // Window tiles that are not group tiles, and all activations, in
+        // ymm registers (below).
+        let ymm = if path == Path::Avx512 {
+            Path::Avx2
+        } else {
+            path
+        };
         let mut o = 0;
         while o < m {
             let width = panel_width(m, o);
@@ -556,11 +563,6 @@ unsafe fn into_blocked(
                 group_panels(m, o, usize::MAX)
             } else {
                 1
-            };
-            let ymm = if path == Path::Avx512 {
-                Path::Avx2
-            } else {
-                path
             };
             let t = Tile::panel(w, (o, width), (taps, 0), plane * 8, &ep, ymm);
             let tile = if group > 1 {
@@ -1208,7 +1210,7 @@ unsafe fn avx512_group_tile_n<const G: usize, const NP: usize>(
     use std::arch::x86_64::*;
     let (k, stride) = (t.k, t.stride);
     // Panel `j`'s rows start `j * 16 * k` floats after the first's.
-    let ps = 16 * k;
+    let panel_stride = 16 * k;
     let z = _mm512_setzero_ps();
     let mut acc = group_accumulators!(t, G);
     let mut wp = t.w;
@@ -1217,17 +1219,17 @@ unsafe fn avx512_group_tile_n<const G: usize, const NP: usize>(
             let row = wp.add($kk * 16);
             let w0 = _mm512_loadu_ps(row);
             let w1 = if G > 1 {
-                _mm512_loadu_ps(row.add(ps))
+                _mm512_loadu_ps(row.add(panel_stride))
             } else {
                 z
             };
             let w2 = if G > 2 {
-                _mm512_loadu_ps(row.add(2 * ps))
+                _mm512_loadu_ps(row.add(2 * panel_stride))
             } else {
                 z
             };
             let w3 = if G > 3 {
-                _mm512_loadu_ps(row.add(3 * ps))
+                _mm512_loadu_ps(row.add(3 * panel_stride))
             } else {
                 z
             };
@@ -1279,7 +1281,7 @@ unsafe fn avx512_window_group_tile_n<const G: usize, const NP: usize>(
     res: *const f32,
 ) {
     use std::arch::x86_64::*;
-    let ps = 16 * t.k;
+    let panel_stride = 16 * t.k;
     let z = _mm512_setzero_ps();
     let mut acc = group_accumulators!(t, G);
     let step = win.ps;
@@ -1288,17 +1290,17 @@ unsafe fn avx512_window_group_tile_n<const G: usize, const NP: usize>(
         let a = win.src.offset(*win.offs.add(kk));
         let w0 = _mm512_loadu_ps(wp);
         let w1 = if G > 1 {
-            _mm512_loadu_ps(wp.add(ps))
+            _mm512_loadu_ps(wp.add(panel_stride))
         } else {
             z
         };
         let w2 = if G > 2 {
-            _mm512_loadu_ps(wp.add(2 * ps))
+            _mm512_loadu_ps(wp.add(2 * panel_stride))
         } else {
             z
         };
         let w3 = if G > 3 {
-            _mm512_loadu_ps(wp.add(3 * ps))
+            _mm512_loadu_ps(wp.add(3 * panel_stride))
         } else {
             z
         };
@@ -1786,6 +1788,10 @@ mod tests {
         // Odd block counts: a 24-wide first panel (4-pixel tiles).
         run(1, 24, 16, 30, true, &[13]);
         run(2, 56, 24, 17, false, &[3]);
+        // AVX-512 group tiles: 24 channels, then groups of four and three
+        // 16-channel panels; and one group of four over a deep filter.
+        run(2, 136, 40, 29, true, &[11, 35]);
+        run(1, 64, 256, 50, false, &[]);
     }
 
     /// The plain definition of a conv into the blocked layout, in f64,

@@ -309,11 +309,11 @@ fn reduce_lanes(
                 }
             }
         });
+        let inv = (kind == ReduceKind::Mean).then(|| e.vf(1.0 / count.max(1) as f32));
         for (&(_, yo), unit) in at.iter().zip(&accs) {
             for (g, &acc) in unit.iter().enumerate() {
                 let mut r = e.b.use_var(acc);
-                if kind == ReduceKind::Mean {
-                    let inv = e.vf(1.0 / count.max(1) as f32);
+                if let Some(inv) = inv {
                     r = e.b.ins().fmul(r, inv);
                 }
                 let at = e.b.ins().iadd_imm_s(yo, (g * 4) as i64);
