@@ -1,9 +1,15 @@
-//! `block-channels`: chains of pointwise and depthwise convolutions (and
-//! the elementwise ops between them) are stored channel-blocked,
-//! `[N, C/8, H, W, 8]` ([`DataLayout::Nchw8c`]), the CPU layout in which a
-//! pointwise conv's GEMM reads each pixel's channels as one contiguous run
-//! and a depthwise conv's vectors are channels. MobileNet-style inverted
-//! residual blocks are such chains from end to end.
+//! `block-channels`: chains of pointwise, depthwise and 3x3 Winograd
+//! convolutions (and the elementwise ops between them) are stored
+//! channel-blocked, `[N, C/8, H, W, 8]` ([`DataLayout::Nchw8c`]), the CPU
+//! layout in which a pointwise conv's GEMM reads each pixel's channels as
+//! one contiguous run and a depthwise conv's vectors are channels (a
+//! Winograd conv spreads a block over eight planes for its transforms).
+//! MobileNet-style inverted residual blocks are such chains from end to
+//! end; ResNet-style bottlenecks are too, between their strided convs.
+//!
+//! An elementwise op with one blocked operand of its result's shape runs
+//! blocked; its other full operands (a residual from outside the region)
+//! are reordered in, and counted as reorders.
 //!
 //! A region is a set of blocked values connected through the ops that
 //! produce them. It is blocked only if it holds at least [`MIN_CONVS`]
@@ -47,13 +53,17 @@ impl Pass for BlockChannels {
     }
 }
 
-/// The two kinds of conv the channel-blocked layout has kernels for.
+/// The kinds of conv the channel-blocked layout has kernels for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockedKernel {
     /// 1x1, stride 1, unpadded, undilated, one group: a GEMM.
     Pointwise,
     /// Undilated, one input and one output channel per group.
     Depthwise,
+    /// 3x3, stride 1, undilated, one group, any padding: Winograd (the
+    /// algorithm `select-conv-algo` recorded, F(2x2) or F(4x4)), its
+    /// transforms reading and writing the blocks' planes.
+    Winograd,
 }
 
 /// Which blocked kernel conv `geom`'s geometry fits, if any.
@@ -66,10 +76,14 @@ pub fn blocked_kernel(geom: &ConvGeom) -> Option<BlockedKernel> {
         && p.pads == [0; 4]
         && p.dilations == [1, 1];
     let depthwise = geom.g == geom.c && geom.m == geom.c && p.dilations == [1, 1];
+    let winograd =
+        geom.g == 1 && geom.kh == 3 && geom.kw == 3 && p.strides == [1, 1] && p.dilations == [1, 1];
     if pointwise {
         Some(BlockedKernel::Pointwise)
     } else if depthwise {
         Some(BlockedKernel::Depthwise)
+    } else if winograd {
+        Some(BlockedKernel::Winograd)
     } else {
         None
     }
@@ -81,8 +95,9 @@ pub fn blocked_kernel(geom: &ConvGeom) -> Option<BlockedKernel> {
 pub const DW_MAX_ROWS: usize = 32;
 
 /// Why conv `geom` has no blocked kernel, or `None` when it has one: a
-/// pointwise (1x1, stride 1, unpadded, ungrouped) or undilated depthwise
-/// conv (at most [`DW_MAX_ROWS`] window rows),
+/// pointwise (1x1, stride 1, unpadded, ungrouped), undilated depthwise
+/// (at most [`DW_MAX_ROWS`] window rows) or ungrouped 3x3 stride-1
+/// undilated conv,
 /// channels in whole blocks, its filter known at compile time (the
 /// kernels take it packed). The one definition both this pass and the CPU
 /// backend's lowering of a `data=nchw8c` conv check.
@@ -100,7 +115,7 @@ pub fn unfit(geom: &ConvGeom) -> Option<String> {
         ));
     }
     blocked_kernel(geom).is_none().then(|| {
-        "data=nchw8c runs pointwise (1x1, stride 1, unpadded, one group) and undilated depthwise convs only"
+        "data=nchw8c runs pointwise (1x1, stride 1, unpadded, one group), undilated depthwise and 3x3 stride-1 (Winograd) convs only"
             .to_string()
     })
 }
@@ -130,6 +145,11 @@ pub fn blockable_conv(g: &Graph, n: NodeId) -> bool {
     match blocked_kernel(&geom) {
         Some(BlockedKernel::Pointwise) => matches!(p.algo, ConvAlgo::Auto | ConvAlgo::Pointwise),
         Some(BlockedKernel::Depthwise) => matches!(p.algo, ConvAlgo::Auto | ConvAlgo::Depthwise),
+        // Only where Winograd was chosen: the blocked layout has no other
+        // kernel for a dense 3x3 conv.
+        Some(BlockedKernel::Winograd) => {
+            matches!(p.algo, ConvAlgo::Winograd2 | ConvAlgo::Winograd4)
+        }
         None => false,
     }
 }
@@ -270,8 +290,11 @@ pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
                 parent[a] = b;
             }
         } else if layout_free(g, n) {
+            // Any blocked full operand takes the op into the layout; a
+            // plain one (a residual from outside the region) is
+            // reordered in, and counted so below.
             let ins = full_operands(g, n);
-            if !ins.is_empty() && ins.iter().all(|v| blocked[v.index()]) {
+            if ins.iter().any(|v| blocked[v.index()]) {
                 blocked[out.index()] = true;
                 // A blocked per-channel operand (a squeeze-excitation
                 // branch of blocked convs) joins the region too.
@@ -297,6 +320,21 @@ pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
         *conv_elems.entry(r).or_default() += numel(g, out);
         if !entries.contains(&n) && !blocked[x.index()] && entered.insert(x) {
             *reorder_elems.entry(r).or_default() += numel(g, x);
+        }
+    }
+    for &n in &order {
+        let node = g.node(n);
+        let Some(&out) = node.outputs.first() else {
+            continue;
+        };
+        if !blocked[out.index()] || matches!(node.op, Op::Conv2d(_)) {
+            continue;
+        }
+        for v in full_operands(g, n) {
+            if !blocked[v.index()] && entered.insert(v) {
+                let r = find(&mut parent, out.index());
+                *reorder_elems.entry(r).or_default() += numel(g, v);
+            }
         }
     }
     for v in (0..nv).filter(|&i| blocked[i]) {
@@ -550,6 +588,50 @@ mod tests {
       %y = Add(%p, %s)
       output %y
     }";
+
+    /// A bottleneck: pointwise, 3x3 Winograd, pointwise, then an Add of
+    /// a residual from a strided conv outside the region (kept plain).
+    const BOTTLENECK: &str = "graph bottleneck {
+      input %x: f32[1,8,8,8]
+      param %wa: f32[32,8,1,1] = he(seed=1)
+      param %wb: f32[32,32,3,3] = he(seed=2)
+      param %wc: f32[64,32,1,1] = he(seed=3)
+      param %ws: f32[64,8,3,3] = he(seed=4)
+      %a = Conv2d(%x, %wa)
+      %ar = Relu(%a)
+      %b = Conv2d(%ar, %wb) {pads=[1,1,1,1], algo=winograd4}
+      %br = Relu(%b)
+      %c = Conv2d(%br, %wc)
+      %s = Conv2d(%x, %ws) {pads=[1,1,1,1], algo=im2col}
+      %y = Add(%c, %s)
+      %yr = Relu(%y)
+      param %wd: f32[64,64,1,1] = he(seed=5)
+      param %we: f32[64,64,1,1] = he(seed=6)
+      param %wf: f32[64,64,1,1] = he(seed=7)
+      %d = Conv2d(%yr, %wd)
+      %e = Conv2d(%d, %we)
+      %f = Conv2d(%e, %wf)
+      %p = GlobalAveragePool(%f)
+      output %p
+    }";
+
+    /// The Winograd conv joins the region; the strided conv's result is
+    /// reordered into the layout for the Add instead of the Add running
+    /// plain.
+    #[test]
+    fn snapshot_bottleneck_with_winograd_and_plain_residual() {
+        let mut g = parse(BOTTLENECK, "bottleneck.dnn").unwrap();
+        let before = print(&g);
+        let stats = block_channels(&mut g).unwrap();
+        dnnc_ir::verify(&g).unwrap();
+        let after = print(&g);
+        assert!(after.contains("algo=winograd4, data=nchw8c"), "{after}");
+        assert!(after.contains("%s.to_nchw8c"), "{after}");
+        insta::assert_snapshot!(format!(
+            "{before}--- block-channels ({} rewrites) --->\n{after}",
+            stats.rewrites,
+        ));
+    }
 
     #[test]
     fn snapshot_inverted_residual_block() {

@@ -89,6 +89,7 @@ pub mod native;
 pub mod peak;
 pub mod pgemm;
 mod plan;
+pub mod reblock;
 pub mod schedule;
 pub mod spin;
 pub mod wino;

@@ -38,9 +38,10 @@ pub(crate) fn is_blocked(geom: &ConvGeom) -> bool {
     geom.p.data == DataLayout::Nchw8c
 }
 
-/// Whether blocked conv `geom` is the pointwise kind (else depthwise).
+/// Whether blocked conv `geom` is the pointwise kind (else depthwise;
+/// the blocked Winograd convs lower in `fastconv`).
 fn pointwise(geom: &ConvGeom) -> bool {
-    geom.g == 1
+    geom.g == 1 && geom.kh == 1 && geom.kw == 1
 }
 
 /// The weights a blocked conv kernel takes prepared: the packed filter

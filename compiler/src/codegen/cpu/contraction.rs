@@ -130,7 +130,13 @@ fn choose(geom: &ConvGeom, node: &str, opts: &CpuOptions) -> ConvChoice {
         return ConvChoice {
             node: node.to_string(),
             requested: None,
-            algo: if geom.g == 1 {
+            algo: if let Some(m) = super::fastconv::blocked_m(geom) {
+                if m == 2 {
+                    ConvAlgo::Winograd2
+                } else {
+                    ConvAlgo::Winograd4
+                }
+            } else if geom.g == 1 {
                 ConvAlgo::Pointwise
             } else {
                 ConvAlgo::Depthwise
@@ -225,6 +231,13 @@ pub(crate) fn workspaces(g: &Graph, k: &Kernel, opts: &CpuOptions) -> Result<Vec
     if matches!(anchor.op, Op::Conv2d(_)) {
         let geom = ConvGeom::of_node(g, k.nodes[0])?;
         let algo = choose_algo(&geom, g, k, opts);
+        if let Some(m) = super::fastconv::blocked_m(&geom) {
+            ws.extend(super::fastconv::workspaces(&geom, m));
+            if needs_acc_ws(g, k) {
+                ws.push(g.value(anchor.outputs[0]).ty.size_bytes());
+            }
+            return Ok(ws);
+        }
         if super::blocked::is_blocked(&geom) {
             if !k.expansion.is_empty() {
                 ws.push(super::blocked::ring_bytes(&geom));
@@ -292,6 +305,13 @@ pub(crate) fn prepared(
         return Ok(Vec::new());
     }
     let geom = ConvGeom::of_node(g, k.nodes[0])?;
+    if let Some(m) = super::fastconv::blocked_m(&geom) {
+        return Ok(super::fastconv::prepared(
+            &geom,
+            m,
+            &f32_weight(g, anchor.inputs[1])?,
+        ));
+    }
     if super::blocked::is_blocked(&geom) {
         return super::blocked::prepared(g, k, &geom);
     }
@@ -1316,6 +1336,10 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
     if super::blocked::is_blocked(&geom) {
         if !c.k.prologue.is_empty() {
             return Err("a channel-blocked conv takes no prologue".into());
+        }
+        if let Some(m) = super::fastconv::blocked_m(&geom) {
+            super::fastconv::lower(e, c, &geom, m)?;
+            return Ok(vec![PACKED_MISMATCH.to_string()]);
         }
         return super::blocked::lower(e, c, &geom);
     }

@@ -60,6 +60,12 @@ pub(crate) struct Emit<'a> {
     /// One tile row of one channel of Winograd F(4x4)'s input transform
     /// (`dnnc_winograd4_in_row`, AVX-512), imported.
     pub wino4_in: FuncRef,
+    /// One channel block's rows spread over eight plain planes
+    /// (`dnnc_unblock_rows`), imported.
+    pub unblock: FuncRef,
+    /// Eight plain planes gathered into one channel block's rows with
+    /// bias, residual and clamp (`dnnc_block_rows`), imported.
+    pub block_rows: FuncRef,
     /// Block every error path jumps to, with the error code as parameter.
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).

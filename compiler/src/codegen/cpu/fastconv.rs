@@ -87,6 +87,7 @@ use super::KCtx;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{F32X4, I32, I64};
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, Value};
+use dnnc_ir::op::{ConvAlgo as IrAlgo, DataLayout};
 use dnnc_ir::DType;
 use dnnc_runtime::cpu::{fftconv, pgemm, AlignedBuf};
 
@@ -266,12 +267,32 @@ pub(crate) fn workspaces(geo: &ConvGeom, m: usize) -> Vec<usize> {
     let t = tiling(geo, m);
     let (cg, mg) = geo.per_group();
     let a2 = w.alpha * w.alpha;
+    // A channel-blocked conv keeps a block's eight padded and staging
+    // planes.
+    let planes = if blocked_m(geo).is_some() { B } else { 1 };
     vec![
-        t.hp * t.xw * 4,
+        planes * t.hp * t.xw * 4,
         a2 * block_stride(cg, t.rs) * 4,
         a2 * block_stride(mg, t.rs) * 4,
-        t.bt * m * t.zw * 4,
+        planes * t.bt * m * t.zw * 4,
     ]
+}
+
+/// Channels per block of the blocked layout.
+const B: usize = DataLayout::BLOCK;
+
+/// The output tile size of a channel-blocked (`data=nchw8c`) Winograd
+/// conv, which reads and writes the blocked layout (module docs,
+/// "Channel-blocked"); `None` for any other conv.
+pub(crate) fn blocked_m(geo: &ConvGeom) -> Option<usize> {
+    if geo.p.data != DataLayout::Nchw8c {
+        return None;
+    }
+    match geo.p.algo {
+        IrAlgo::Winograd2 => Some(2),
+        IrAlgo::Winograd4 => Some(4),
+        _ => None,
+    }
 }
 
 /// Compile-time weights: `U = G g Gᵀ` (computed in f64) as `[group][α²]`
@@ -494,44 +515,13 @@ pub(crate) fn lower(
         return Err("missing Winograd buffers".into());
     }
     let x = e.bufs[c.arg(node.inputs[0])?];
-
-    // Epilogue over the staging plane: strides (0, 0, zw, 1).
-    let a = node.outputs[0];
-    let domain = c.g.value(a).ty.shape.clone();
-    let zop = Operand {
-        arg: c.ws[3],
-        dtype: DType::F32,
-        strides: vec![0, 0, t.zw as i64, 1],
+    let blocked = blocked_m(geo).is_some();
+    let (spec, native, out8) = if blocked {
+        (None, None, Some(blocked_out(e, c, geo, &t, m)?))
+    } else {
+        let spec = staged_epilogue(c, geo, &t)?;
+        (Some(spec), native_out(e, c, geo, &t, m)?, None)
     };
-    let bias = match node.inputs.get(2) {
-        Some(&b) => Some((
-            Operand {
-                arg: c.arg(b)?,
-                dtype: DType::F32,
-                strides: bcast_strides(&[geo.m, 1, 1], &domain)
-                    .ok_or("bias does not broadcast to the result")?,
-            },
-            1.0,
-        )),
-        None => None,
-    };
-    let mut spec = elementwise::spec_for(
-        c.g,
-        &domain,
-        &c.k.nodes[1..],
-        &c.arg_of,
-        vec![(a, zop, bias)],
-        &c.k.outputs,
-    )?;
-    // Results stored with padded planes (`planes`): their planes lie
-    // that far apart, rows and columns as dense.
-    for (v, o) in &mut spec.outputs {
-        if let (&[_, ch, _, w], 4) = (c.g.value(*v).ty.shape.as_slice(), o.strides.len()) {
-            let ps = c.plane_stride(*v) as i64;
-            o.strides = vec![ch as i64 * ps, ps, w as i64, 1];
-        }
-    }
-    let native = native_out(e, c, geo, &t, m)?;
     let native_in = native_rows(&t, m);
     let w = Wino {
         wn,
@@ -541,11 +531,14 @@ pub(crate) fn lower(
         xs: c.plane_stride(node.inputs[0]),
         native,
         native_in,
+        out8,
         ws: workspaces(geo, m),
         args: [c.ws[0], c.ws[1], c.ws[2], c.ws[3]],
         u: c.prep[0],
-        spec: &spec,
+        spec: spec.as_ref(),
     };
+    // Transform units: channels, or blocks of 8 channels when blocked.
+    let per = if blocked { B } else { 1 };
     if is_phased(geo, &t) && t.imgs > 1 {
         // The batch's images share the GEMMs: (image, channel) units
         // for the transforms.
@@ -557,7 +550,7 @@ pub(crate) fn lower(
         // image's overhanging tiles land on the next image's first ones,
         // which the unit writes afterwards.
         e.phase(
-            cg,
+            cg / per,
             "input channels of every image (transform)",
             |e, lo, hi| {
                 let xb = e.bufs[w.args[0]];
@@ -565,7 +558,7 @@ pub(crate) fn lower(
                 e.for_range(lo, hi, 1, |e, ci| {
                     let c1 = e.b.ins().iadd_imm_s(ci, 1);
                     e.for_n(imgs, |e, n| {
-                        let cbase = e.b.ins().imul_imm_s(n, geo.c as i64);
+                        let cbase = e.b.ins().imul_imm_s(n, (geo.c / per) as i64);
                         w.input(e, xp, (cbase, n), (ci, c1), (zero, all_rows));
                     });
                 });
@@ -582,16 +575,17 @@ pub(crate) fn lower(
             },
         )?;
         let mut err = None;
+        let units = mg / per;
         e.phase(
-            imgs * mg,
+            imgs * units,
             "images x output channels (inverse transform)",
             |e, lo, hi| {
                 let zb = e.bufs[w.args[3]];
                 let zp = e.task_slice(w.args[3], zb, w.ws[3]);
                 e.bufs[w.args[3]] = zp;
                 e.for_range(lo, hi, 1, |e, u| {
-                    let n = e.b.ins().udiv_imm_u(u, mg as i64);
-                    let mo = e.b.ins().urem_imm_u(u, mg as i64);
+                    let n = e.b.ins().udiv_imm_u(u, units as i64);
+                    let mo = e.b.ins().urem_imm_u(u, units as i64);
                     let m1 = e.b.ins().iadd_imm_s(mo, 1);
                     if let Err(m) = w.output(e, n, zero, (mo, m1), (zero, all_rows)) {
                         err.get_or_insert(m);
@@ -607,7 +601,7 @@ pub(crate) fn lower(
         let (cg, mg) = geo.per_group();
         let zero = e.ci(0);
         let all_rows = e.ci(t.th as i64);
-        e.phase(cg, "input channels (transform)", |e, lo, hi| {
+        e.phase(cg / per, "input channels (transform)", |e, lo, hi| {
             let xb = e.bufs[w.args[0]];
             let xp = e.task_slice(w.args[0], xb, w.ws[0]);
             w.input(e, xp, (zero, zero), (lo, hi), (zero, all_rows));
@@ -622,15 +616,19 @@ pub(crate) fn lower(
                 Ok(())
             },
         )?;
-        return e.phase(mg, "output channels (inverse transform)", |e, lo, hi| {
-            let zb = e.bufs[w.args[3]];
-            let zp = e.task_slice(w.args[3], zb, w.ws[3]);
-            // The epilogue reads the staging plane through its argument.
-            e.bufs[w.args[3]] = zp;
-            let r = w.output(e, zero, zero, (lo, hi), (zero, all_rows));
-            e.bufs[w.args[3]] = zb;
-            r
-        });
+        return e.phase(
+            mg / per,
+            "output channels (inverse transform)",
+            |e, lo, hi| {
+                let zb = e.bufs[w.args[3]];
+                let zp = e.task_slice(w.args[3], zb, w.ws[3]);
+                // The epilogue reads the staging plane through its argument.
+                e.bufs[w.args[3]] = zp;
+                let r = w.output(e, zero, zero, (lo, hi), (zero, all_rows));
+                e.bufs[w.args[3]] = zb;
+                r
+            },
+        );
     }
     // Several images or groups, or bands of tile rows: the kernel splits
     // over (image, group, band) units, each task with its own padded
@@ -667,9 +665,9 @@ pub(crate) fn lower(
         let rows = e.b.ins().isub(r1, r0);
         let (cg, mg) = geo.per_group();
         let xp = e.bufs[w.args[0]];
-        let (lo, ci, co) = (e.ci(0), e.ci(cg as i64), e.ci(mg as i64));
-        let t0 = e.b.ins().imul_imm_s(n, geo.c as i64);
-        let t1 = e.b.ins().imul_imm_s(gi, cg as i64);
+        let (lo, ci, co) = (e.ci(0), e.ci((cg / per) as i64), e.ci((mg / per) as i64));
+        let t0 = e.b.ins().imul_imm_s(n, (geo.c / per) as i64);
+        let t1 = e.b.ins().imul_imm_s(gi, (cg / per) as i64);
         let cbase = e.b.ins().iadd(t0, t1);
         let z = e.ci(0);
         w.input(e, xp, (cbase, z), (lo, ci), (r0, rows));
@@ -684,6 +682,140 @@ pub(crate) fn lower(
         e.bufs[w.args[a]] = b;
     }
     err.map_or(Ok(()), Err)
+}
+
+/// The epilogue of a plain-layout kernel over its staging plane (strides
+/// `(0, 0, zw, 1)`): the conv's bias and its fused ops, into the kernel's
+/// results.
+fn staged_epilogue<'g>(
+    c: &KCtx<'g>,
+    geo: &ConvGeom,
+    t: &Tiling,
+) -> Result<elementwise::EwSpec<'g>, String> {
+    let node = c.g.node(c.k.nodes[0]);
+    let a = node.outputs[0];
+    let domain = c.g.value(a).ty.shape.clone();
+    let zop = Operand {
+        arg: c.ws[3],
+        dtype: DType::F32,
+        strides: vec![0, 0, t.zw as i64, 1],
+    };
+    let bias = match node.inputs.get(2) {
+        Some(&b) => Some((
+            Operand {
+                arg: c.arg(b)?,
+                dtype: DType::F32,
+                strides: bcast_strides(&[geo.m, 1, 1], &domain)
+                    .ok_or("bias does not broadcast to the result")?,
+            },
+            1.0,
+        )),
+        None => None,
+    };
+    let mut spec = elementwise::spec_for(
+        c.g,
+        &domain,
+        &c.k.nodes[1..],
+        &c.arg_of,
+        vec![(a, zop, bias)],
+        &c.k.outputs,
+    )?;
+    // Results stored with padded planes (`planes`): their planes lie
+    // that far apart, rows and columns as dense.
+    for (v, o) in &mut spec.outputs {
+        if let (&[_, ch, _, w], 4) = (c.g.value(*v).ty.shape.as_slice(), o.strides.len()) {
+            let ps = c.plane_stride(*v) as i64;
+            o.strides = vec![ch as i64 * ps, ps, w as i64, 1];
+        }
+    }
+    Ok(spec)
+}
+
+/// Where and how a channel-blocked kernel's output step writes (see
+/// [`blocked_out`]).
+struct BlockedOut<'g> {
+    /// The blocked rows' buffer: the kernel's result, or the accumulator
+    /// that `post` reads.
+    y: Value,
+    /// Floats from one channel block of `y` (and of `res`) to the next.
+    ys: usize,
+    /// The conv's bias (one f32 per output channel), if it has one.
+    bias: Option<Value>,
+    /// The residual (blocked like `y`), if the fused epilogue adds one.
+    res: Option<Value>,
+    /// The clamp's bounds (`-inf`, `inf` without one).
+    lo: f32,
+    hi: f32,
+    /// The generated epilogue over each output row of a block, for fused
+    /// ops beyond bias, residual and clamp (it reads `y`).
+    post: Option<elementwise::EwSpec<'g>>,
+    /// F(4x4)'s output transform on the native AVX-512 kernel.
+    native: bool,
+}
+
+/// The output step of channel-blocked kernel `c`: bias, residual and
+/// clamp where the fused ops are those ([`super::contraction::match_fused`],
+/// no activation after the clamp), else the bias alone into the
+/// accumulator and the fused ops as a generated epilogue on each row.
+fn blocked_out<'g>(
+    e: &Emit<'_>,
+    c: &KCtx<'g>,
+    geo: &ConvGeom,
+    t: &Tiling,
+    m: usize,
+) -> Result<BlockedOut<'g>, String> {
+    let g = c.g;
+    let node = g.node(c.k.nodes[0]);
+    if geo.g != 1 {
+        return Err("a channel-blocked Winograd conv has one group".into());
+    }
+    let bias = match node.inputs.get(2) {
+        Some(&b) => {
+            let ty = &g.value(b).ty;
+            if ty.dtype != DType::F32 || ty.shape != [geo.m] {
+                return Err(format!("bias must be f32[{}]", geo.m));
+            }
+            Some(e.bufs[c.arg(b)?])
+        }
+        None => None,
+    };
+    let native =
+        m == 4 && t.tw >= NATIVE_OUT_MIN_TILES && dnnc_runtime::cpu::wino::winograd4_out_row_runs();
+    let fused = super::contraction::match_fused(c, node.inputs.get(2).copied())
+        .filter(|f| f.act == pgemm::ACT_NONE);
+    let (y, res, lo, hi, post) = match fused {
+        Some(f) => {
+            let out = *c.k.outputs.first().ok_or("no result")?;
+            let res = match f.res {
+                Some(r) => Some((e.bufs[c.arg(r)?], r)),
+                None => None,
+            };
+            (c.arg(out)?, res, f.lo, f.hi, None)
+        }
+        None => {
+            let acc = super::contraction::acc_arg(c)?;
+            let post = super::contraction::epilogue(c, acc, None)?;
+            (acc, None, f32::NEG_INFINITY, f32::INFINITY, post)
+        }
+    };
+    let out = node.outputs[0];
+    // A blocked value's "plane" is a channel block, `[H][W][8]`.
+    let ys = c.plane_stride(out);
+    if let Some((_, r)) = res {
+        if c.plane_stride(r) != ys {
+            return Err("the residual must be stored as the result is".into());
+        }
+    }
+    Ok(BlockedOut {
+        y: e.bufs[y],
+        ys,
+        bias,
+        res: res.map(|(v, _)| v),
+        lo,
+        hi,
+        post,
+        native,
+    })
 }
 
 /// Where and how the native output transform writes (see
@@ -807,23 +939,27 @@ struct Wino<'a> {
     /// The input transform on the native AVX-512 kernel
     /// ([`native_rows`]).
     native_in: bool,
+    /// The output step of a channel-blocked kernel ([`blocked_out`]);
+    /// `None` in the plain layout.
+    out8: Option<BlockedOut<'a>>,
     /// Workspace sizes ([`workspaces`]).
     ws: Vec<usize>,
     /// Argument indices of the padded plane, V, M and the staging plane.
     args: [usize; 4],
     /// Argument index of the transformed filters.
     u: usize,
-    /// The fused epilogue, reading the staging plane.
-    spec: &'a elementwise::EwSpec<'a>,
+    /// The fused epilogue, reading the staging plane (the plain layout's).
+    spec: Option<&'a elementwise::EwSpec<'a>>,
 }
 
 impl Wino<'_> {
     /// Input channels `[lo, hi)` of one group (channel `cbase + ci` of
-    /// `x` for `ci` in the range) of V's image `img` (0 unless the
-    /// images share their GEMMs), tile rows `[r0, r0 + rows)` (one band,
-    /// or all of them): the padded copy of the rows those tiles read
-    /// into plane `xp`, then `V[s][ci][img * ps + tile]` for every tile
-    /// of the band (band-relative), four tiles of a row a step.
+    /// `x` for `ci` in the range; channel blocks, when blocked) of V's
+    /// image `img` (0 unless the images share their GEMMs), tile rows
+    /// `[r0, r0 + rows)` (one band, or all of them): the padded copy of
+    /// the rows those tiles read into plane `xp` (a block's eight planes
+    /// from `xp` on, when blocked), then `V[s][ci][img * ps + tile]` for
+    /// every tile of the band (band-relative), four tiles of a row a step.
     fn input(
         &self,
         e: &mut Emit<'_>,
@@ -832,14 +968,11 @@ impl Wino<'_> {
         (lo, hi): (Value, Value),
         (r0, rows): (Value, Value),
     ) {
-        let (wn, geo, t) = (self.wn, self.geo, self.t);
-        let (m, al) = (wn.m, wn.alpha);
-        let (cg, _) = geo.per_group();
-        let (xw, ps) = (t.xw, t.rs);
-        let vs = block_stride(cg, ps);
+        let (geo, t) = (self.geo, self.t);
+        let m = self.wn.m;
+        let xw = t.xw;
         let vimg = e.b.ins().imul_imm_s(img, t.p as i64);
         let (pt, pl) = (geo.p.pads[0], geo.p.pads[1]);
-        let vb = e.bufs[self.args[1]];
         let x = self.x;
         // Plane row `j` holds input row `r0 * m - pt + j`: rows `[0, jlo)`
         // and `[jhi, hp)` lie outside the input and are zero.
@@ -854,63 +987,129 @@ impl Wino<'_> {
         let jhi = e.b.ins().isub(bottom, top);
         let jhi = e.b.ins().smax(jhi, jlo);
         let jhi = e.b.ins().smin(jhi, hp);
-        e.for_range(lo, hi, 1, |e, ci| {
-            let sc = e.b.ins().iadd(cbase, ci);
-            let src = e.b.ins().imul_imm_s(sc, self.xs as i64);
+        // The zero rows and columns of the plane at float `p0` of `xp`,
+        // around its copied rows `[jlo, jhi)`.
+        let borders = |e: &mut Emit<'_>, p0: Value| {
             let zero = e.ci(0);
             e.for_range(zero, jlo, 1, |e, j| {
                 let d = e.b.ins().imul_imm_s(j, xw as i64);
+                let d = e.b.ins().iadd(d, p0);
                 zero_run(e, xp, d, xw);
             });
             e.for_range(jlo, jhi, 1, |e, j| {
                 let d = e.b.ins().imul_imm_s(j, xw as i64);
+                let d = e.b.ins().iadd(d, p0);
                 zero_run(e, xp, d, pl);
+                let d1 = e.b.ins().iadd_imm_s(d, (pl + geo.w) as i64);
+                zero_run(e, xp, d1, xw - pl - geo.w);
+            });
+            e.for_range(jhi, hp, 1, |e, j| {
+                let d = e.b.ins().imul_imm_s(j, xw as i64);
+                let d = e.b.ins().iadd(d, p0);
+                zero_run(e, xp, d, xw);
+            });
+        };
+        // Input row of plane row `jlo`.
+        let ih0 = e.b.ins().iadd(top, jlo);
+        let ih0 = e.b.ins().iadd_imm_s(ih0, -(pt as i64));
+        e.for_range(lo, hi, 1, |e, ci| {
+            let sc = e.b.ins().iadd(cbase, ci);
+            let src = e.b.ins().imul_imm_s(sc, self.xs as i64);
+            if self.out8.is_some() {
+                // Block `sc`'s rows spread over its eight planes at once.
+                let plane = t.hp * xw;
+                let zero = e.ci(0);
+                let all = e.ci(B as i64);
+                e.for_range(zero, all, 1, |e, l| {
+                    let p0 = e.b.ins().imul_imm_s(l, plane as i64);
+                    borders(e, p0);
+                });
+                let so = e.b.ins().imul_imm_s(ih0, (geo.w * B) as i64);
+                let so = e.b.ins().iadd(src, so);
+                let sp = e.addr(x, so, 4);
+                let d0 = e.b.ins().imul_imm_s(jlo, xw as i64);
+                let d0 = e.b.ins().iadd_imm_s(d0, pl as i64);
+                let dp = e.addr(xp, d0, 4);
+                let nrows = e.b.ins().isub(jhi, jlo);
+                let f = e.unblock;
+                let args = [
+                    sp,
+                    e.ci(geo.w as i64),
+                    nrows,
+                    e.ci(geo.w as i64),
+                    dp,
+                    e.ci(plane as i64),
+                    e.ci(xw as i64),
+                ];
+                let call = e.b.ins().call(f, &args);
+                let rc = e.b.inst_results(call)[0];
+                let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+                e.fail_if(bad, 1);
+                e.for_range(zero, all, 1, |e, l| {
+                    let p0 = e.b.ins().imul_imm_s(l, (plane * 4) as i64);
+                    let pp = e.b.ins().iadd(xp, p0);
+                    let ch = e.b.ins().imul_imm_s(ci, B as i64);
+                    let ch = e.b.ins().iadd(ch, l);
+                    self.transform_plane(e, pp, ch, vimg, rows);
+                });
+                return;
+            }
+            let zero = e.ci(0);
+            borders(e, zero);
+            e.for_range(jlo, jhi, 1, |e, j| {
+                let d = e.b.ins().imul_imm_s(j, xw as i64);
                 let ih = e.b.ins().iadd(top, j);
                 let ih = e.b.ins().iadd_imm_s(ih, -(pt as i64));
                 let so = e.b.ins().imul_imm_s(ih, geo.w as i64);
                 let so = e.b.ins().iadd(src, so);
                 let d0 = e.b.ins().iadd_imm_s(d, pl as i64);
                 copy_run(e, xp, d0, x, so, geo.w, 1, geo.w);
-                let d1 = e.b.ins().iadd_imm_s(d, (pl + geo.w) as i64);
-                zero_run(e, xp, d1, xw - pl - geo.w);
             });
-            e.for_range(jhi, hp, 1, |e, j| {
-                let d = e.b.ins().imul_imm_s(j, xw as i64);
-                zero_run(e, xp, d, xw);
-            });
-            let vc = e.b.ins().imul_imm_s(ci, ps as i64);
-            let vc = e.b.ins().iadd(vc, vimg);
-            let zero = e.ci(0);
-            e.for_range(zero, rows, 1, |e, r| {
-                // Byte addresses of the row's first tile in the plane and V.
-                let xr = e.b.ins().imul_imm_s(r, (m * xw * 4) as i64);
-                let xr = e.b.ins().iadd(xp, xr);
-                let vr = e.b.ins().imul_imm_s(r, t.tw as i64);
-                let vr = e.b.ins().iadd(vr, vc);
-                let vr = e.addr(vb, vr, 4);
-                if self.native_in {
-                    let f = e.wino4_in;
-                    let args = [xr, e.ci(xw as i64), e.ci(t.tw as i64), vr, e.ci(vs as i64)];
-                    let call = e.b.ins().call(f, &args);
-                    let rc = e.b.inst_results(call)[0];
-                    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
-                    e.fail_if(bad, 1);
-                    return;
-                }
-                e.for_n(t.tw4 / 4, |e, q| {
-                    let xo = e.b.ins().imul_imm_s(q, (4 * m * 4) as i64);
-                    let ga = e.b.ins().iadd(xr, xo);
-                    let vo = e.b.ins().imul_imm_s(q, 16);
-                    let gv = e.b.ins().iadd(vr, vo);
-                    let v = input_group(e, wn, ga, xw);
-                    for (i, row) in v.iter().enumerate() {
-                        for (j, &y) in row.iter().enumerate() {
-                            let off = ((i * al + j) * vs * 4) as i64;
-                            let a = e.b.ins().iadd_imm_s(gv, off);
-                            e.b.ins().store(mem(), y, a, 0);
-                        }
+            self.transform_plane(e, xp, ci, vimg, rows);
+        });
+    }
+
+    /// `V[s][ci][vimg + tile]` for the tiles of `rows` tile rows of the
+    /// padded plane at `xp` (input channel `ci` of the group).
+    fn transform_plane(&self, e: &mut Emit<'_>, xp: Value, ci: Value, vimg: Value, rows: Value) {
+        let (wn, geo, t) = (self.wn, self.geo, self.t);
+        let (m, al) = (wn.m, wn.alpha);
+        let (cg, _) = geo.per_group();
+        let (xw, ps) = (t.xw, t.rs);
+        let vs = block_stride(cg, ps);
+        let vb = e.bufs[self.args[1]];
+        let vc = e.b.ins().imul_imm_s(ci, ps as i64);
+        let vc = e.b.ins().iadd(vc, vimg);
+        let zero = e.ci(0);
+        e.for_range(zero, rows, 1, |e, r| {
+            // Byte addresses of the row's first tile in the plane and V.
+            let xr = e.b.ins().imul_imm_s(r, (m * xw * 4) as i64);
+            let xr = e.b.ins().iadd(xp, xr);
+            let vr = e.b.ins().imul_imm_s(r, t.tw as i64);
+            let vr = e.b.ins().iadd(vr, vc);
+            let vr = e.addr(vb, vr, 4);
+            if self.native_in {
+                let f = e.wino4_in;
+                let args = [xr, e.ci(xw as i64), e.ci(t.tw as i64), vr, e.ci(vs as i64)];
+                let call = e.b.ins().call(f, &args);
+                let rc = e.b.inst_results(call)[0];
+                let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+                e.fail_if(bad, 1);
+                return;
+            }
+            e.for_n(t.tw4 / 4, |e, q| {
+                let xo = e.b.ins().imul_imm_s(q, (4 * m * 4) as i64);
+                let ga = e.b.ins().iadd(xr, xo);
+                let vo = e.b.ins().imul_imm_s(q, 16);
+                let gv = e.b.ins().iadd(vr, vo);
+                let v = input_group(e, wn, ga, xw);
+                for (i, row) in v.iter().enumerate() {
+                    for (j, &y) in row.iter().enumerate() {
+                        let off = ((i * al + j) * vs * 4) as i64;
+                        let a = e.b.ins().iadd_imm_s(gv, off);
+                        e.b.ins().store(mem(), y, a, 0);
                     }
-                });
+                }
             });
         });
     }
@@ -970,22 +1169,19 @@ impl Wino<'_> {
         (lo, hi): (Value, Value),
         (r0, rows): (Value, Value),
     ) -> Result<(), String> {
+        if let Some(o) = &self.out8 {
+            return self.output_blocked(e, n, (lo, hi), (r0, rows), o);
+        }
+        let spec = self
+            .spec
+            .ok_or("a plain Winograd kernel without its epilogue")?;
         let (wn, geo, t) = (self.wn, self.geo, self.t);
-        let (m, al) = (wn.m, wn.alpha);
-        let (_, mg) = geo.per_group();
+        let m = wn.m;
         let (zw, ps) = (t.zw, t.rs);
-        let ms = block_stride(mg, ps);
-        // Image `n`'s columns of M when the images share their GEMMs.
-        let mimg = if t.imgs > 1 {
-            e.b.ins().imul_imm_s(n, t.p as i64)
-        } else {
-            e.ci(0)
-        };
+        let mimg = self.image_columns(e, n);
         if let Some(nat) = &self.native {
             // A call per channel and tile row: its four output rows,
             // bias and clamp applied, edges masked (no staging).
-            let f = e.wino4_out;
-            let mb = e.bufs[self.args[2]];
             let r1 = e.b.ins().iadd(r0, rows);
             e.for_range(lo, hi, 1, |e, mo| {
                 let co = e.b.ins().iadd(co0, mo);
@@ -1002,10 +1198,6 @@ impl Wino<'_> {
                     .res
                     .map(|(r, rs)| (r, e.b.ins().imul_imm_s(plane, rs as i64)));
                 e.for_range(r0, r1, 1, |e, r| {
-                    let rb = e.b.ins().isub(r, r0);
-                    let mr = e.b.ins().imul_imm_s(rb, t.tw as i64);
-                    let mr = e.b.ins().iadd(mr, mc);
-                    let mp = e.addr(mb, mr, 4);
                     let yr = e.b.ins().imul_imm_s(r, (m * geo.ow) as i64);
                     let yr = e.b.ins().iadd(yr, yo);
                     let yp = e.addr(nat.y, yr, 4);
@@ -1017,27 +1209,7 @@ impl Wino<'_> {
                         }
                         None => e.ci(0),
                     };
-                    let left = e.ci(geo.oh as i64);
-                    let top = e.b.ins().imul_imm_s(r, m as i64);
-                    let left = e.b.ins().isub(left, top);
-                    let four = e.ci(m as i64);
-                    let nrows = e.b.ins().smin(left, four);
-                    let args = [
-                        mp,
-                        e.ci(ms as i64),
-                        e.ci(t.tw as i64),
-                        yp,
-                        e.ci(geo.ow as i64),
-                        nrows,
-                        rp,
-                        bias,
-                        e.cf(nat.lo),
-                        e.cf(nat.hi),
-                    ];
-                    let call = e.b.ins().call(f, &args);
-                    let rc = e.b.inst_results(call)[0];
-                    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
-                    e.fail_if(bad, 1);
+                    self.native_row(e, mc, (r, r0), (yp, rp), (bias, nat.lo, nat.hi));
                 });
             });
             return Ok(());
@@ -1047,8 +1219,7 @@ impl Wino<'_> {
         let zb = e.bufs[self.args[3]];
         let ztop = e.b.ins().imul_imm_s(r0, (m * zw * 4) as i64);
         let zp = e.b.ins().isub(zb, ztop);
-        let mb = e.bufs[self.args[2]];
-        let epi = super::direct::Epilogue::new(self.spec, true);
+        let epi = super::direct::Epilogue::new(spec, true);
         // Tile rows and groups wholly inside the output (fused), with
         // `epi`; the rest are staged.
         let (th_in, q_in) = match epi {
@@ -1071,48 +1242,10 @@ impl Wino<'_> {
             let mc = e.b.ins().imul_imm_s(mo, ps as i64);
             let mc = e.b.ins().iadd(mc, mimg);
             let eplane = epi.as_ref().map(|f| f.plane(e, n, co));
-            // The transformed rows of group `q` of tile row `r`, as
-            // pixel-contiguous vectors per output row.
-            let transform = |e: &mut Emit<'_>, r: Value, q: Value| -> Vec<Vec<Value>> {
-                let rb = e.b.ins().isub(r, r0);
-                let mr = e.b.ins().imul_imm_s(rb, t.tw as i64);
-                let mr = e.b.ins().iadd(mr, mc);
-                let mr = e.addr(mb, mr, 4);
-                let mo4 = e.b.ins().imul_imm_s(q, 16);
-                let ma = e.b.ins().iadd(mr, mo4);
-                // tr[i][jj] = sum_k Aᵀ[i][k] M[k][jj].
-                let mut tr: Vec<Vec<Value>> = vec![Vec::with_capacity(al); m];
-                for jj in 0..al {
-                    let mk: Vec<Value> = (0..al)
-                        .map(|k| {
-                            let off = ((k * al + jj) * ms * 4) as i64;
-                            let a = e.b.ins().iadd_imm_s(ma, off);
-                            e.b.ins().load(F32X4, mem(), a, 0)
-                        })
-                        .collect();
-                    for (i, y) in at_apply(e, wn, &mk).into_iter().enumerate() {
-                        tr[i].push(y);
-                    }
-                }
-                tr.iter()
-                    .map(|row| {
-                        let y = at_apply(e, wn, row);
-                        out_row_vectors(e, &y)
-                    })
-                    .collect()
-            };
+            let transform =
+                |e: &mut Emit<'_>, r: Value, q: Value| self.transform_group(e, mc, (r, r0), q);
             let staged = |e: &mut Emit<'_>, r: Value, q: Value| {
-                let rows = transform(e, r, q);
-                let zr = e.b.ins().imul_imm_s(r, (m * zw * 4) as i64);
-                let zo = e.b.ins().imul_imm_s(q, (4 * m * 4) as i64);
-                let gz = e.b.ins().iadd(zr, zo);
-                let gz = e.b.ins().iadd(zp, gz);
-                for (i, vs) in rows.iter().enumerate() {
-                    for (l, &v) in vs.iter().enumerate() {
-                        let off = (i * zw * 4 + l * 16) as i32;
-                        e.b.ins().store(mem(), v, gz, off);
-                    }
-                }
+                self.stage_group(e, mc, (r, r0), q, (zp, zw));
             };
             // Groups `[from, groups)` of tile row `r`: the one or two edge
             // groups unrolled, whole rows as a loop.
@@ -1165,7 +1298,7 @@ impl Wino<'_> {
                     starts: vec![Some(n), Some(co), Some(h0), Some(w0)],
                     lens: vec![1, 1, hl, wl],
                 };
-                if let Err(m) = elementwise::emit(e, self.spec, &sub) {
+                if let Err(m) = elementwise::emit(e, spec, &sub) {
                     err.get_or_insert(m);
                 }
             };
@@ -1189,6 +1322,242 @@ impl Wino<'_> {
                 });
             }
             e.bufs[self.args[3]] = zb;
+        });
+        err.map_or(Ok(()), Err)
+    }
+
+    /// Image `n`'s first column of M when the images share their GEMMs,
+    /// else 0.
+    fn image_columns(&self, e: &mut Emit<'_>, n: Value) -> Value {
+        if self.t.imgs > 1 {
+            e.b.ins().imul_imm_s(n, self.t.p as i64)
+        } else {
+            e.ci(0)
+        }
+    }
+
+    /// The transformed rows of group `q` of tile row `r` (M holds the
+    /// band's tile rows from `r0` on) of the output channel whose
+    /// products start at column `mc` of M: `Y = Aᵀ M A`, as
+    /// pixel-contiguous vectors per output row.
+    fn transform_group(
+        &self,
+        e: &mut Emit<'_>,
+        mc: Value,
+        (r, r0): (Value, Value),
+        q: Value,
+    ) -> Vec<Vec<Value>> {
+        let (wn, t) = (self.wn, self.t);
+        let (m, al) = (wn.m, wn.alpha);
+        let ms = block_stride(self.geo.per_group().1, t.rs);
+        let mb = e.bufs[self.args[2]];
+        let rb = e.b.ins().isub(r, r0);
+        let mr = e.b.ins().imul_imm_s(rb, t.tw as i64);
+        let mr = e.b.ins().iadd(mr, mc);
+        let mr = e.addr(mb, mr, 4);
+        let mo4 = e.b.ins().imul_imm_s(q, 16);
+        let ma = e.b.ins().iadd(mr, mo4);
+        // tr[i][jj] = sum_k Aᵀ[i][k] M[k][jj].
+        let mut tr: Vec<Vec<Value>> = vec![Vec::with_capacity(al); m];
+        for jj in 0..al {
+            let mk: Vec<Value> = (0..al)
+                .map(|k| {
+                    let off = ((k * al + jj) * ms * 4) as i64;
+                    let a = e.b.ins().iadd_imm_s(ma, off);
+                    e.b.ins().load(F32X4, mem(), a, 0)
+                })
+                .collect();
+            for (i, y) in at_apply(e, wn, &mk).into_iter().enumerate() {
+                tr[i].push(y);
+            }
+        }
+        tr.iter()
+            .map(|row| {
+                let y = at_apply(e, wn, row);
+                out_row_vectors(e, &y)
+            })
+            .collect()
+    }
+
+    /// Group `q` of tile row `r`, transformed ([`Self::transform_group`])
+    /// and stored to a staging plane: `zp` is where its output row 0
+    /// would be, rows `zrs` floats apart.
+    fn stage_group(
+        &self,
+        e: &mut Emit<'_>,
+        mc: Value,
+        (r, r0): (Value, Value),
+        q: Value,
+        (zp, zrs): (Value, usize),
+    ) {
+        let m = self.wn.m;
+        let rows = self.transform_group(e, mc, (r, r0), q);
+        let zr = e.b.ins().imul_imm_s(r, (m * zrs * 4) as i64);
+        let zo = e.b.ins().imul_imm_s(q, (4 * m * 4) as i64);
+        let gz = e.b.ins().iadd(zr, zo);
+        let gz = e.b.ins().iadd(zp, gz);
+        for (i, vs) in rows.iter().enumerate() {
+            for (l, &v) in vs.iter().enumerate() {
+                let off = (i * zrs * 4 + l * 16) as i32;
+                e.b.ins().store(mem(), v, gz, off);
+            }
+        }
+    }
+
+    /// Tile row `r` (M from the band's row `r0` on) of the output
+    /// channel whose products start at column `mc` of M, on the native
+    /// F(4x4) output transform: its up to four output rows at `yp`
+    /// (`OW` floats apart), `min(max(y + bias + res, lo), hi)` with the
+    /// residual rows at `rp` (none when 0).
+    fn native_row(
+        &self,
+        e: &mut Emit<'_>,
+        mc: Value,
+        (r, r0): (Value, Value),
+        (yp, rp): (Value, Value),
+        (bias, lo, hi): (Value, f32, f32),
+    ) {
+        let (geo, t, m) = (self.geo, self.t, self.wn.m);
+        let ms = block_stride(geo.per_group().1, t.rs);
+        let mb = e.bufs[self.args[2]];
+        let rb = e.b.ins().isub(r, r0);
+        let mr = e.b.ins().imul_imm_s(rb, t.tw as i64);
+        let mr = e.b.ins().iadd(mr, mc);
+        let mp = e.addr(mb, mr, 4);
+        let left = e.ci(geo.oh as i64);
+        let top = e.b.ins().imul_imm_s(r, m as i64);
+        let left = e.b.ins().isub(left, top);
+        let four = e.ci(m as i64);
+        let nrows = e.b.ins().smin(left, four);
+        let f = e.wino4_out;
+        let args = [
+            mp,
+            e.ci(ms as i64),
+            e.ci(t.tw as i64),
+            yp,
+            e.ci(geo.ow as i64),
+            nrows,
+            rp,
+            bias,
+            e.cf(lo),
+            e.cf(hi),
+        ];
+        let call = e.b.ins().call(f, &args);
+        let rc = e.b.inst_results(call)[0];
+        let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+        e.fail_if(bad, 1);
+    }
+
+    /// Output channel blocks `[lo, hi)` of image `n`, tile rows
+    /// `[r0, r0 + rows)` of a channel-blocked kernel: each of a block's eight
+    /// channels transformed into its staging plane (the native F(4x4)
+    /// rows with the channel's bias, or the generated groups), then the
+    /// block's output rows written from the eight planes
+    /// (`dnnc_block_rows`: bias where not yet added, residual, clamp),
+    /// then any further fused ops on each of those rows.
+    fn output_blocked(
+        &self,
+        e: &mut Emit<'_>,
+        n: Value,
+        (lo, hi): (Value, Value),
+        (r0, rows): (Value, Value),
+        o: &BlockedOut<'_>,
+    ) -> Result<(), String> {
+        let (geo, t, m) = (self.geo, self.t, self.wn.m);
+        let ps = t.rs;
+        let mimg = self.image_columns(e, n);
+        // Each staging plane holds the band's rows, `zrs` floats apart:
+        // the native transform writes rows of `OW`.
+        let zrs = if o.native { geo.ow } else { t.zw };
+        let zplane = t.bt * m * t.zw;
+        let zb = e.bufs[self.args[3]];
+        let ztop = e.b.ins().imul_imm_s(r0, (m * zrs * 4) as i64);
+        let zp0 = e.b.ins().isub(zb, ztop);
+        let r1 = e.b.ins().iadd(r0, rows);
+        let groups = t.tw4 / 4;
+        let mut err = None;
+        e.for_range(lo, hi, 1, |e, blk| {
+            let zero = e.ci(0);
+            let all = e.ci(B as i64);
+            e.for_range(zero, all, 1, |e, l| {
+                let mo = e.b.ins().imul_imm_s(blk, B as i64);
+                let mo = e.b.ins().iadd(mo, l);
+                let mc = e.b.ins().imul_imm_s(mo, ps as i64);
+                let mc = e.b.ins().iadd(mc, mimg);
+                let zl = e.b.ins().imul_imm_s(l, (zplane * 4) as i64);
+                let zp = e.b.ins().iadd(zp0, zl);
+                if o.native {
+                    let bias = match o.bias {
+                        Some(b) => e.load_f32(b, mo),
+                        None => e.cf(0.0),
+                    };
+                    e.for_range(r0, r1, 1, |e, r| {
+                        let zr = e.b.ins().imul_imm_s(r, (m * zrs * 4) as i64);
+                        let yp = e.b.ins().iadd(zp, zr);
+                        let none = e.ci(0);
+                        let inf = (f32::NEG_INFINITY, f32::INFINITY);
+                        self.native_row(e, mc, (r, r0), (yp, none), (bias, inf.0, inf.1));
+                    });
+                } else {
+                    e.for_range(r0, r1, 1, |e, r| {
+                        e.for_n(groups, |e, q| {
+                            self.stage_group(e, mc, (r, r0), q, (zp, zrs));
+                        });
+                    });
+                }
+            });
+            // Output rows `[oy0, oy1)`: the band's, cut at `OH`.
+            let oy0 = e.b.ins().imul_imm_s(r0, m as i64);
+            let oy1 = e.b.ins().imul_imm_s(r1, m as i64);
+            let oh = e.ci(geo.oh as i64);
+            let oy1 = e.b.ins().smin(oy1, oh);
+            let nrows = e.b.ins().isub(oy1, oy0);
+            let plane = e.b.ins().imul_imm_s(n, (geo.m / B) as i64);
+            let plane = e.b.ins().iadd(plane, blk);
+            let yo = e.b.ins().imul_imm_s(plane, o.ys as i64);
+            let ro = e.b.ins().imul_imm_s(oy0, (geo.ow * B) as i64);
+            let yo = e.b.ins().iadd(yo, ro);
+            let yp = e.addr(o.y, yo, 4);
+            let rp = match o.res {
+                Some(r) => e.addr(r, yo, 4),
+                None => e.ci(0),
+            };
+            let bp = match (o.bias, o.native) {
+                (Some(b), false) => {
+                    let bo = e.b.ins().imul_imm_s(blk, B as i64);
+                    e.addr(b, bo, 4)
+                }
+                _ => e.ci(0),
+            };
+            let f = e.block_rows;
+            let args = [
+                zb,
+                e.ci(zplane as i64),
+                e.ci(zrs as i64),
+                nrows,
+                e.ci(geo.ow as i64),
+                yp,
+                e.ci(geo.ow as i64),
+                bp,
+                rp,
+                e.cf(o.lo),
+                e.cf(o.hi),
+            ];
+            let call = e.b.ins().call(f, &args);
+            let rc = e.b.inst_results(call)[0];
+            let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+            e.fail_if(bad, 1);
+            if let Some(spec) = &o.post {
+                e.for_range(oy0, oy1, 1, |e, oy| {
+                    let sub = SubDomain {
+                        starts: vec![Some(n), Some(blk), Some(oy), None, None],
+                        lens: vec![1, 1, 1, geo.ow, B],
+                    };
+                    if let Err(m) = elementwise::emit(e, spec, &sub) {
+                        err.get_or_insert(m);
+                    }
+                });
+            }
         });
         err.map_or(Ok(()), Err)
     }

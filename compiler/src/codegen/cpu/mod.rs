@@ -689,6 +689,22 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let wino4_in_id = module
         .declare_function("dnnc_winograd4_in_row", Linkage::Import, &wisg)
         .map_err(|e| backend(e.to_string()))?;
+    let mut ubsg = module.make_signature();
+    for t in [ptr, I64, I64, I64, ptr, I64, I64] {
+        ubsg.params.push(AbiParam::new(t));
+    }
+    ubsg.returns.push(AbiParam::new(I32));
+    let unblock_id = module
+        .declare_function("dnnc_unblock_rows", Linkage::Import, &ubsg)
+        .map_err(|e| backend(e.to_string()))?;
+    let mut brsg = module.make_signature();
+    for t in [ptr, I64, I64, I64, I64, ptr, I64, ptr, ptr, F32, F32] {
+        brsg.params.push(AbiParam::new(t));
+    }
+    brsg.returns.push(AbiParam::new(I32));
+    let block_rows_id = module
+        .declare_function("dnnc_block_rows", Linkage::Import, &brsg)
+        .map_err(|e| backend(e.to_string()))?;
 
     // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
@@ -791,6 +807,8 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let maxpool1 = module.declare_func_in_func(maxpool1_id, &mut ctx.func);
             let wino4_out = module.declare_func_in_func(wino4_out_id, &mut ctx.func);
             let wino4_in = module.declare_func_in_func(wino4_in_id, &mut ctx.func);
+            let unblock = module.declare_func_in_func(unblock_id, &mut ctx.func);
+            let block_rows = module.declare_func_in_func(block_rows_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -822,6 +840,8 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 maxpool1,
                 wino4_out,
                 wino4_in,
+                unblock,
+                block_rows,
                 fail,
                 cfg: module.target_config(),
                 task,
