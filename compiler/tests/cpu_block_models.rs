@@ -5,8 +5,8 @@
 //! bottleneck), checked in under `tests/fixtures/blocks` with
 //! onnxruntime's outputs (`generate.py` there rebuilds them). Each must
 //! match on the CPU backend within rtol 1e-3, atol 1e-4 with the default
-//! algorithm choice and with every convolution algorithm forced, at 1 and
-//! 2 threads.
+//! algorithm choice (also with pools and Concats channel-blocked) and with
+//! every convolution algorithm forced, at 1 and 2 threads.
 
 mod cpu_common;
 
@@ -39,9 +39,17 @@ fn batch8_blocks_match_onnxruntime_with_every_algorithm_and_thread_count() {
         let want = dnnc_ir::tensor::read_npy(&dir.join("output.npy")).unwrap();
         assert_eq!(x.ty().shape[0], 8, "{name}: fixtures are batch 8");
         let ins = vec![(g.value(g.inputs()[0]).name.clone(), x)];
-        for &algo in &algos {
+        // The default choice also with pools and Concats in the blocked
+        // regions (`block_pools`: the Inception branch's average pool, the
+        // dense block's Concats, the bottleneck's max pool).
+        let runs = algos
+            .iter()
+            .map(|&a| (a, false))
+            .chain(std::iter::once((None, true)));
+        for (algo, block_pools) in runs {
             let opts = CpuOptions {
                 conv_algo: algo,
+                block_pools,
                 ..Default::default()
             };
             let mut exe = compile_cpu(&g, &opts).unwrap_or_else(|e| panic!("{name} {algo:?}: {e}"));
@@ -50,7 +58,7 @@ fn batch8_blocks_match_onnxruntime_with_every_algorithm_and_thread_count() {
                 let got = exe
                     .run(&ins)
                     .unwrap_or_else(|e| panic!("{name} {algo:?} {threads}T: {e}"));
-                let what = format!("{name} {algo:?} {threads}T");
+                let what = format!("{name} {algo:?} pools blocked {block_pools} {threads}T");
                 let err = cpu_common::assert_close(&what, &got[0], &want, 1e-3, 1e-4);
                 println!("{what:40} max abs err {err:.2e}");
             }

@@ -393,3 +393,52 @@ fn plain_residuals_reordered_into_a_region_match_the_interpreter() {
     check_with(&g, &ins, 1e-3, 1e-4, &CpuOptions::default());
     at_every_thread_count(&g, &ins, body);
 }
+
+/// With pools and Concats taken into the blocked regions
+/// (`CpuOptions::block_pools`), GoogLeNet and SqueezeNet run blocked from
+/// their stem pool to their global pool (max pools `data=nchw8c`, channel
+/// Concats of blocks), and every zoo model still matches onnxruntime's
+/// output within rtol 1e-3, atol 1e-4 at 1 and 2 threads.
+#[test]
+#[ignore = "release-mode numeric test on real models (CI runs it with --include-ignored)"]
+fn zoo_models_match_onnxruntime_with_pools_and_concats_blocked() {
+    let Some(models) = cpu_common::shared_models() else {
+        return;
+    };
+    let opts = CpuOptions {
+        block_pools: true,
+        ..Default::default()
+    };
+    let mut blocked_pools = 0;
+    for dir in models {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let g = dnnc_compiler::onnx::import_onnx_file(dir.join("model.onnx"))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut relaid = g.clone();
+        let bo = dnnc_passes::block_channels::BlockOptions {
+            pools_and_concats: true,
+        };
+        dnnc_passes::block_channels::block_channels_with(&mut relaid, bo).expect("block-channels");
+        let text = dnnc_ir::text::print(&relaid);
+        if text.contains("MaxPool") && text.contains("ceil_mode=1, data=nchw8c") {
+            blocked_pools += 1;
+        }
+        let x = dnnc_ir::tensor::read_npy(&dir.join("input.npy")).unwrap();
+        let want = dnnc_ir::tensor::read_npy(&dir.join("output.npy")).unwrap();
+        let ins = vec![(g.value(g.inputs()[0]).name.clone(), x)];
+        let mut exe = compile_cpu(&g, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for threads in [1, 2] {
+            exe.set_threads(threads).unwrap();
+            let got = exe
+                .run(&ins)
+                .unwrap_or_else(|e| panic!("{name} {threads}T: {e}"));
+            let what = format!("{name} pools blocked {threads}T");
+            let err = cpu_common::assert_close(&what, &got[0], &want, 1e-3, 1e-4);
+            println!("{what:40} max abs err {err:.2e}");
+        }
+    }
+    assert!(
+        blocked_pools >= 2,
+        "GoogLeNet's and SqueezeNet's max pools run blocked"
+    );
+}

@@ -377,9 +377,16 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
                 return Err("kernel, strides and dilations must be at least 1".into());
             }
             need_dtype(x, &f32_only, "input")?;
-            need_rank(x, 4, "input")?;
+            let Some([n, c, h, w]) = p.data.logical_dims(&x.shape) else {
+                return Err(match p.data {
+                    DataLayout::Nchw8c => {
+                        format!("input of a data=nchw8c pool must be [N, C/8, H, W, 8], found {x}")
+                    }
+                    _ => format!("input must have rank 4, found {x}"),
+                });
+            };
             let ho = window_out(
-                x.shape[2],
+                h,
                 p.kernel[0],
                 p.strides[0],
                 p.pads[0],
@@ -388,7 +395,7 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
                 p.ceil_mode,
             );
             let wo = window_out(
-                x.shape[3],
+                w,
                 p.kernel[1],
                 p.strides[1],
                 p.pads[1],
@@ -397,7 +404,13 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult {
                 p.ceil_mode,
             );
             match (ho, wo) {
-                (Some(ho), Some(wo)) => one(TensorType::f32(vec![x.shape[0], x.shape[1], ho, wo])),
+                (Some(ho), Some(wo)) => one(TensorType::f32(match p.data {
+                    DataLayout::Nchw8c => {
+                        let b = DataLayout::BLOCK;
+                        vec![n, c / b, ho, wo, b]
+                    }
+                    _ => vec![n, c, ho, wo],
+                })),
                 _ => Err(format!(
                     "window {:?} does not fit the padded input {x}",
                     p.kernel
@@ -1041,6 +1054,25 @@ mod tests {
         assert!(bad.contains("channels"), "{bad}");
     }
 
+    /// A `data=nchw8c` pool reads and writes `[N, C/8, H, W, 8]`; a plain
+    /// rank-4 input is refused with the layout named.
+    #[test]
+    fn blocked_pools_keep_the_blocked_shape() {
+        let p = Pool2d {
+            kernel: [3, 3],
+            strides: [2, 2],
+            pads: [0, 0, 0, 0],
+            dilations: [1, 1],
+            ceil_mode: true,
+            count_include_pad: false,
+            data: DataLayout::Nchw8c,
+        };
+        let out = infer(&Op::MaxPool(p.clone()), &[&t(&[1, 8, 112, 112, 8])]).unwrap();
+        assert_eq!(out[0].shape, vec![1, 8, 56, 56, 8]);
+        let bad = infer(&Op::AveragePool(p), &[&t(&[1, 64, 112, 112])]).unwrap_err();
+        assert!(bad.contains("data=nchw8c pool"), "{bad}");
+    }
+
     #[test]
     fn pool_ceil_mode_drops_window_starting_in_padding() {
         let p = Pool2d {
@@ -1050,6 +1082,7 @@ mod tests {
             dilations: [1, 1],
             ceil_mode: true,
             count_include_pad: false,
+            data: crate::op::DataLayout::Nchw,
         };
         // GoogLeNet: 112 -> 56 with ceil mode.
         let out = infer(&Op::MaxPool(p.clone()), &[&t(&[1, 64, 112, 112])]).unwrap();

@@ -280,6 +280,11 @@ pub struct Pool2d {
     pub ceil_mode: bool,
     /// AveragePool: divide by the full window including padding.
     pub count_include_pad: bool,
+    /// How input and result are stored: `[N, C, H, W]`, or channel-blocked
+    /// `[N, C/8, H, W, 8]` (`data=nchw8c`, placed by the CPU backend's
+    /// `block-channels` pass inside a blocked region). The pooling is the
+    /// same either way.
+    pub data: DataLayout,
 }
 
 /// Local response normalisation across channels (AlexNet).
@@ -1399,20 +1404,32 @@ impl Op {
                 ("transA", Int(g.trans_a as i64)),
                 ("transB", Int(g.trans_b as i64)),
             ],
-            Op::MaxPool(p) => vec![
-                ("kernel", ints(&p.kernel)),
-                ("strides", ints(&p.strides)),
-                ("pads", ints(&p.pads)),
-                ("dilations", ints(&p.dilations)),
-                ("ceil_mode", Int(p.ceil_mode as i64)),
-            ],
-            Op::AveragePool(p) => vec![
-                ("kernel", ints(&p.kernel)),
-                ("strides", ints(&p.strides)),
-                ("pads", ints(&p.pads)),
-                ("ceil_mode", Int(p.ceil_mode as i64)),
-                ("count_include_pad", Int(p.count_include_pad as i64)),
-            ],
+            Op::MaxPool(p) => {
+                let mut a = vec![
+                    ("kernel", ints(&p.kernel)),
+                    ("strides", ints(&p.strides)),
+                    ("pads", ints(&p.pads)),
+                    ("dilations", ints(&p.dilations)),
+                    ("ceil_mode", Int(p.ceil_mode as i64)),
+                ];
+                if p.data != DataLayout::Nchw {
+                    a.push(("data", Word(p.data.name().to_string())));
+                }
+                a
+            }
+            Op::AveragePool(p) => {
+                let mut a = vec![
+                    ("kernel", ints(&p.kernel)),
+                    ("strides", ints(&p.strides)),
+                    ("pads", ints(&p.pads)),
+                    ("ceil_mode", Int(p.ceil_mode as i64)),
+                    ("count_include_pad", Int(p.count_include_pad as i64)),
+                ];
+                if p.data != DataLayout::Nchw {
+                    a.push(("data", Word(p.data.name().to_string())));
+                }
+                a
+            }
             Op::BatchNormalization { epsilon } => vec![("epsilon", f(*epsilon))],
             Op::Lrn(l) => vec![
                 ("size", Int(l.size as i64)),
@@ -1651,6 +1668,12 @@ impl Op {
                         false
                     } else {
                         a.flag("count_include_pad", false)?
+                    },
+                    data: {
+                        // A pool's input and result share one layout.
+                        let names = [DataLayout::Nchw, DataLayout::Nchw8c].map(DataLayout::name);
+                        let w = a.word("data", "nchw", &names)?;
+                        DataLayout::from_name(&w).unwrap_or_default()
                     },
                 };
                 let extent = |i: usize| {

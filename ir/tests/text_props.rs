@@ -268,6 +268,7 @@ impl Builder {
                     dilations: [1, 1],
                     ceil_mode: self.coin(),
                     count_include_pad: false,
+                    data: dnnc_ir::op::DataLayout::Nchw,
                 };
                 let op = match self.below(4) {
                     0 => Op::MaxPool(p),

@@ -589,3 +589,29 @@ fn conv_layout_attribute_round_trips() {
     let err = parse(bad, "bad.dnn").unwrap_err().to_string();
     assert!(err.contains("nhwc") && err.contains("lanes"), "{err}");
 }
+
+/// A channel-blocked pool prints its layout and reads back the same; a
+/// pool refuses the conv-only `nchw_to_nchw8c`, naming the attribute.
+#[test]
+fn blocked_pools_round_trip() {
+    let (g, text) = canon(
+        "graph p {
+  input %x: f32[1,2,9,9,8]
+  %m = MaxPool(%x) {kernel=[3,3], strides=[2,2], ceil_mode=1, data=nchw8c}
+  %a = AveragePool(%m) {kernel=[2,2], strides=[2,2], data=nchw8c}
+  output %a
+}",
+    );
+    assert!(text.contains("ceil_mode=1, data=nchw8c}"), "{text}");
+    assert_eq!(g.value(g.outputs()[0]).ty.shape, vec![1, 2, 2, 2, 8]);
+    let bad = parse(
+        "graph p {
+  input %x: f32[1,8,9,9]
+  %m = MaxPool(%x) {kernel=[3,3], data=nchw_to_nchw8c}
+  output %m
+}",
+        "bad.dnn",
+    )
+    .unwrap_err();
+    assert!(bad.to_string().contains("data"), "{bad}");
+}

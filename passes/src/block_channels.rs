@@ -27,7 +27,7 @@
 
 use crate::conv_algo::ConvGeom;
 use crate::pipeline::{Pass, PassError, PassStats};
-use dnnc_ir::op::{Conv2d, ConvAlgo, DataLayout, ReduceKind, WeightLayout};
+use dnnc_ir::op::{Conv2d, ConvAlgo, DataLayout, ReduceKind, Unary, WeightLayout};
 use dnnc_ir::{DType, Graph, GraphError, NodeId, Op, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
 
@@ -147,11 +147,21 @@ pub fn blockable_conv(g: &Graph, n: NodeId) -> bool {
         Some(BlockedKernel::Depthwise) => matches!(p.algo, ConvAlgo::Auto | ConvAlgo::Depthwise),
         // Only where Winograd was chosen: the blocked layout has no other
         // kernel for a dense 3x3 conv.
-        Some(BlockedKernel::Winograd) => {
-            matches!(p.algo, ConvAlgo::Winograd2 | ConvAlgo::Winograd4)
-        }
+        Some(BlockedKernel::Winograd) => winograd_algo(&geom).is_some(),
         None => false,
     }
+}
+
+/// The Winograd algorithm a 3x3 conv runs blocked: its `algo` when that
+/// is Winograd, the heuristic's choice ([`ConvGeom::default_algo`]) when
+/// it is `auto` and that is Winograd; `None` otherwise (the blocked
+/// layout has no other kernel for a dense 3x3 conv).
+pub fn winograd_algo(geom: &ConvGeom) -> Option<ConvAlgo> {
+    let algo = match geom.p.algo {
+        ConvAlgo::Auto => geom.default_algo(),
+        a => a,
+    };
+    matches!(algo, ConvAlgo::Winograd2 | ConvAlgo::Winograd4).then_some(algo)
 }
 
 /// Most taps (`c x kh x kw`) of a conv into the blocked layout; the CPU
@@ -198,6 +208,22 @@ fn into_blockable_conv(g: &Graph, n: NodeId) -> bool {
         || g.value(node.inputs[0]).ty.dtype != DType::F32
     {
         return false;
+    }
+    // A stem whose result only a max pool reads (GoogLeNet's, ResNet's)
+    // stays plain: the CPU backend pools it band by band inside its
+    // im2col kernel, never writing the full-size map (GoogLeNet: 1.70 ms
+    // against 1.62 + 0.33 blocked); the region starts after the pool.
+    // Through a Relu or Clip (fused into the conv's kernel) to the pool.
+    let mut out = node.outputs[0];
+    loop {
+        let users = g.users(out);
+        match users.as_slice() {
+            [(u, _)] if matches!(g.node(*u).op, Op::MaxPool(_)) => return false,
+            [(u, _)] if matches!(g.node(*u).op, Op::Unary(Unary::Relu | Unary::Clip { .. })) => {
+                out = g.node(*u).outputs[0];
+            }
+            _ => break,
+        }
     }
     ConvGeom::of_node(g, n).is_ok_and(|geom| unfit_into(&geom).is_none())
 }
@@ -254,6 +280,41 @@ fn full_operands(g: &Graph, n: NodeId) -> Vec<ValueId> {
         .collect()
 }
 
+/// Whether node `n` is a max or average pool, or a channel Concat, of
+/// rank-4 f32 data in whole channel blocks: ops with a blocked form
+/// (`data=nchw8c` pools, Concat along the block axis) that join a region
+/// when it computes their (first) data operand.
+fn blocked_form(g: &Graph, n: NodeId) -> bool {
+    let node = g.node(n);
+    let whole = |v: ValueId| {
+        let t = &g.value(v).ty;
+        t.dtype == DType::F32 && t.rank() == 4 && t.shape[1].is_multiple_of(DataLayout::BLOCK)
+    };
+    let fits = node.outputs.len() == 1 && whole(node.outputs[0]);
+    match &node.op {
+        Op::MaxPool(p) | Op::AveragePool(p) => {
+            fits && p.data == DataLayout::Nchw && whole(node.inputs[0])
+        }
+        Op::Concat { axis } => {
+            fits && dnnc_ir::infer::norm_axis(*axis, 4) == Ok(1)
+                && node.inputs.iter().all(|&v| whole(v))
+        }
+        _ => false,
+    }
+}
+
+/// The operands of node `n` that a blocked region must hand it blocked
+/// (reordering them in where they are plain): a pool's input, every
+/// Concat input, an elementwise op's [`full_operands`].
+fn region_operands(g: &Graph, n: NodeId) -> Vec<ValueId> {
+    let node = g.node(n);
+    match &node.op {
+        Op::MaxPool(_) | Op::AveragePool(_) => vec![node.inputs[0]],
+        Op::Concat { .. } => node.inputs.clone(),
+        _ => full_operands(g, n),
+    }
+}
+
 fn find(parent: &mut [usize], mut i: usize) -> usize {
     while parent[i] != i {
         parent[i] = parent[parent[i]];
@@ -262,8 +323,26 @@ fn find(parent: &mut [usize], mut i: usize) -> usize {
     i
 }
 
-/// Rewrites `g` in place (see the module docs).
+/// What the pass may take into a region beyond convs and elementwise ops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockOptions {
+    /// Max and average pools (`data=nchw8c`) and channel Concats, so
+    /// GoogLeNet- and SqueezeNet-style models run blocked from their stem
+    /// pool to their global pool. Off by default: on the Xeon at one
+    /// thread GoogLeNet ran 2-4% and SqueezeNet ~5% slower whole-model
+    /// (pointwise convs 11% faster, the pools about 2x and the Winograd
+    /// transforms ~4% slower; ARCHITECTURE.md, "Channel-blocked chains").
+    pub pools_and_concats: bool,
+}
+
+/// Rewrites `g` in place (see the module docs) with the default
+/// [`BlockOptions`].
 pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
+    block_channels_with(g, BlockOptions::default())
+}
+
+/// Rewrites `g` in place, taking what `opts` allows into regions.
+pub fn block_channels_with(g: &mut Graph, opts: BlockOptions) -> Result<PassStats, GraphError> {
     let order = g.topo_order();
     let nv = g.value_count();
     // Values a blocked op would produce, and their regions.
@@ -288,6 +367,21 @@ pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
             if blocked[x.index()] {
                 let (a, b) = (find(&mut parent, x.index()), find(&mut parent, out.index()));
                 parent[a] = b;
+            }
+        } else if opts.pools_and_concats && blocked_form(g, n) {
+            // A pool joins when its input is blocked; a Concat when any
+            // input is (the others are reordered in).
+            let ins = region_operands(g, n);
+            let joins = match node.op {
+                Op::Concat { .. } => ins.iter().any(|v| blocked[v.index()]),
+                _ => blocked[ins[0].index()],
+            };
+            if joins {
+                blocked[out.index()] = true;
+                for v in ins.iter().filter(|v| blocked[v.index()]) {
+                    let (a, b) = (find(&mut parent, v.index()), find(&mut parent, out.index()));
+                    parent[a] = b;
+                }
             }
         } else if layout_free(g, n) {
             // Any blocked full operand takes the op into the layout; a
@@ -330,7 +424,7 @@ pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
         if !blocked[out.index()] || matches!(node.op, Op::Conv2d(_)) {
             continue;
         }
-        for v in full_operands(g, n) {
+        for v in region_operands(g, n) {
             if !blocked[v.index()] && entered.insert(v) {
                 let r = find(&mut parent, out.index());
                 *reorder_elems.entry(r).or_default() += numel(g, v);
@@ -415,11 +509,42 @@ pub fn block_channels(g: &mut Graph) -> Result<PassStats, GraphError> {
                     &mut stats,
                 )?);
                 ins.extend_from_slice(&node.inputs[1..]);
+                // A Winograd conv records the algorithm it runs.
+                let geom = ConvGeom::of_node(g, n).map_err(GraphError::UnknownValue)?;
+                let algo = match blocked_kernel(&geom) {
+                    Some(BlockedKernel::Winograd) => winograd_algo(&geom).unwrap_or(p.algo),
+                    _ => p.algo,
+                };
                 Op::Conv2d(Conv2d {
                     data: DataLayout::Nchw8c,
                     layout: WeightLayout::Auto,
+                    algo,
                     ..p.clone()
                 })
+            }
+            Op::MaxPool(p) | Op::AveragePool(p) => {
+                ins.push(to_blocked(
+                    g,
+                    node.inputs[0],
+                    &twin,
+                    &mut into_blocks,
+                    &mut stats,
+                )?);
+                let p = dnnc_ir::op::Pool2d {
+                    data: DataLayout::Nchw8c,
+                    ..p.clone()
+                };
+                match node.op {
+                    Op::MaxPool(_) => Op::MaxPool(p),
+                    _ => Op::AveragePool(p),
+                }
+            }
+            // Channel blocks are the blocked layout's axis 1.
+            Op::Concat { .. } => {
+                for &v in &node.inputs {
+                    ins.push(to_blocked(g, v, &twin, &mut into_blocks, &mut stats)?);
+                }
+                Op::Concat { axis: 1 }
             }
             op => {
                 for &v in &node.inputs {

@@ -87,6 +87,7 @@ impl B {
             dilations: [1, 1],
             ceil_mode: false,
             count_include_pad: false,
+            data: dnnc_ir::op::DataLayout::Nchw,
         };
         let op = if max {
             Op::MaxPool(p)

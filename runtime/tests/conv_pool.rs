@@ -31,6 +31,7 @@ fn pool(
         dilations: [dilation, dilation],
         ceil_mode: ceil,
         count_include_pad: include,
+        data: dnnc_ir::op::DataLayout::Nchw,
     }
 }
 

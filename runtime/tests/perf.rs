@@ -156,6 +156,7 @@ fn resnet(bottleneck: bool, blocks: [usize; 4]) -> Graph {
         dilations: [1, 1],
         ceil_mode: false,
         count_include_pad: false,
+        data: dnnc_ir::op::DataLayout::Nchw,
     });
     let mut y = n.g.add(pool, &[y], "pool").unwrap();
     let expansion = if bottleneck { 4 } else { 1 };

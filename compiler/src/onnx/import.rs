@@ -1433,6 +1433,7 @@ impl Importer {
             dilations,
             ceil_mode,
             count_include_pad,
+            data: dnnc_ir::op::DataLayout::Nchw,
         };
         let op = if max {
             Op::MaxPool(p)

@@ -80,6 +80,7 @@
 
 mod alloc;
 pub mod blocked;
+pub mod blocked_pool;
 pub mod dw8;
 pub mod dwrow;
 pub mod fftconv;

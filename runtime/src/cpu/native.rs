@@ -343,6 +343,10 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
             "dnnc_block_rows",
             super::reblock::dnnc_block_rows as *const u8,
         ),
+        (
+            "dnnc_pool_nchw8c",
+            super::blocked_pool::dnnc_pool_nchw8c as *const u8,
+        ),
     ]
 }
 

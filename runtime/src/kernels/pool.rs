@@ -2,7 +2,7 @@
 
 use super::{flat, from_vec, standard, KResult};
 use dnnc_ir::infer::window_out;
-use dnnc_ir::op::Pool2d;
+use dnnc_ir::op::{DataLayout, Pool2d};
 use ndarray::ArrayD;
 
 /// Validated geometry shared by both windowed pools.
@@ -70,6 +70,9 @@ fn per_plane(
 /// NaN propagates. A window with no in-bounds tap (possible only with
 /// dilation) yields -inf.
 pub(crate) fn max_pool(x: &ArrayD<f32>, p: &Pool2d) -> KResult<ArrayD<f32>> {
+    if p.data != DataLayout::Nchw {
+        return on_blocks(x, p, max_pool);
+    }
     let g = geometry(x, p)?;
     let (h, w, wo) = (g.h as isize, g.w as isize, g.wo);
     per_plane(x, &g, |plane, out| {
@@ -101,6 +104,9 @@ pub(crate) fn max_pool(x: &ArrayD<f32>, p: &Pool2d) -> KResult<ArrayD<f32>> {
 /// the number of taps inside the padded input; taps beyond the end padding
 /// (which `ceil_mode` can create) are never counted.
 pub(crate) fn avg_pool(x: &ArrayD<f32>, p: &Pool2d) -> KResult<ArrayD<f32>> {
+    if p.data != DataLayout::Nchw {
+        return on_blocks(x, p, avg_pool);
+    }
     let g = geometry(x, p)?;
     let (h, w, wo) = (g.h as isize, g.w as isize, g.wo);
     let (h_end, w_end) = (h + p.pads[2] as isize, w + p.pads[3] as isize);
@@ -125,6 +131,20 @@ pub(crate) fn avg_pool(x: &ArrayD<f32>, p: &Pool2d) -> KResult<ArrayD<f32>> {
             }
         }
     })
+}
+
+/// Pool `f` of a channel-blocked `x` (`data=nchw8c`): the plain pool of
+/// its planes, blocked again.
+fn on_blocks(
+    x: &ArrayD<f32>,
+    p: &Pool2d,
+    f: fn(&ArrayD<f32>, &Pool2d) -> KResult<ArrayD<f32>>,
+) -> KResult<ArrayD<f32>> {
+    let plain = Pool2d {
+        data: DataLayout::Nchw,
+        ..p.clone()
+    };
+    super::conv::block(&f(&super::conv::unblock(x)?, &plain)?)
 }
 
 /// Mean (or max) over every axis after the first two, keeping them as 1.

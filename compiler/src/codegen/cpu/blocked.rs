@@ -787,3 +787,114 @@ fn call_rows(
     let f = e.dw8c_row;
     call_checked(e, f, &args);
 }
+
+/// A channel-blocked max or average pool kernel (`data=nchw8c`): one call
+/// of `dnnc_pool_nchw8c` per (image, channel block) plane of the task's
+/// share, then the kernel's fused ops over that plane.
+pub(crate) fn lower_pool(
+    e: &mut Emit<'_>,
+    c: &KCtx<'_>,
+    p: &dnnc_ir::op::Pool2d,
+    max: bool,
+) -> Result<Vec<String>, String> {
+    use dnnc_runtime::cpu::blocked_pool::PoolGeom;
+    let g = c.g;
+    let node = g.node(c.anchor());
+    let (xs, ys) = (
+        &g.value(node.inputs[0]).ty.shape,
+        &g.value(node.outputs[0]).ty.shape,
+    );
+    let (&[n, cb, h, w, b], &[_, _, oh, ow, _]) = (xs.as_slice(), ys.as_slice()) else {
+        return Err(format!(
+            "a data=nchw8c pool reads and writes [N, C/8, H, W, 8], found {xs:?} and {ys:?}"
+        ));
+    };
+    if b != B {
+        return Err(format!(
+            "a data=nchw8c pool's last axis must be {B}, found {b}"
+        ));
+    }
+    let (x_plane, y_plane) = (
+        c.plane_stride(node.inputs[0]),
+        c.plane_stride(node.outputs[0]),
+    );
+    if (x_plane, y_plane) != (h * w * B, oh * ow * B) {
+        return Err("a data=nchw8c pool needs dense planes".into());
+    }
+    let x = e.bufs[c.arg(node.inputs[0])?];
+    let acc = acc_arg(c)?;
+    let y = e.bufs[acc];
+    let spec = epilogue(c, acc, None)?;
+    let geom = PoolGeom {
+        h: h as i64,
+        w: w as i64,
+        oh: oh as i64,
+        ow: ow as i64,
+        kh: p.kernel[0] as i64,
+        kw: p.kernel[1] as i64,
+        sh: p.strides[0] as i64,
+        sw: p.strides[1] as i64,
+        dh: p.dilations[0] as i64,
+        dw: p.dilations[1] as i64,
+        pt: p.pads[0] as i64,
+        pl: p.pads[1] as i64,
+        pb: p.pads[2] as i64,
+        pr: p.pads[3] as i64,
+        avg: (!max) as i64,
+        include_pad: p.count_include_pad as i64,
+    };
+    let fields = [
+        geom.h,
+        geom.w,
+        geom.oh,
+        geom.ow,
+        geom.kh,
+        geom.kw,
+        geom.sh,
+        geom.sw,
+        geom.dh,
+        geom.dw,
+        geom.pt,
+        geom.pl,
+        geom.pb,
+        geom.pr,
+        geom.avg,
+        geom.include_pad,
+    ];
+    debug_assert_eq!(std::mem::size_of::<PoolGeom>(), fields.len() * 8);
+    let ss = e.b.create_sized_stack_slot(StackSlotData::new(
+        StackSlotKind::ExplicitSlot,
+        std::mem::size_of::<PoolGeom>() as u32,
+        3,
+    ));
+    let geo = e.b.ins().stack_addr(I64, ss, 0);
+    for (i, v) in fields.into_iter().enumerate() {
+        let v = e.ci(v);
+        e.b.ins().store(super::emit::mem(), v, geo, (i * 8) as i32);
+    }
+    // One call for the task's planes (it sets up once per call).
+    let (lo, hi) = e.task_range(n * cb, "images x channel blocks")?;
+    let f = e.pool8c;
+    let call = e.b.ins().call(f, &[geo, x, y, lo, hi]);
+    let rc = e.b.inst_results(call)[0];
+    let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+    e.fail_if(bad, 1);
+    let mut err = Ok(());
+    e.for_range(lo, hi, 1, |e, plane| {
+        if let Some(spec) = &spec {
+            let img = e.b.ins().udiv_imm_u(plane, cb as i64);
+            let blk = e.b.ins().urem_imm_u(plane, cb as i64);
+            let sub = SubDomain {
+                starts: vec![Some(img), Some(blk), None, None, None],
+                lens: vec![1, 1, oh, ow, B],
+            };
+            if err.is_ok() {
+                err = elementwise::emit(e, spec, &sub);
+            }
+        }
+    });
+    err?;
+    Ok(vec![
+        "the channel-blocked pool kernel refused its geometry".to_string()
+    ])
+}

@@ -199,6 +199,7 @@ mod tests {
             dilations: [1, 1],
             ceil_mode: false,
             count_include_pad: false,
+            data: dnnc_ir::op::DataLayout::Nchw,
         }
     }
 

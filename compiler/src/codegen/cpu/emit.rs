@@ -66,6 +66,9 @@ pub(crate) struct Emit<'a> {
     /// Eight plain planes gathered into one channel block's rows with
     /// bias, residual and clamp (`dnnc_block_rows`), imported.
     pub block_rows: FuncRef,
+    /// One channel block's rows of a blocked max or average pool
+    /// (`dnnc_pool_nchw8c`), imported.
+    pub pool8c: FuncRef,
     /// Block every error path jumps to, with the error code as parameter.
     pub fail: cranelift_codegen::ir::Block,
     /// The target's frontend configuration (for memcpy libcalls).

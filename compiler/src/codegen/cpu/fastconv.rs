@@ -1477,87 +1477,90 @@ impl Wino<'_> {
         let groups = t.tw4 / 4;
         let mut err = None;
         e.for_range(lo, hi, 1, |e, blk| {
-            let zero = e.ci(0);
-            let all = e.ci(B as i64);
-            e.for_range(zero, all, 1, |e, l| {
-                let mo = e.b.ins().imul_imm_s(blk, B as i64);
-                let mo = e.b.ins().iadd(mo, l);
-                let mc = e.b.ins().imul_imm_s(mo, ps as i64);
-                let mc = e.b.ins().iadd(mc, mimg);
-                let zl = e.b.ins().imul_imm_s(l, (zplane * 4) as i64);
-                let zp = e.b.ins().iadd(zp0, zl);
-                if o.native {
-                    let bias = match o.bias {
-                        Some(b) => e.load_f32(b, mo),
-                        None => e.cf(0.0),
-                    };
-                    e.for_range(r0, r1, 1, |e, r| {
+            let plane = e.b.ins().imul_imm_s(n, (geo.m / B) as i64);
+            let plane = e.b.ins().iadd(plane, blk);
+            let yblk = e.b.ins().imul_imm_s(plane, o.ys as i64);
+            // A tile row at a time: its eight channels' output rows
+            // staged (a few KB, in L1), then written blocked.
+            e.for_range(r0, r1, 1, |e, r| {
+                let zero = e.ci(0);
+                let all = e.ci(B as i64);
+                e.for_range(zero, all, 1, |e, l| {
+                    let mo = e.b.ins().imul_imm_s(blk, B as i64);
+                    let mo = e.b.ins().iadd(mo, l);
+                    let mc = e.b.ins().imul_imm_s(mo, ps as i64);
+                    let mc = e.b.ins().iadd(mc, mimg);
+                    let zl = e.b.ins().imul_imm_s(l, (zplane * 4) as i64);
+                    let zp = e.b.ins().iadd(zp0, zl);
+                    if o.native {
+                        let bias = match o.bias {
+                            Some(b) => e.load_f32(b, mo),
+                            None => e.cf(0.0),
+                        };
                         let zr = e.b.ins().imul_imm_s(r, (m * zrs * 4) as i64);
                         let yp = e.b.ins().iadd(zp, zr);
                         let none = e.ci(0);
                         let inf = (f32::NEG_INFINITY, f32::INFINITY);
                         self.native_row(e, mc, (r, r0), (yp, none), (bias, inf.0, inf.1));
-                    });
-                } else {
-                    e.for_range(r0, r1, 1, |e, r| {
+                    } else {
                         e.for_n(groups, |e, q| {
                             self.stage_group(e, mc, (r, r0), q, (zp, zrs));
                         });
+                    }
+                });
+                // Output rows `[oy0, oy1)`: the tile row's, cut at `OH`.
+                let oy0 = e.b.ins().imul_imm_s(r, m as i64);
+                let oy1 = e.b.ins().iadd_imm_s(oy0, m as i64);
+                let oh = e.ci(geo.oh as i64);
+                let oy1 = e.b.ins().smin(oy1, oh);
+                let nrows = e.b.ins().isub(oy1, oy0);
+                let ro = e.b.ins().imul_imm_s(oy0, (geo.ow * B) as i64);
+                let yo = e.b.ins().iadd(yblk, ro);
+                let yp = e.addr(o.y, yo, 4);
+                let rp = match o.res {
+                    Some(rv) => e.addr(rv, yo, 4),
+                    None => e.ci(0),
+                };
+                let bp = match (o.bias, o.native) {
+                    (Some(b), false) => {
+                        let bo = e.b.ins().imul_imm_s(blk, B as i64);
+                        e.addr(b, bo, 4)
+                    }
+                    _ => e.ci(0),
+                };
+                // The tile row's staged rows.
+                let zr = e.b.ins().imul_imm_s(oy0, (zrs * 4) as i64);
+                let zp = e.b.ins().iadd(zp0, zr);
+                let f = e.block_rows;
+                let args = [
+                    zp,
+                    e.ci(zplane as i64),
+                    e.ci(zrs as i64),
+                    nrows,
+                    e.ci(geo.ow as i64),
+                    yp,
+                    e.ci(geo.ow as i64),
+                    bp,
+                    rp,
+                    e.cf(o.lo),
+                    e.cf(o.hi),
+                ];
+                let call = e.b.ins().call(f, &args);
+                let rc = e.b.inst_results(call)[0];
+                let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
+                e.fail_if(bad, 1);
+                if let Some(spec) = &o.post {
+                    e.for_range(oy0, oy1, 1, |e, oy| {
+                        let sub = SubDomain {
+                            starts: vec![Some(n), Some(blk), Some(oy), None, None],
+                            lens: vec![1, 1, 1, geo.ow, B],
+                        };
+                        if let Err(m) = elementwise::emit(e, spec, &sub) {
+                            err.get_or_insert(m);
+                        }
                     });
                 }
             });
-            // Output rows `[oy0, oy1)`: the band's, cut at `OH`.
-            let oy0 = e.b.ins().imul_imm_s(r0, m as i64);
-            let oy1 = e.b.ins().imul_imm_s(r1, m as i64);
-            let oh = e.ci(geo.oh as i64);
-            let oy1 = e.b.ins().smin(oy1, oh);
-            let nrows = e.b.ins().isub(oy1, oy0);
-            let plane = e.b.ins().imul_imm_s(n, (geo.m / B) as i64);
-            let plane = e.b.ins().iadd(plane, blk);
-            let yo = e.b.ins().imul_imm_s(plane, o.ys as i64);
-            let ro = e.b.ins().imul_imm_s(oy0, (geo.ow * B) as i64);
-            let yo = e.b.ins().iadd(yo, ro);
-            let yp = e.addr(o.y, yo, 4);
-            let rp = match o.res {
-                Some(r) => e.addr(r, yo, 4),
-                None => e.ci(0),
-            };
-            let bp = match (o.bias, o.native) {
-                (Some(b), false) => {
-                    let bo = e.b.ins().imul_imm_s(blk, B as i64);
-                    e.addr(b, bo, 4)
-                }
-                _ => e.ci(0),
-            };
-            let f = e.block_rows;
-            let args = [
-                zb,
-                e.ci(zplane as i64),
-                e.ci(zrs as i64),
-                nrows,
-                e.ci(geo.ow as i64),
-                yp,
-                e.ci(geo.ow as i64),
-                bp,
-                rp,
-                e.cf(o.lo),
-                e.cf(o.hi),
-            ];
-            let call = e.b.ins().call(f, &args);
-            let rc = e.b.inst_results(call)[0];
-            let bad = e.b.ins().icmp_imm_s(IntCC::NotEqual, rc, 0);
-            e.fail_if(bad, 1);
-            if let Some(spec) = &o.post {
-                e.for_range(oy0, oy1, 1, |e, oy| {
-                    let sub = SubDomain {
-                        starts: vec![Some(n), Some(blk), Some(oy), None, None],
-                        lens: vec![1, 1, 1, geo.ow, B],
-                    };
-                    if let Err(m) = elementwise::emit(e, spec, &sub) {
-                        err.get_or_insert(m);
-                    }
-                });
-            }
         });
         err.map_or(Ok(()), Err)
     }

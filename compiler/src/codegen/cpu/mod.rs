@@ -72,6 +72,11 @@ pub struct CpuOptions {
     /// unless an algorithm is forced (`conv_algo`, `conv_algo_for`, which
     /// name NCHW lowerings).
     pub nchw_only: bool,
+    /// Also take max and average pools and channel Concats into the
+    /// channel-blocked regions
+    /// ([`dnnc_passes::block_channels::BlockOptions::pools_and_concats`];
+    /// off by default, measured slower).
+    pub block_pools: bool,
     /// Keep the convs of a channel-blocked inverted residual block
     /// (expansion, depthwise, projection) kernels of their own, each
     /// result written out, instead of one kernel that computes the block
@@ -309,9 +314,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         g
     } else {
         let mut b = g.clone();
-        dnnc_passes::block_channels::block_channels(&mut b).map_err(|e| CodegenError::Backend {
-            kernel: String::new(),
-            message: format!("block-channels: {e}"),
+        let bo = dnnc_passes::block_channels::BlockOptions {
+            pools_and_concats: opts.block_pools,
+        };
+        dnnc_passes::block_channels::block_channels_with(&mut b, bo).map_err(|e| {
+            CodegenError::Backend {
+                kernel: String::new(),
+                message: format!("block-channels: {e}"),
+            }
         })?;
         relaid = b;
         &relaid
@@ -705,6 +715,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let block_rows_id = module
         .declare_function("dnnc_block_rows", Linkage::Import, &brsg)
         .map_err(|e| backend(e.to_string()))?;
+    let mut p8sg = module.make_signature();
+    for t in [ptr, ptr, ptr, I64, I64] {
+        p8sg.params.push(AbiParam::new(t));
+    }
+    p8sg.returns.push(AbiParam::new(I32));
+    let pool8c_id = module
+        .declare_function("dnnc_pool_nchw8c", Linkage::Import, &p8sg)
+        .map_err(|e| backend(e.to_string()))?;
 
     // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
@@ -809,6 +827,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let wino4_in = module.declare_func_in_func(wino4_in_id, &mut ctx.func);
             let unblock = module.declare_func_in_func(unblock_id, &mut ctx.func);
             let block_rows = module.declare_func_in_func(block_rows_id, &mut ctx.func);
+            let pool8c = module.declare_func_in_func(pool8c_id, &mut ctx.func);
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
@@ -842,6 +861,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 wino4_in,
                 unblock,
                 block_rows,
+                pool8c,
                 fail,
                 cfg: module.target_config(),
                 task,

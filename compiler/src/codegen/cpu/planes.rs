@@ -228,10 +228,11 @@ fn clamp_chain(g: &Graph, nodes: &[NodeId]) -> bool {
     })
 }
 
-/// Whether kernel `k` is one MaxPool node.
+/// Whether kernel `k` is one MaxPool node on plain data.
 fn max_pool(g: &Graph, k: &Kernel) -> bool {
     k.kind == KernelKind::Reduction
-        && matches!(k.nodes.as_slice(), [n] if matches!(g.node(*n).op, Op::MaxPool(_)))
+        && matches!(k.nodes.as_slice(), [n] if matches!(&g.node(*n).op,
+            Op::MaxPool(p) if p.data == dnnc_ir::op::DataLayout::Nchw))
 }
 
 /// Whether kernel `k` writes result `v` with padded planes: a strided

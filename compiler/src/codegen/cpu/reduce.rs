@@ -40,6 +40,12 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
     if c.g.value(node.inputs[0]).ty.dtype != DType::F32 {
         return Err("input must be f32".into());
     }
+    if let Op::MaxPool(p) | Op::AveragePool(p) = &node.op {
+        if p.data == dnnc_ir::op::DataLayout::Nchw8c {
+            let max = matches!(node.op, Op::MaxPool(_));
+            return super::blocked::lower_pool(e, c, p, max);
+        }
+    }
     let x = e.bufs[c.arg(node.inputs[0])?];
     let acc = super::contraction::acc_arg(c)?;
     let y = e.bufs[acc];

@@ -111,6 +111,12 @@ fn finish_point(
 /// by the in-bounds taps, or with `count_include_pad` by the taps inside
 /// the padded input (never those past the end padding `ceil_mode` adds).
 fn pool(cx: &mut GCtx<'_>, p: &Pool2d, max: bool) -> Result<Vec<GpuStage>, String> {
+    if p.data != dnnc_ir::op::DataLayout::Nchw {
+        return Err(format!(
+            "data={} is a CPU layout; the gpu backend runs NCHW pools",
+            p.data.name()
+        ));
+    }
     let (x, xs, y, ys) = anchor_io(cx)?;
     // The result's shape (its window count) is the graph's, which the
     // IR's inference computed with the same rules.
