@@ -93,6 +93,10 @@ pub unsafe extern "C" fn dnnc_pool_nchw8c(
     0
 }
 
+/// One window's taps along an axis: `(lo, hi, start, padded)` of
+/// [`taps`].
+type Taps = (i64, i64, i64, i64);
+
 /// The taps `[lo, hi)` of the window at output position `o` along one
 /// axis (stride `s`, dilation `d`, `k` taps, leading padding `pad0`) that
 /// fall inside the input `0..n` (a contiguous range), their first input
@@ -154,7 +158,7 @@ unsafe fn portable(g: &PoolGeom, x: *const f32, y: *mut f32, r0: i64, r1: i64) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{taps, PoolGeom, B};
+    use super::{taps, PoolGeom, Taps, B};
     use std::arch::x86_64::*;
 
     /// Pixels a step: independent max (or add) chains in flight, where
@@ -178,27 +182,30 @@ mod x86 {
         let cols: Vec<_> = (0..g.ow)
             .map(|ox| taps(ox, (g.sw, g.dw, g.kw), (g.pl, g.pr, g.w)))
             .collect();
+        let wins: Vec<_> = (0..g.oh)
+            .map(|oy| taps(oy, (g.sh, g.dh, g.kh), (g.pt, g.pb, g.h)))
+            .collect();
         let mut hmax = Vec::new();
         for (x, y) in planes {
-            if g.avg == 0 && separable_max(g, &cols, &mut hmax, x, y) {
+            if g.avg == 0 && separable_max(g, (&wins, &cols), &mut hmax, x, y) {
                 continue;
             }
-            rows(g, &cols, x, y);
+            rows(g, (&wins, &cols), x, y);
         }
     }
 
     #[target_feature(enable = "avx2,fma")]
     unsafe fn separable_max(
         g: &PoolGeom,
-        cols: &[(i64, i64, i64, i64)],
+        (wins, cols): (&[Taps], &[Taps]),
         hmax: &mut Vec<f32>,
         x: *const f32,
         y: *mut f32,
     ) -> bool {
         let (r0, r1) = (0, g.oh);
         // The input rows the output rows read: `[iy0, iy1)`.
-        let (ylo0, _, y00, _) = taps(r0, (g.sh, g.dh, g.kh), (g.pt, g.pb, g.h));
-        let (_, yhi1, y01, _) = taps(r1 - 1, (g.sh, g.dh, g.kh), (g.pt, g.pb, g.h));
+        let (ylo0, _, y00, _) = wins[r0 as usize];
+        let (_, yhi1, y01, _) = wins[(r1 - 1) as usize];
         let iy0 = y00 + ylo0 * g.dh;
         let iy1 = (y01 + (yhi1 - 1) * g.dh + 1).max(iy0);
         let ow = g.ow as usize;
@@ -251,7 +258,7 @@ mod x86 {
         }
         let rstride = (g.dh as usize) * ow * B;
         for oy in r0..r1 {
-            let (ylo, yhi, y0, _) = taps(oy, (g.sh, g.dh, g.kh), (g.pt, g.pb, g.h));
+            let (ylo, yhi, y0, _) = wins[oy as usize];
             let out = y.add((oy * g.ow) as usize * B);
             let top = hmax
                 .as_ptr()
@@ -270,11 +277,11 @@ mod x86 {
 
     /// Every output row of one plane, each window walked directly.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn rows(g: &PoolGeom, cols: &[(i64, i64, i64, i64)], x: *const f32, y: *mut f32) {
+    unsafe fn rows(g: &PoolGeom, (wins, cols): (&[Taps], &[Taps]), x: *const f32, y: *mut f32) {
         let (rs, cs) = ((g.dh * g.w) as usize * B, g.dw as usize * B);
         let step = g.sw as usize * B;
         for oy in 0..g.oh {
-            let (ylo, yhi, y0, ph) = taps(oy, (g.sh, g.dh, g.kh), (g.pt, g.pb, g.h));
+            let (ylo, yhi, y0, ph) = wins[oy as usize];
             let ny = (yhi - ylo) as usize;
             let out_row = y.add((oy * g.ow) as usize * B);
             let mut ox = 0;
