@@ -370,13 +370,7 @@ mod x86 {
 mod tests {
     use super::*;
 
-    fn data(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / 8e6 - 1.0
-            })
-            .collect()
-    }
+    use super::super::test_data as data;
 
     /// The definition on plain indices: output `(oy, ox, l)` from the
     /// in-bounds taps of its window.

@@ -221,7 +221,7 @@ unsafe fn portable_unit(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     use super::{Group8Geom, Scratch, Unit, BLOCK, SLACK_PX};
     use crate::cpu::pgemm::x86::act8_n;
     use crate::cpu::pgemm::{Epilogue, ACT_SIGMOID, ACT_SILU};
@@ -231,7 +231,7 @@ mod x86 {
     /// lane `i` of row `j`.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn transpose8(r: &mut [__m256; 8]) {
+    pub(in crate::cpu) unsafe fn transpose8(r: &mut [__m256; 8]) {
         let t0 = _mm256_unpacklo_ps(r[0], r[1]);
         let t1 = _mm256_unpackhi_ps(r[0], r[1]);
         let t2 = _mm256_unpacklo_ps(r[2], r[3]);

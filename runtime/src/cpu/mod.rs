@@ -226,6 +226,15 @@ pub fn avx2_fma() -> bool {
     dnnc_ir::isa::cpu_isa() >= dnnc_ir::isa::CpuIsa::Avx2
 }
 
+/// `n` deterministic floats in `[-1, 1)` from `seed`, for the native
+/// kernels' unit tests.
+#[cfg(test)]
+pub(crate) fn test_data(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / 8e6 - 1.0)
+        .collect()
+}
+
 /// Bytes from one task's slice of a per-task workspace (`Step::task_ws`)
 /// to the next: the declared size rounded up to whole cache lines. With
 /// the slices packed at the declared size, a ResNet-18 stem task's im2col

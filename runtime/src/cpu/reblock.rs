@@ -144,36 +144,12 @@ mod x86 {
     use super::B;
     use std::arch::x86_64::*;
 
-    /// Transposes eight vectors: lane `i` of result `j` is lane `j` of
-    /// input `i`.
+    /// Transposes eight vectors (the depthwise scratch's 8x8 transpose):
+    /// lane `i` of result `j` is lane `j` of input `i`.
     #[inline(always)]
-    unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
-        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-        let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-        let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-        let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-        let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-        let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-        let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-        let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-        let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-        [
-            _mm256_permute2f128_ps::<0x20>(s0, s4),
-            _mm256_permute2f128_ps::<0x20>(s1, s5),
-            _mm256_permute2f128_ps::<0x20>(s2, s6),
-            _mm256_permute2f128_ps::<0x20>(s3, s7),
-            _mm256_permute2f128_ps::<0x31>(s0, s4),
-            _mm256_permute2f128_ps::<0x31>(s1, s5),
-            _mm256_permute2f128_ps::<0x31>(s2, s6),
-            _mm256_permute2f128_ps::<0x31>(s3, s7),
-        ]
+    unsafe fn transpose8(mut r: [__m256; 8]) -> [__m256; 8] {
+        super::super::dw8::x86::transpose8(&mut r);
+        r
     }
 
     /// Pixels `[0, w)` (`w` a multiple of 8) of one blocked row at `src`
@@ -222,13 +198,7 @@ mod x86 {
 mod tests {
     use super::*;
 
-    fn data(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / 8e6 - 1.0
-            })
-            .collect()
-    }
+    use super::super::test_data as data;
 
     /// Every pixel count around the vector width, with row strides past
     /// the rows: each value lands where the definition puts it, and
