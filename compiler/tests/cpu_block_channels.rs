@@ -391,6 +391,20 @@ fn bad_blocked_convs_are_clear_errors() {
         msg.contains("%c") && msg.contains("undilated depthwise"),
         "{msg}"
     );
+    // A dense 3x3 conv on blocked data runs as Winograd only: with
+    // `algo=im2col` it is refused (naming the conv), never lowered as
+    // something else.
+    let g = parse(
+        "  input %x: f32[1,2,8,8,8]
+  param %w: f32[16,16,3,3] = he(seed=1)
+  %c = Conv2d(%x, %w) {data=nchw8c, pads=[1,1,1,1], algo=im2col}
+  output %c",
+    );
+    let msg = match compile_cpu(&g, &CpuOptions::default()) {
+        Ok(_) => panic!("a blocked im2col conv compiled"),
+        Err(e) => e.to_string(),
+    };
+    assert!(msg.contains("%c") && msg.contains("Winograd only"), "{msg}");
     // A window taller than the row kernel takes: refused when compiled,
     // not when run.
     let g = parse(

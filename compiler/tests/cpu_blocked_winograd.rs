@@ -442,3 +442,26 @@ fn zoo_models_match_onnxruntime_with_pools_and_concats_blocked() {
         "GoogLeNet's and SqueezeNet's max pools run blocked"
     );
 }
+
+/// A dense 3x3 conv written on blocked data with `algo=auto` runs as the
+/// heuristic's Winograd (as the pass resolves it) and matches the
+/// interpreter.
+#[test]
+fn blocked_auto_3x3_convs_run_as_winograd() {
+    let body = "  input %x: f32[1,2,12,12,8]
+  param %w: f32[16,16,3,3] = he(seed=1)
+  param %b: f32[16] = uniform(low=-0.2, high=0.2, seed=2)
+  %c = Conv2d(%x, %w, %b) {data=nchw8c, pads=[1,1,1,1]}
+  %y = Relu(%c)
+  output %y";
+    let g = parse(body);
+    let ins = vec![("x".to_string(), rand_f32(&[1, 2, 12, 12, 8], 3, -1.0, 1.0))];
+    check_with(&g, &ins, 1e-3, 1e-4, &CpuOptions::default());
+    let conv = g
+        .topo_order()
+        .into_iter()
+        .find(|&n| matches!(g.node(n).op, dnnc_ir::Op::Conv2d(_)))
+        .expect("a conv");
+    let geom = dnnc_passes::ConvGeom::of_node(&g, conv).unwrap();
+    assert!(dnnc_passes::block_channels::winograd_algo(&geom).is_some());
+}

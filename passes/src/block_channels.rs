@@ -114,10 +114,17 @@ pub fn unfit(geom: &ConvGeom) -> Option<String> {
             "data=nchw8c runs depthwise windows of at most {DW_MAX_ROWS} rows"
         ));
     }
-    blocked_kernel(geom).is_none().then(|| {
-        "data=nchw8c runs pointwise (1x1, stride 1, unpadded, one group), undilated depthwise and 3x3 stride-1 (Winograd) convs only"
-            .to_string()
-    })
+    match blocked_kernel(geom) {
+        None => Some(
+            "data=nchw8c runs pointwise (1x1, stride 1, unpadded, one group), undilated depthwise and 3x3 stride-1 (Winograd) convs only"
+                .to_string(),
+        ),
+        Some(BlockedKernel::Winograd) if winograd_algo(geom).is_none() => Some(
+            "data=nchw8c runs a dense 3x3 conv as Winograd only (algo=winograd2 or winograd4)"
+                .to_string(),
+        ),
+        Some(_) => None,
+    }
 }
 
 /// Whether conv node `n` gets a blocked kernel: an NCHW f32 conv that is

@@ -306,6 +306,9 @@ pub(crate) fn prepared(
     }
     let geom = ConvGeom::of_node(g, k.nodes[0])?;
     if let Some(m) = super::fastconv::blocked_m(&geom) {
+        if let Some(why) = dnnc_passes::block_channels::unfit(&geom) {
+            return Err(why);
+        }
         return Ok(super::fastconv::prepared(
             &geom,
             m,
@@ -1338,6 +1341,9 @@ fn lower_conv(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, String> {
             return Err("a channel-blocked conv takes no prologue".into());
         }
         if let Some(m) = super::fastconv::blocked_m(&geom) {
+            if let Some(why) = dnnc_passes::block_channels::unfit(&geom) {
+                return Err(why);
+            }
             super::fastconv::lower(e, c, &geom, m)?;
             return Ok(vec![PACKED_MISMATCH.to_string()]);
         }

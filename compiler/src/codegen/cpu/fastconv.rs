@@ -285,10 +285,14 @@ const B: usize = DataLayout::BLOCK;
 /// conv, which reads and writes the blocked layout (module docs,
 /// "Channel-blocked"); `None` for any other conv.
 pub(crate) fn blocked_m(geo: &ConvGeom) -> Option<usize> {
-    if geo.p.data != DataLayout::Nchw8c {
+    use dnnc_passes::block_channels::{blocked_kernel, winograd_algo, BlockedKernel};
+    if geo.p.data != DataLayout::Nchw8c || blocked_kernel(geo) != Some(BlockedKernel::Winograd) {
         return None;
     }
-    match geo.p.algo {
+    // `algo=auto` where the heuristic picks Winograd, as the pass
+    // resolves it; any other algorithm is refused by
+    // `block_channels::unfit` in the blocked lowering.
+    match winograd_algo(geo)? {
         IrAlgo::Winograd2 => Some(2),
         IrAlgo::Winograd4 => Some(4),
         _ => None,
