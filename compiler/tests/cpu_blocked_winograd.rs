@@ -465,3 +465,26 @@ fn blocked_auto_3x3_convs_run_as_winograd() {
     let geom = dnnc_passes::ConvGeom::of_node(&g, conv).unwrap();
     assert!(dnnc_passes::block_channels::winograd_algo(&geom).is_some());
 }
+
+/// The GPU backend runs NCHW only: a channel-blocked pool or conv is a
+/// clear error naming the layout, not a wrong answer.
+#[test]
+fn the_gpu_backend_refuses_blocked_layouts() {
+    use dnnc_compiler::codegen::gpu::{compile_gpu, GpuOptions};
+    for body in [
+        "  input %x: f32[1,2,8,8,8]
+  %p = MaxPool(%x) {kernel=[3,3], strides=[2,2], data=nchw8c}
+  output %p",
+        "  input %x: f32[1,2,8,8,8]
+  param %w: f32[16,16,3,3] = he(seed=1)
+  %c = Conv2d(%x, %w) {pads=[1,1,1,1], algo=winograd4, data=nchw8c}
+  output %c",
+    ] {
+        let g = parse(body);
+        let msg = match compile_gpu(&g, &GpuOptions::default()) {
+            Ok(_) => panic!("compiled for the gpu:\n{body}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(msg.contains("data=nchw8c is a CPU layout"), "{msg}");
+    }
+}
