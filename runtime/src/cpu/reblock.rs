@@ -35,13 +35,7 @@ pub unsafe extern "C" fn dnnc_unblock_rows(
     dps: i64,
     drs: i64,
 ) -> i32 {
-    let (Ok(srs), Ok(rows), Ok(w), Ok(dps), Ok(drs)) = (
-        usize::try_from(srs),
-        usize::try_from(rows),
-        usize::try_from(w),
-        usize::try_from(dps),
-        usize::try_from(drs),
-    ) else {
+    let Some([srs, rows, w, dps, drs]) = sizes([srs, rows, w, dps, drs]) else {
         return 2;
     };
     let mut done = 0;
@@ -90,13 +84,7 @@ pub unsafe extern "C" fn dnnc_block_rows(
     lo: f32,
     hi: f32,
 ) -> i32 {
-    let (Ok(zps), Ok(zrs), Ok(rows), Ok(w), Ok(yrs)) = (
-        usize::try_from(zps),
-        usize::try_from(zrs),
-        usize::try_from(rows),
-        usize::try_from(w),
-        usize::try_from(yrs),
-    ) else {
+    let Some([zps, zrs, rows, w, yrs]) = sizes([zps, zrs, rows, w, yrs]) else {
         return 2;
     };
     let mut done = 0;
@@ -125,6 +113,16 @@ pub unsafe extern "C" fn dnnc_block_rows(
         }
     }
     0
+}
+
+/// The sizes and strides of a call as `usize`, or `None` if any is
+/// negative.
+fn sizes<const N: usize>(v: [i64; N]) -> Option<[usize; N]> {
+    let mut out = [0; N];
+    for (o, x) in out.iter_mut().zip(v) {
+        *o = usize::try_from(x).ok()?;
+    }
+    Some(out)
 }
 
 /// `min(hi, max(lo, v))` as the vector instructions compute it: each

@@ -825,52 +825,39 @@ pub(crate) fn lower_pool(
     let acc = acc_arg(c)?;
     let y = e.bufs[acc];
     let spec = epilogue(c, acc, None)?;
-    let geom = PoolGeom {
-        h: h as i64,
-        w: w as i64,
-        oh: oh as i64,
-        ow: ow as i64,
-        kh: p.kernel[0] as i64,
-        kw: p.kernel[1] as i64,
-        sh: p.strides[0] as i64,
-        sw: p.strides[1] as i64,
-        dh: p.dilations[0] as i64,
-        dw: p.dilations[1] as i64,
-        pt: p.pads[0] as i64,
-        pl: p.pads[1] as i64,
-        pb: p.pads[2] as i64,
-        pr: p.pads[3] as i64,
-        avg: (!max) as i64,
-        include_pad: p.count_include_pad as i64,
-    };
+    // The geometry in a stack slot, each field at its offset (as the
+    // depthwise row descriptor is written).
+    use std::mem::offset_of;
     let fields = [
-        geom.h,
-        geom.w,
-        geom.oh,
-        geom.ow,
-        geom.kh,
-        geom.kw,
-        geom.sh,
-        geom.sw,
-        geom.dh,
-        geom.dw,
-        geom.pt,
-        geom.pl,
-        geom.pb,
-        geom.pr,
-        geom.avg,
-        geom.include_pad,
+        (h, offset_of!(PoolGeom, h)),
+        (w, offset_of!(PoolGeom, w)),
+        (oh, offset_of!(PoolGeom, oh)),
+        (ow, offset_of!(PoolGeom, ow)),
+        (p.kernel[0], offset_of!(PoolGeom, kh)),
+        (p.kernel[1], offset_of!(PoolGeom, kw)),
+        (p.strides[0], offset_of!(PoolGeom, sh)),
+        (p.strides[1], offset_of!(PoolGeom, sw)),
+        (p.dilations[0], offset_of!(PoolGeom, dh)),
+        (p.dilations[1], offset_of!(PoolGeom, dw)),
+        (p.pads[0], offset_of!(PoolGeom, pt)),
+        (p.pads[1], offset_of!(PoolGeom, pl)),
+        (p.pads[2], offset_of!(PoolGeom, pb)),
+        (p.pads[3], offset_of!(PoolGeom, pr)),
+        (usize::from(!max), offset_of!(PoolGeom, avg)),
+        (
+            usize::from(p.count_include_pad),
+            offset_of!(PoolGeom, include_pad),
+        ),
     ];
-    debug_assert_eq!(std::mem::size_of::<PoolGeom>(), fields.len() * 8);
     let ss = e.b.create_sized_stack_slot(StackSlotData::new(
         StackSlotKind::ExplicitSlot,
         std::mem::size_of::<PoolGeom>() as u32,
         3,
     ));
     let geo = e.b.ins().stack_addr(I64, ss, 0);
-    for (i, v) in fields.into_iter().enumerate() {
-        let v = e.ci(v);
-        e.b.ins().store(super::emit::mem(), v, geo, (i * 8) as i32);
+    for (v, off) in fields {
+        let v = e.ci(v as i64);
+        e.b.ins().store(super::emit::mem(), v, geo, off as i32);
     }
     // One call for the task's planes (it sets up once per call).
     let (lo, hi) = e.task_range(n * cb, "images x channel blocks")?;
