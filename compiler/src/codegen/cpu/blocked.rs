@@ -145,7 +145,7 @@ pub(crate) fn lower(
         match &spec {
             // A map whose input fits L2 splits by filter panels, a larger
             // one by groups of pixel tiles.
-            None if pixels * geom.c <= blocked::WHOLE_FLOATS && panels > 1 => {
+            None if blocked::whole_map(pixels, geom.c, geom.m) && panels > 1 => {
                 let (lo, hi) = e.task_range(panels, "filter panels")?;
                 let all = (e.ci(0), e.ci(pixels as i64));
                 call(e, all, (lo, hi));
