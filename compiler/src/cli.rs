@@ -70,12 +70,12 @@ pub struct ConvArgs {
     /// convs (the `block-channels` pass), for comparison.
     #[arg(long)]
     pub nchw_only: bool,
-    /// Also take max and average pools and channel Concats into the
-    /// channel-blocked regions on the cpu backend, so GoogLeNet- and
-    /// SqueezeNet-style models run blocked end to end (off by default:
-    /// measured 2-5% slower whole-model at one thread), for comparison.
+    /// Keep max and average pools and channel Concats in NCHW on the cpu
+    /// backend, out of the channel-blocked regions (which otherwise run
+    /// GoogLeNet- and SqueezeNet-style models blocked from their stem
+    /// pool to their global pool), for comparison.
     #[arg(long, conflicts_with = "nchw_only")]
-    pub block_pools: bool,
+    pub plain_pools: bool,
     /// Run the convs of each channel-blocked inverted residual block
     /// (expansion, depthwise, projection) as kernels of their own that
     /// write their whole results, instead of one kernel computing the
@@ -1045,7 +1045,7 @@ pub fn cpu_options(
         conv_algo: conv.conv_algo,
         partition: partition_model(conv.partition, conv.partition_profile.as_deref())?,
         nchw_only: conv.nchw_only,
-        block_pools: conv.block_pools,
+        plain_pools: conv.plain_pools,
         unfused_blocks: conv.unfused_blocks,
         dense_planes: conv.dense_planes,
         ..Default::default()

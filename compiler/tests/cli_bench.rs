@@ -108,8 +108,8 @@ fn bad_bench_and_thread_arguments_exit_2() {
     );
     fails_with(&dnnc(&[&"bench", &m, &"--threads", &"two"]), &["--threads"]);
     fails_with(
-        &dnnc(&[&"run", &m, &"--block-pools", &"--nchw-only"]),
-        &["--block-pools", "cannot be used with", "--nchw-only"],
+        &dnnc(&[&"run", &m, &"--plain-pools", &"--nchw-only"]),
+        &["--plain-pools", "cannot be used with", "--nchw-only"],
     );
     fails_with(
         &dnnc(&[&"run", &m, &"--backend", &"cpu", &"--threads", &"0"]),

@@ -39,17 +39,17 @@ fn batch8_blocks_match_onnxruntime_with_every_algorithm_and_thread_count() {
         let want = dnnc_ir::tensor::read_npy(&dir.join("output.npy")).unwrap();
         assert_eq!(x.ty().shape[0], 8, "{name}: fixtures are batch 8");
         let ins = vec![(g.value(g.inputs()[0]).name.clone(), x)];
-        // The default choice also with pools and Concats in the blocked
-        // regions (`block_pools`: the Inception branch's average pool, the
-        // dense block's Concats, the bottleneck's max pool).
+        // The default choice also with pools and Concats kept out of the
+        // blocked regions (`plain_pools`: the Inception branch's average
+        // pool, the dense block's Concats, the bottleneck's max pool).
         let runs = algos
             .iter()
             .map(|&a| (a, false))
             .chain(std::iter::once((None, true)));
-        for (algo, block_pools) in runs {
+        for (algo, plain_pools) in runs {
             let opts = CpuOptions {
                 conv_algo: algo,
-                block_pools,
+                plain_pools,
                 ..Default::default()
             };
             let mut exe = compile_cpu(&g, &opts).unwrap_or_else(|e| panic!("{name} {algo:?}: {e}"));
@@ -58,7 +58,7 @@ fn batch8_blocks_match_onnxruntime_with_every_algorithm_and_thread_count() {
                 let got = exe
                     .run(&ins)
                     .unwrap_or_else(|e| panic!("{name} {algo:?} {threads}T: {e}"));
-                let what = format!("{name} {algo:?} pools blocked {block_pools} {threads}T");
+                let what = format!("{name} {algo:?} plain pools {plain_pools} {threads}T");
                 let err = cpu_common::assert_close(&what, &got[0], &want, 1e-3, 1e-4);
                 println!("{what:40} max abs err {err:.2e}");
             }

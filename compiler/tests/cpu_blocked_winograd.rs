@@ -394,20 +394,68 @@ fn plain_residuals_reordered_into_a_region_match_the_interpreter() {
     at_every_thread_count(&g, &ins, body);
 }
 
-/// With pools and Concats taken into the blocked regions
-/// (`CpuOptions::block_pools`), GoogLeNet and SqueezeNet run blocked from
-/// their stem pool to their global pool (max pools `data=nchw8c`, channel
-/// Concats of blocks), and every zoo model still matches onnxruntime's
-/// output within rtol 1e-3, atol 1e-4 at 1 and 2 threads.
+/// An inception module as `--optimize` leaves it (the branch convs that
+/// read the module's input merged into one, a channel Split handing out
+/// the parts, one of them straight to the Concat) runs blocked end to
+/// end, the Split's parts views of the merged result, and matches the
+/// interpreter, bitwise the same at 1-3 threads; so does the build with
+/// pools and Concats kept plain (whose pointwise GEMMs add the bias last,
+/// so the two differ in rounding).
+#[test]
+fn merged_branches_split_blocked_match_the_interpreter() {
+    for (n, hw) in [(1, 14), (2, 7)] {
+        let body = format!(
+            "  input %x: f32[{n},16,{hw},{hw}]
+  param %w0: f32[32,16,1,1] = he(seed=1)
+  param %b0: f32[32] = uniform(low=-0.2, high=0.2, seed=6)
+  param %wm: f32[56,32,1,1] = he(seed=2)
+  param %bm: f32[56] = uniform(low=-0.2, high=0.2, seed=7)
+  param %w2: f32[32,24,3,3] = he(seed=3)
+  param %w3: f32[16,16,3,3] = he(seed=4)
+  param %w4: f32[16,32,1,1] = he(seed=5)
+  %s = Conv2d(%x, %w0, %b0)
+  %sr = Relu(%s)
+  %m = Conv2d(%sr, %wm, %bm)
+  %mr = Relu(%m)
+  %b2, %b3, %b1 = Split(%mr) {{axis=1, split=[24,16,16]}}
+  %c2 = Conv2d(%b2, %w2) {{pads=[1,1,1,1], algo=winograd4}}
+  %c3 = Conv2d(%b3, %w3) {{pads=[1,1,1,1], algo=winograd2}}
+  %p = MaxPool(%sr) {{kernel=[3,3], strides=[1,1], pads=[1,1,1,1]}}
+  %c4 = Conv2d(%p, %w4)
+  %y = Concat(%b1, %c2, %c3, %c4) {{axis=1}}
+  %g = GlobalAveragePool(%y)
+  output %g"
+        );
+        let g = parse(&body);
+        let mut relaid = g.clone();
+        dnnc_passes::block_channels::block_channels(&mut relaid).expect("block-channels");
+        let text = dnnc_ir::text::print(&relaid);
+        assert!(
+            text.contains("= Split(%mr) {axis=1, split=[3,2,2]}"),
+            "the Split runs blocked:\n{text}"
+        );
+        let ins = vec![("x".to_string(), rand_f32(&[n, 16, hw, hw], 3, -1.0, 1.0))];
+        check_with(&g, &ins, 1e-3, 1e-4, &CpuOptions::default());
+        at_every_thread_count(&g, &ins, &body);
+        let plain_pools = CpuOptions {
+            plain_pools: true,
+            ..Default::default()
+        };
+        check_with(&g, &ins, 1e-3, 1e-4, &plain_pools);
+    }
+}
+
+/// By default pools and Concats join the blocked regions, so GoogLeNet
+/// and SqueezeNet run blocked from their stem pool to their global pool
+/// (max pools `data=nchw8c`, channel Concats of blocks); with them kept
+/// plain (`CpuOptions::plain_pools`) the regions end at each module's
+/// Concat. Either way every zoo model matches onnxruntime's output within
+/// rtol 1e-3, atol 1e-4 at 1 and 2 threads.
 #[test]
 #[ignore = "release-mode numeric test on real models (CI runs it with --include-ignored)"]
-fn zoo_models_match_onnxruntime_with_pools_and_concats_blocked() {
+fn zoo_models_match_onnxruntime_with_pools_blocked_and_plain() {
     let Some(models) = cpu_common::shared_models() else {
         return;
-    };
-    let opts = CpuOptions {
-        block_pools: true,
-        ..Default::default()
     };
     let mut blocked_pools = 0;
     for dir in models {
@@ -415,10 +463,7 @@ fn zoo_models_match_onnxruntime_with_pools_and_concats_blocked() {
         let g = dnnc_compiler::onnx::import_onnx_file(dir.join("model.onnx"))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let mut relaid = g.clone();
-        let bo = dnnc_passes::block_channels::BlockOptions {
-            pools_and_concats: true,
-        };
-        dnnc_passes::block_channels::block_channels_with(&mut relaid, bo).expect("block-channels");
+        dnnc_passes::block_channels::block_channels(&mut relaid).expect("block-channels");
         let text = dnnc_ir::text::print(&relaid);
         if text.contains("MaxPool") && text.contains("ceil_mode=1, data=nchw8c") {
             blocked_pools += 1;
@@ -426,15 +471,21 @@ fn zoo_models_match_onnxruntime_with_pools_and_concats_blocked() {
         let x = dnnc_ir::tensor::read_npy(&dir.join("input.npy")).unwrap();
         let want = dnnc_ir::tensor::read_npy(&dir.join("output.npy")).unwrap();
         let ins = vec![(g.value(g.inputs()[0]).name.clone(), x)];
-        let mut exe = compile_cpu(&g, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
-        for threads in [1, 2] {
-            exe.set_threads(threads).unwrap();
-            let got = exe
-                .run(&ins)
-                .unwrap_or_else(|e| panic!("{name} {threads}T: {e}"));
-            let what = format!("{name} pools blocked {threads}T");
-            let err = cpu_common::assert_close(&what, &got[0], &want, 1e-3, 1e-4);
-            println!("{what:40} max abs err {err:.2e}");
+        for plain_pools in [false, true] {
+            let opts = CpuOptions {
+                plain_pools,
+                ..Default::default()
+            };
+            let mut exe = compile_cpu(&g, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+            for threads in [1, 2] {
+                exe.set_threads(threads).unwrap();
+                let got = exe
+                    .run(&ins)
+                    .unwrap_or_else(|e| panic!("{name} {threads}T: {e}"));
+                let what = format!("{name} plain pools {plain_pools} {threads}T");
+                let err = cpu_common::assert_close(&what, &got[0], &want, 1e-3, 1e-4);
+                println!("{what:40} max abs err {err:.2e}");
+            }
         }
     }
     assert!(

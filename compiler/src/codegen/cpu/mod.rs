@@ -72,11 +72,12 @@ pub struct CpuOptions {
     /// unless an algorithm is forced (`conv_algo`, `conv_algo_for`, which
     /// name NCHW lowerings).
     pub nchw_only: bool,
-    /// Also take max and average pools and channel Concats into the
-    /// channel-blocked regions
-    /// ([`dnnc_passes::block_channels::BlockOptions::pools_and_concats`];
-    /// off by default, measured slower).
-    pub block_pools: bool,
+    /// Keep max and average pools and channel Concats out of the
+    /// channel-blocked regions, in NCHW (the opposite of
+    /// [`dnnc_passes::block_channels::BlockOptions::pools_and_concats`]),
+    /// for comparison: GoogLeNet's and SqueezeNet's regions then end at
+    /// each inception or fire module's Concat.
+    pub plain_pools: bool,
     /// Keep the convs of a channel-blocked inverted residual block
     /// (expansion, depthwise, projection) kernels of their own, each
     /// result written out, instead of one kernel that computes the block
@@ -315,7 +316,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     } else {
         let mut b = g.clone();
         let bo = dnnc_passes::block_channels::BlockOptions {
-            pools_and_concats: opts.block_pools,
+            pools_and_concats: !opts.plain_pools,
         };
         dnnc_passes::block_channels::block_channels_with(&mut b, bo).map_err(|e| {
             CodegenError::Backend {
