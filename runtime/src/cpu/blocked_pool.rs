@@ -848,6 +848,29 @@ mod tests {
         y
     }
 
+    /// A max pool's geometry with a `k x k` window, stride `s` and
+    /// dilation `d` along both axes, `pad` on every side.
+    fn square(h: i64, w: i64, (k, s, d): (i64, i64, i64), pad: i64, ceil: bool) -> PoolGeom {
+        PoolGeom {
+            h,
+            w,
+            oh: out_size(h, k, s, d, pad, pad, ceil),
+            ow: out_size(w, k, s, d, pad, pad, ceil),
+            kh: k,
+            kw: k,
+            sh: s,
+            sw: s,
+            dh: d,
+            dw: d,
+            pt: pad,
+            pl: pad,
+            pb: pad,
+            pr: pad,
+            avg: 0,
+            include_pad: 0,
+        }
+    }
+
     fn out_size(n: i64, k: i64, s: i64, d: i64, p0: i64, p1: i64, ceil: bool) -> i64 {
         let span = n + p0 + p1 - (k - 1) * d - 1;
         let o = if ceil {
@@ -899,25 +922,10 @@ mod tests {
             (9, 19, 2, 2, 1, 0, true, false, false),
         ];
         for (h, w, k, s, d, pad, ceil, avg, include) in cases {
-            let oh = out_size(h, k, s, d, pad, pad, ceil);
-            let ow = out_size(w, k, s, d, pad, pad, ceil);
             let g = PoolGeom {
-                h,
-                w,
-                oh,
-                ow,
-                kh: k,
-                kw: k,
-                sh: s,
-                sw: s,
-                dh: d,
-                dw: d,
-                pt: pad,
-                pl: pad,
-                pb: pad,
-                pr: pad,
                 avg: avg as i64,
                 include_pad: include as i64,
+                ..square(h, w, (k, s, d), pad, ceil)
             };
             for with_nan in [false, true] {
                 let mut x = data((h * w) as usize * B, (h * 7 + k) as u32);
@@ -951,7 +959,7 @@ mod tests {
                     assert_eq!(bits(&narrow), bits(&want), "8-lane {g:?}");
                 }
                 let mut port = vec![0f32; want.len()];
-                unsafe { portable(&g, x.as_ptr(), port.as_mut_ptr(), 0, oh) };
+                unsafe { portable(&g, x.as_ptr(), port.as_mut_ptr(), 0, g.oh) };
                 assert_eq!(bits(&port), bits(&want), "portable {g:?}");
                 if with_nan && !avg && s == 1 && pad == 1 && d == 1 {
                     assert!(got.iter().any(|v| v.is_nan()), "the NaN tap wins: {g:?}");
@@ -972,25 +980,7 @@ mod tests {
             (10, 13, 2, 2, 0, true),
         ];
         for (h, w, k, s, pad, ceil) in cases {
-            let oh = out_size(h, k, s, 1, pad, pad, ceil);
-            let ow = out_size(w, k, s, 1, pad, pad, ceil);
-            let g = PoolGeom {
-                h,
-                w,
-                oh,
-                ow,
-                kh: k,
-                kw: k,
-                sh: s,
-                sw: s,
-                dh: 1,
-                dw: 1,
-                pt: pad,
-                pl: pad,
-                pb: pad,
-                pr: pad,
-                ..PoolGeom::default()
-            };
+            let g = square(h, w, (k, s, 1), pad, ceil);
             // Negative everywhere but a checkerboard of signed zeros.
             let mut x: Vec<f32> = data((h * w) as usize * B, 11)
                 .iter()
