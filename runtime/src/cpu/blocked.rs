@@ -302,7 +302,7 @@ pub const WHOLE_FLOATS: usize = 65536;
 /// chunk however many there are (up to [`WHOLE_MAX_FLOATS`] of input):
 /// such a filter does not stay in L2 (1 MiB), and L1-sized chunks read it
 /// from L3 once each. SqueezeNet's classifier, 1000 x 169 x 512 (2 MB of
-/// filter, 346 KB of input), blocked in the model (`--block-pools`, one
+/// filter, 346 KB of input), blocked in the model (pools blocked, one
 /// thread, 4 alternating runs): 1.07-1.18 -> 0.84-0.96 ms, where the
 /// plain packed GEMM takes 0.95.
 pub const BIG_FILTER_FLOATS: usize = 1 << 18;
