@@ -355,6 +355,41 @@ fn bottleneck_chains_run_blocked_with_their_winograd_convs() {
     }
 }
 
+/// A blocked Winograd conv reading a pointwise result of 1 MiB or more
+/// (which a blocked depthwise conv would compute row by row inside its
+/// own kernel) gets that result from its own kernel: it compiled to an
+/// error ("has no buffer") when the fused-expansion rule took the
+/// Winograd conv for a depthwise one.
+#[test]
+fn winograd_convs_after_big_pointwise_results_compile_and_match() {
+    let body = "  input %x: f32[1,8,64,64]
+  param %w0: f32[32,8,1,1] = he(seed=1)
+  param %w1: f32[64,32,1,1] = he(seed=2)
+  param %w2: f32[64,64,3,3] = he(seed=3)
+  param %b2: f32[64] = uniform(low=-0.2, high=0.2, seed=5)
+  param %w3: f32[32,64,1,1] = he(seed=4)
+  %a = Conv2d(%x, %w0)
+  %ar = Relu(%a)
+  %e = Conv2d(%ar, %w1)
+  %er = Relu(%e)
+  %d = Conv2d(%er, %w2, %b2) {pads=[1,1,1,1], algo=winograd4}
+  %dr = Relu(%d)
+  %q = Conv2d(%dr, %w3)
+  %p = GlobalAveragePool(%q)
+  output %p";
+    let g = parse(body);
+    let mut relaid = g.clone();
+    dnnc_passes::block_channels::block_channels(&mut relaid).expect("block-channels");
+    let text = dnnc_ir::text::print(&relaid);
+    assert!(
+        text.contains("algo=winograd4, data=nchw8c"),
+        "the 3x3 conv runs blocked:\n{text}"
+    );
+    let ins = vec![("x".to_string(), rand_f32(&[1, 8, 64, 64], 7, -1.0, 1.0))];
+    check_with(&g, &ins, 1e-3, 1e-4, &CpuOptions::default());
+    at_every_thread_count(&g, &ins, body);
+}
+
 /// A residual from a strided conv outside the region is reordered into
 /// the blocked layout for its Add (the pass's bottleneck snapshot).
 #[test]

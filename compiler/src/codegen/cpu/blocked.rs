@@ -363,11 +363,14 @@ pub(crate) fn takes_projection(g: &Graph, k: &Kernel) -> bool {
 
 /// The geometry of kernel `k`'s anchor if it is a depthwise conv with a
 /// blocked kernel and no prologue: what a fused expansion or projection
-/// can join.
+/// can join. (A blocked Winograd conv is neither pointwise nor unfit but
+/// takes no expansion: counted as one, it left a ≥ 1 MiB pointwise
+/// result feeding it without a buffer.)
 fn fusable_depthwise(g: &Graph, k: &Kernel) -> Option<ConvGeom> {
+    use dnnc_passes::block_channels::{blocked_kernel, BlockedKernel};
     let geom = ConvGeom::of_node(g, k.nodes[0]).ok()?;
     let fits = is_blocked(&geom)
-        && !pointwise(&geom)
+        && blocked_kernel(&geom) == Some(BlockedKernel::Depthwise)
         && dnnc_passes::block_channels::unfit(&geom).is_none()
         && k.prologue.is_empty();
     fits.then_some(geom)
