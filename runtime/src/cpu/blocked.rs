@@ -298,6 +298,46 @@ const CHUNK_FLOATS: usize = 4096;
 /// MobileNet-V2's 1280 x 320 filter (1.6 MB) five times per image.
 pub const WHOLE_FLOATS: usize = 65536;
 
+/// Input channels a `k` block of the AVX-512 group tiles takes (see
+/// [`k_step`]): four panels' filter rows for it, 32 KiB, stay in L1 while
+/// a chunk of pixel tiles passes.
+pub const K_BLOCK: usize = 128;
+
+/// Floats of input in a chunk of pixels that the `k` blocks of a
+/// [`k_step`] conv go through together (512 pixels at [`K_BLOCK`]): each
+/// block's input rows (256 KiB) stay in L2 while every filter group's
+/// block passes from L1, so a filter too big for L2 is read once per
+/// chunk. In chunks of 128 pixels SqueezeNet's 1000 x 512 classifier
+/// (169 pixels, 2 MB of filter) ran 1.05-1.09 ms, against 0.94-1.04 in
+/// one chunk and 0.92-1.00 unblocked (alternating profiles).
+const K_BLOCK_CHUNK_FLOATS: usize = 65536;
+
+/// How many input channels a group tile of a pointwise conv takes at a
+/// time: [`K_BLOCK`] on AVX-512 for `k` of 384 and more over at least 128
+/// pixels, unless the residual is the output itself (a later block would
+/// read partial sums as the residual); else all `k`. Each tile's
+/// accumulators then start from the partial sums its previous block
+/// stored, so each output is still the bias, then one FMA per `k` in
+/// order: bitwise the unblocked result. Unblocked, a four-panel tile
+/// streams `64 x k` filter floats from L2 per 6 pixels; with activations
+/// out of cache (`nchwc_pointwise` example, default sweep), 256 x 784 x
+/// 1024 ran 1.41 -> 1.02 of the packed GEMM at batch 8 and 512 x 196 x
+/// 512 1.21 -> 0.99 at batch 1. On 7x7 maps blocks lost (2048 x 49 x 512
+/// at batch 8: 0.96 -> 1.03, 384 x 49 x 832 0.94 -> 0.96), hence the
+/// pixel bound; with the activations in cache it is neutral. In models
+/// (alternating bench pairs, blocked against not): GoogLeNet, SqueezeNet
+/// and MobileNet-V2 within 0.98-1.03 (two identical builds spread
+/// 0.97-1.03), ResNet-50 at batch 8 0.978 and 0.994 (its one blocked conv
+/// with such a `k`).
+fn k_step(path: Path, k: usize, pixels: usize, out: &Out) -> usize {
+    let in_place = !out.res.is_null() && std::ptr::eq(out.res, out.y);
+    if path == Path::Avx512 && k >= 384 && pixels >= 128 && !in_place {
+        K_BLOCK
+    } else {
+        k
+    }
+}
+
 /// Floats of filter from which a pointwise conv's pixels run as one
 /// chunk however many there are (up to [`WHOLE_MAX_FLOATS`] of input):
 /// such a filter does not stay in L2 (1 MiB), and L1-sized chunks read it
@@ -385,7 +425,9 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c(
             block: hw * 8,
             origin: 0,
         };
-        image(w, k, m, xi, &out, hw, (p0, p1), (n0, n1), &ep, Path::best());
+        let path = Path::best();
+        let kstep = k_step(path, k, p1 - p0, &out);
+        image(w, k, m, xi, &out, hw, (p0, p1), (n0, n1), &ep, path, kstep);
         q = img * hw + p1;
     }
     0
@@ -424,6 +466,8 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c_band(
         block: y_block,
         origin: p0,
     };
+    let path = Path::best();
+    let kstep = k_step(path, k, p1 - p0, &out);
     image(
         w,
         k,
@@ -434,7 +478,8 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c_band(
         (p0, p1),
         (0, usize::MAX),
         &ep,
-        Path::best(),
+        path,
+        kstep,
     );
     0
 }
@@ -763,7 +808,9 @@ struct Out {
     origin: usize,
 }
 
-/// One image's pixels `[p0, p1)`, chunk by chunk.
+/// One image's pixels `[p0, p1)`, chunk by chunk; in a chunk the group
+/// tiles go through `k` in blocks of `kstep` input channels ([`k_step`];
+/// `k` for none), the other tiles take all of it in the first block.
 #[allow(clippy::too_many_arguments)]
 unsafe fn image(
     w: *const f32,
@@ -776,8 +823,11 @@ unsafe fn image(
     (n0, n1): (usize, usize),
     ep: &Epilogue,
     path: Path,
+    kstep: usize,
 ) {
-    let chunk = if whole_map(p1 - p0, k, m) {
+    let chunk = if kstep < k {
+        (K_BLOCK_CHUNK_FLOATS / kstep / TILE_LCM * TILE_LCM).max(TILE_LCM)
+    } else if whole_map(p1 - p0, k, m) {
         p1 - p0
     } else {
         (CHUNK_FLOATS / k / TILE_LCM * TILE_LCM).max(TILE_LCM)
@@ -785,53 +835,65 @@ unsafe fn image(
     let mut c0 = p0;
     while c0 < p1 {
         let c1 = (c0 + chunk).min(p1);
-        let mut o = 0;
-        let mut panel = 0;
-        while o < m && panel < n1 {
-            let width = panel_width(m, o);
-            if panel < n0 {
-                o += width;
-                panel += 1;
-                continue;
-            }
-            // On AVX-512, up to four consecutive 16-channel panels run as
-            // one tile (`avx512_group_tile`).
-            let group = if path == Path::Avx512 && width == 16 {
-                group_panels(m, o, n1 - panel)
-            } else {
-                1
-            };
-            let tile = if group > 1 {
-                GROUP_TILE_PIXELS[group]
-            } else {
-                path.tile_pixels(width)
-            };
-            let t = Tile::panel(w, (o, width), (k, hw * 8), out.block, ep, path);
-            let block = (o / 8) * out.block;
-            let mut p = c0;
-            while p < c1 {
-                let n = balanced_tile(c1 - p, tile);
-                let xp = x.add(p * 8);
-                let yo = block + (p - out.origin) * 8;
-                let yp = out.y.add(yo);
-                let rp = if out.res.is_null() {
-                    out.res
-                } else {
-                    out.res.add(yo)
-                };
-                match path {
-                    #[cfg(target_arch = "x86_64")]
-                    Path::Avx512 if group > 1 => avx512_group_tile(&t, group, xp, yp, rp, n),
-                    #[cfg(target_arch = "x86_64")]
-                    Path::Avx512 => avx512_tile(&t, xp, yp, rp, n),
-                    #[cfg(target_arch = "x86_64")]
-                    Path::Avx2 => avx2_tile(&t, xp, yp, rp, n),
-                    _ => portable_tile(&t, xp, yp, rp, n),
+        for k0 in (0..k).step_by(kstep) {
+            let kc = kstep.min(k - k0);
+            let mut o = 0;
+            let mut panel = 0;
+            while o < m && panel < n1 {
+                let width = panel_width(m, o);
+                if panel < n0 {
+                    o += width;
+                    panel += 1;
+                    continue;
                 }
-                p += n;
+                // On AVX-512, up to four consecutive 16-channel panels run as
+                // one tile (`avx512_group_tile`).
+                let group = if path == Path::Avx512 && width == 16 {
+                    group_panels(m, o, n1 - panel)
+                } else {
+                    1
+                };
+                let tile = if group > 1 {
+                    GROUP_TILE_PIXELS[group]
+                } else {
+                    path.tile_pixels(width)
+                };
+                if group == 1 && k0 > 0 {
+                    o += width;
+                    panel += 1;
+                    continue;
+                }
+                let mut t = Tile::panel(w, (o, width), (k, hw * 8), out.block, ep, path);
+                if group > 1 {
+                    t.k0 = k0;
+                    t.kc = kc;
+                }
+                let block = (o / 8) * out.block;
+                let mut p = c0;
+                while p < c1 {
+                    let n = balanced_tile(c1 - p, tile);
+                    let xp = x.add(p * 8 + if group > 1 { k0 / 8 * hw * 8 } else { 0 });
+                    let yo = block + (p - out.origin) * 8;
+                    let yp = out.y.add(yo);
+                    let rp = if out.res.is_null() {
+                        out.res
+                    } else {
+                        out.res.add(yo)
+                    };
+                    match path {
+                        #[cfg(target_arch = "x86_64")]
+                        Path::Avx512 if group > 1 => avx512_group_tile(&t, group, xp, yp, rp, n),
+                        #[cfg(target_arch = "x86_64")]
+                        Path::Avx512 => avx512_tile(&t, xp, yp, rp, n),
+                        #[cfg(target_arch = "x86_64")]
+                        Path::Avx2 => avx2_tile(&t, xp, yp, rp, n),
+                        _ => portable_tile(&t, xp, yp, rp, n),
+                    }
+                    p += n;
+                }
+                o += width * group;
+                panel += group;
             }
-            o += width * group;
-            panel += group;
         }
         c0 = c1;
     }
@@ -857,6 +919,12 @@ struct Tile {
     act: u32,
     /// Whether the activation runs in zmm registers ([`Path::Avx512`]).
     wide_act: bool,
+    /// The `k` block a group tile computes: input channels `k0..k0 +
+    /// kc`, starting from the bias (`k0` = 0) or from the partial sums
+    /// in the output, and finished with the epilogue only where it ends
+    /// at `k` (else the partial sums are stored as they are).
+    k0: usize,
+    kc: usize,
 }
 
 impl Tile {
@@ -888,6 +956,8 @@ impl Tile {
             hi: ep.hi,
             act: ep.act,
             wide_act: path == Path::Avx512,
+            k0: 0,
+            kc: k,
         }
     }
 }
@@ -1157,6 +1227,45 @@ macro_rules! group_store {
     }};
 }
 
+/// Loads a group tile's partial sums from its output (a later `k`
+/// block's start).
+#[cfg(target_arch = "x86_64")]
+macro_rules! group_partials {
+    ($t:expr, $acc:ident, $y:expr, $g:ident, $np:ident) => {{
+        use std::arch::x86_64::*;
+        for p in 0..$np {
+            for j in 0..$g {
+                let lo = _mm256_loadu_ps($y.add(2 * j * $t.y_stride + p * 8));
+                let hi = _mm256_loadu_ps($y.add((2 * j + 1) * $t.y_stride + p * 8));
+                let v = _mm512_castps256_ps512(lo);
+                let v = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                    _mm512_castps_pd(v),
+                    _mm256_castps_pd(hi),
+                ));
+                $acc[p][j] = v;
+            }
+        }
+    }};
+}
+
+/// Stores a group tile's partial sums as they are (a `k` block before the
+/// last).
+#[cfg(target_arch = "x86_64")]
+macro_rules! group_store_partials {
+    ($t:expr, $acc:ident, $y:expr, $g:ident, $np:ident) => {{
+        use std::arch::x86_64::*;
+        for p in 0..$np {
+            for j in 0..$g {
+                let v = $acc[p][j];
+                let lo = _mm512_castps512_ps256(v);
+                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+                _mm256_storeu_ps($y.add(2 * j * $t.y_stride + p * 8), lo);
+                _mm256_storeu_ps($y.add((2 * j + 1) * $t.y_stride + p * 8), hi);
+            }
+        }
+    }};
+}
+
 /// Calls `$f::<G, NP>` for a group tile of `$g` panels and `$n` pixels
 /// (at most [`GROUP_TILE_PIXELS`]`[$g]`).
 #[cfg(target_arch = "x86_64")]
@@ -1219,7 +1328,8 @@ unsafe fn avx512_group_tile(
 /// 0.91). Standalone, with the input swept from cache between runs
 /// (`nchwc_pointwise` example), shapes of `k` 384 and more ran 1.4-2.3x
 /// slower (the filter streaming from L2 once per 6 pixels), those of `k`
-/// 64-256 and large maps up to 22% faster.
+/// 64-256 and large maps up to 22% faster; deep `k` now goes in blocks
+/// ([`k_step`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
 #[inline(never)]
@@ -1235,7 +1345,10 @@ unsafe fn avx512_group_tile_n<const G: usize, const NP: usize>(
     let panel_stride = 16 * k;
     let z = _mm512_setzero_ps();
     let mut acc = group_accumulators!(t, G);
-    let mut wp = t.w;
+    if t.k0 > 0 {
+        group_partials!(t, acc, y, G, NP);
+    }
+    let mut wp = t.w.add(16 * t.k0);
     macro_rules! step {
         ($a:expr, $kk:literal) => {{
             let row = wp.add($kk * 16);
@@ -1269,8 +1382,12 @@ unsafe fn avx512_group_tile_n<const G: usize, const NP: usize>(
             group_fmas!(acc, G, NP, *$a.add(8 * 11 + $kk), (w0, w1, w2, w3), 11);
         }};
     }
-    k_blocks!(x, stride, k, step, wp, 16);
-    group_store!(t, acc, y, res, G, NP);
+    k_blocks!(x, stride, t.kc, step, wp, 16);
+    if t.k0 + t.kc < k {
+        group_store_partials!(t, acc, y, G, NP);
+    } else {
+        group_store!(t, acc, y, res, G, NP);
+    }
 }
 
 /// [`avx512_group_tile`] for a window conv into the blocked layout
@@ -1651,6 +1768,7 @@ mod tests {
                             (0, usize::MAX),
                             &ep,
                             path,
+                            k,
                         )
                     };
                     y
@@ -1669,6 +1787,98 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Group tiles going through `k` in blocks (partial sums stored and
+    /// reloaded) give bitwise the result of one pass over `k`, with
+    /// bias, residual, clamp and activations, on panel counts that make
+    /// groups of four, three and two and a lone 8- or 24-channel panel
+    /// (which takes all of `k` in the first block), odd block remainders
+    /// and pixel counts with partial tiles; an in-place residual is
+    /// never blocked.
+    #[test]
+    fn k_blocks_are_bitwise_one_pass() {
+        if Path::best() != Path::Avx512 {
+            eprintln!("k_blocks_are_bitwise_one_pass: no AVX-512 here, group tiles not run");
+            return;
+        }
+        for (m, k, hw) in [
+            (64, 384, 131),
+            (120, 520, 128),
+            (48, 1024, 150),
+            (200, 392, 140),
+        ] {
+            let x: Vec<f32> = (0..k * hw)
+                .map(|i| ((i * 7919) % 101) as f32 * 0.05 - 2.5)
+                .collect();
+            let w: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
+                .collect();
+            let bias: Vec<f32> = (0..m).map(|i| i as f32 * 0.01 - 0.1).collect();
+            let res: Vec<f32> = (0..m * hw).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
+            let packed = pack_filter(&w, m, k);
+            for (act, with_res) in [(ACT_NONE, true), (ACT_SILU, false), (ACT_SIGMOID, true)] {
+                let ep = test_ep(&bias, (&res, with_res), (-3.0, 2.5), act);
+                let run = |kstep: usize| {
+                    let mut y = vec![f32::NAN; m * hw];
+                    let out = Out {
+                        y: y.as_mut_ptr(),
+                        res: ep.res,
+                        block: hw * 8,
+                        origin: 0,
+                    };
+                    assert_eq!(k_step(Path::Avx512, k, hw, &out), K_BLOCK);
+                    let all = (0, usize::MAX);
+                    let ptrs = (packed.as_ptr(), x.as_ptr());
+                    unsafe {
+                        image(
+                            ptrs.0,
+                            k,
+                            m,
+                            ptrs.1,
+                            &out,
+                            hw,
+                            (0, hw),
+                            all,
+                            &ep,
+                            Path::Avx512,
+                            kstep,
+                        )
+                    };
+                    y
+                };
+                let want = run(k);
+                assert!(want.iter().all(|v| v.is_finite()));
+                for kstep in [K_BLOCK, 136] {
+                    let got = run(kstep);
+                    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(
+                            a.to_bits(),
+                            b.to_bits(),
+                            "m={m} k={k} hw={hw} act={act} block {kstep} element {i}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+        }
+        // The residual read in place is never blocked; short maps and
+        // shallow `k` are not either.
+        let mut y = vec![0f32; 8];
+        let in_place = Out {
+            y: y.as_mut_ptr(),
+            res: y.as_ptr(),
+            block: 8,
+            origin: 0,
+        };
+        assert_eq!(k_step(Path::Avx512, 512, 200, &in_place), 512);
+        let apart = Out {
+            res: std::ptr::null(),
+            ..in_place
+        };
+        assert_eq!(k_step(Path::Avx512, 512, 100, &apart), 512);
+        assert_eq!(k_step(Path::Avx512, 256, 200, &apart), 256);
+        assert_eq!(k_step(Path::Avx2, 512, 200, &apart), 512);
+        assert_eq!(k_step(Path::Avx512, 512, 200, &apart), K_BLOCK);
     }
 
     #[test]
