@@ -1712,6 +1712,57 @@ mod tests {
         assert!(plain.iter().any(|v| *v < -88.0) && plain.iter().any(|v| *v > 87.0));
     }
 
+    /// A pointwise conv's input (`k` channels of `hw` pixels, blocked),
+    /// bias, residual and filter packed by [`pack_filter`], `m` outputs:
+    /// deterministic values of mixed sign.
+    fn tile_operands(m: usize, k: usize, hw: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+        let x: Vec<f32> = (0..k * hw)
+            .map(|i| ((i * 7919) % 101) as f32 * 0.05 - 2.5)
+            .collect();
+        let w: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
+            .collect();
+        let bias: Vec<f32> = (0..m).map(|i| i as f32 * 0.01 - 0.1).collect();
+        let res: Vec<f32> = (0..m * hw).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
+        (x, bias, res, pack_filter(&w, m, k))
+    }
+
+    /// [`image`] over all `hw` pixels and every panel of `packed` (the
+    /// filter) and `x` into a fresh output, in `kstep` blocks on `path`;
+    /// the output starts as NaN so an unwritten element shows.
+    fn run_image(
+        (packed, x): (&[f32], &[f32]),
+        (m, k, hw): (usize, usize, usize),
+        ep: &Epilogue,
+        path: Path,
+        kstep: usize,
+    ) -> Vec<f32> {
+        let mut y = vec![f32::NAN; m * hw];
+        let out = Out {
+            y: y.as_mut_ptr(),
+            res: ep.res,
+            block: hw * 8,
+            origin: 0,
+        };
+        let all = (0, usize::MAX);
+        unsafe {
+            image(
+                packed.as_ptr(),
+                k,
+                m,
+                x.as_ptr(),
+                &out,
+                hw,
+                (0, hw),
+                all,
+                ep,
+                path,
+                kstep,
+            )
+        };
+        y
+    }
+
     /// The ymm and zmm tiles give bitwise the portable tile's result
     /// (same FMA order, same epilogue) on every panel width (8, 16, 24
     /// channels), groups of two to four 16-channel zmm panels, full and
@@ -1737,42 +1788,10 @@ mod tests {
             (112, 24, 31),
             (136, 16, 13),
         ] {
-            let x: Vec<f32> = (0..k * hw)
-                .map(|i| ((i * 7919) % 101) as f32 * 0.05 - 2.5)
-                .collect();
-            let w: Vec<f32> = (0..m * k)
-                .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
-                .collect();
-            let bias: Vec<f32> = (0..m).map(|i| i as f32 * 0.01 - 0.1).collect();
-            let res: Vec<f32> = (0..m * hw).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
-            let packed = pack_filter(&w, m, k);
+            let (x, bias, res, packed) = tile_operands(m, k, hw);
             for (act, with_res) in [(ACT_NONE, true), (ACT_SILU, false), (ACT_SIGMOID, true)] {
                 let ep = test_ep(&bias, (&res, with_res), (-3.0, 2.5), act);
-                let run = |path: Path| {
-                    let mut y = vec![f32::NAN; m * hw];
-                    let out = Out {
-                        y: y.as_mut_ptr(),
-                        res: ep.res,
-                        block: hw * 8,
-                        origin: 0,
-                    };
-                    unsafe {
-                        image(
-                            packed.as_ptr(),
-                            k,
-                            m,
-                            x.as_ptr(),
-                            &out,
-                            hw,
-                            (0, hw),
-                            (0, usize::MAX),
-                            &ep,
-                            path,
-                            k,
-                        )
-                    };
-                    y
-                };
+                let run = |path: Path| run_image((&packed, &x), (m, k, hw), &ep, path, k);
                 let want = run(Path::Portable);
                 assert!(want.iter().all(|v| v.is_finite()));
                 for &path in &paths {
@@ -1808,45 +1827,18 @@ mod tests {
             (48, 1024, 150),
             (200, 392, 140),
         ] {
-            let x: Vec<f32> = (0..k * hw)
-                .map(|i| ((i * 7919) % 101) as f32 * 0.05 - 2.5)
-                .collect();
-            let w: Vec<f32> = (0..m * k)
-                .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
-                .collect();
-            let bias: Vec<f32> = (0..m).map(|i| i as f32 * 0.01 - 0.1).collect();
-            let res: Vec<f32> = (0..m * hw).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
-            let packed = pack_filter(&w, m, k);
+            let (x, bias, res, packed) = tile_operands(m, k, hw);
+            let mut y = [0f32; 8];
+            let out = Out {
+                y: y.as_mut_ptr(),
+                res: res.as_ptr(),
+                block: hw * 8,
+                origin: 0,
+            };
+            assert_eq!(k_step(Path::Avx512, k, hw, &out), K_BLOCK);
             for (act, with_res) in [(ACT_NONE, true), (ACT_SILU, false), (ACT_SIGMOID, true)] {
                 let ep = test_ep(&bias, (&res, with_res), (-3.0, 2.5), act);
-                let run = |kstep: usize| {
-                    let mut y = vec![f32::NAN; m * hw];
-                    let out = Out {
-                        y: y.as_mut_ptr(),
-                        res: ep.res,
-                        block: hw * 8,
-                        origin: 0,
-                    };
-                    assert_eq!(k_step(Path::Avx512, k, hw, &out), K_BLOCK);
-                    let all = (0, usize::MAX);
-                    let ptrs = (packed.as_ptr(), x.as_ptr());
-                    unsafe {
-                        image(
-                            ptrs.0,
-                            k,
-                            m,
-                            ptrs.1,
-                            &out,
-                            hw,
-                            (0, hw),
-                            all,
-                            &ep,
-                            Path::Avx512,
-                            kstep,
-                        )
-                    };
-                    y
-                };
+                let run = |kstep| run_image((&packed, &x), (m, k, hw), &ep, Path::Avx512, kstep);
                 let want = run(k);
                 assert!(want.iter().all(|v| v.is_finite()));
                 for kstep in [K_BLOCK, 136] {

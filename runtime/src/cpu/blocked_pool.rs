@@ -461,6 +461,15 @@ mod x86 {
         nan
     }
 
+    /// The input rows the output rows read, `[iy0, iy1)`, from their
+    /// windows' taps (`wins`).
+    fn rows_read(g: &PoolGeom, wins: &[Taps]) -> (i64, i64) {
+        let (ylo0, _, y00, _) = wins[0];
+        let (_, yhi1, y01, _) = wins[(g.oh - 1) as usize];
+        let iy0 = y00 + ylo0 * g.dh;
+        (iy0, (y01 + (yhi1 - 1) * g.dh + 1).max(iy0))
+    }
+
     /// The columns whose whole window lies inside the row, `[f0, f1)`
     /// (contiguous), as a pair.
     fn full_cols(g: &PoolGeom, cols: &[Taps]) -> (usize, usize) {
@@ -484,10 +493,7 @@ mod x86 {
         x: *const f32,
         y: *mut f32,
     ) -> bool {
-        let (ylo0, _, y00, _) = wins[0];
-        let (_, yhi1, y01, _) = wins[(g.oh - 1) as usize];
-        let iy0 = y00 + ylo0 * g.dh;
-        let iy1 = (y01 + (yhi1 - 1) * g.dh + 1).max(iy0);
+        let (iy0, iy1) = rows_read(g, wins);
         let ow = g.ow as usize;
         hmax.resize((iy1 - iy0) as usize * ow * B, 0.0);
         // Any NaN among the rows read sends the plane to the direct walk:
@@ -599,11 +605,7 @@ mod x86 {
         y: *mut f32,
     ) -> bool {
         let (r0, r1) = (0, g.oh);
-        // The input rows the output rows read: `[iy0, iy1)`.
-        let (ylo0, _, y00, _) = wins[r0 as usize];
-        let (_, yhi1, y01, _) = wins[(r1 - 1) as usize];
-        let iy0 = y00 + ylo0 * g.dh;
-        let iy1 = (y01 + (yhi1 - 1) * g.dh + 1).max(iy0);
+        let (iy0, iy1) = rows_read(g, wins);
         let ow = g.ow as usize;
         hmax.resize((iy1 - iy0) as usize * ow * B, 0.0);
         // Any NaN among the rows read sends the plane to the direct walk
