@@ -9,7 +9,11 @@
 //!
 //! An elementwise op with one blocked operand of its result's shape runs
 //! blocked; its other full operands (a residual from outside the region)
-//! are reordered in, and counted as reorders.
+//! are reordered in, and counted as reorders. By default
+//! ([`BlockOptions`]) max and average pools, channel Concats and channel
+//! Splits in whole blocks join too, so GoogLeNet- and SqueezeNet-style
+//! models (and the optimiser's merged branch convs) run blocked from
+//! their stem pool to their global pool.
 //!
 //! A region is a set of blocked values connected through the ops that
 //! produce them. It is blocked only if it holds at least [`MIN_CONVS`]
@@ -340,9 +344,9 @@ fn find(parent: &mut [usize], mut i: usize) -> usize {
 /// What the pass may take into a region beyond convs and elementwise ops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockOptions {
-    /// Max and average pools (`data=nchw8c`) and channel Concats, so
-    /// GoogLeNet- and SqueezeNet-style models run blocked from their stem
-    /// pool to their global pool. On by default: on the Xeon GoogLeNet
+    /// Max and average pools (`data=nchw8c`), channel Concats and channel
+    /// Splits, so GoogLeNet- and SqueezeNet-style models run blocked from
+    /// their stem pool to their global pool. On by default: on the Xeon GoogLeNet
     /// ran 0.987 and 0.941 of the time with them plain (1 and 2 threads),
     /// SqueezeNet 0.963 and 0.977 (its pointwise convs ~10% faster, the
     /// blocked pools as fast as the plain ones or faster, the Winograd
