@@ -259,6 +259,14 @@ impl Case {
     }
 }
 
+/// `g` after the `block-channels` pass (as the CPU backend runs it by
+/// default), printed: what the tests look for the blocked ops in.
+fn blocked_text(g: &dnnc_ir::Graph) -> String {
+    let mut relaid = g.clone();
+    dnnc_passes::block_channels::block_channels(&mut relaid).expect("block-channels");
+    dnnc_ir::text::print(&relaid)
+}
+
 /// Runs `g` at 1, 2 and 3 threads, asserts the three are bitwise equal,
 /// and returns the bits.
 fn at_every_thread_count(
@@ -341,9 +349,7 @@ fn bottleneck_chains_run_blocked_with_their_winograd_convs() {
             block(2, "%y_1")
         );
         let g = parse(&body);
-        let mut relaid = g.clone();
-        dnnc_passes::block_channels::block_channels(&mut relaid).expect("block-channels");
-        let text = dnnc_ir::text::print(&relaid);
+        let text = blocked_text(&g);
         assert_eq!(
             text.matches(&format!("algo={algo}, data=nchw8c")).count(),
             2,
@@ -378,9 +384,7 @@ fn winograd_convs_after_big_pointwise_results_compile_and_match() {
   %p = GlobalAveragePool(%q)
   output %p";
     let g = parse(body);
-    let mut relaid = g.clone();
-    dnnc_passes::block_channels::block_channels(&mut relaid).expect("block-channels");
-    let text = dnnc_ir::text::print(&relaid);
+    let text = blocked_text(&g);
     assert!(
         text.contains("algo=winograd4, data=nchw8c"),
         "the 3x3 conv runs blocked:\n{text}"
@@ -417,9 +421,7 @@ fn plain_residuals_reordered_into_a_region_match_the_interpreter() {
   %p = GlobalAveragePool(%f)
   output %p";
     let g = parse(body);
-    let mut relaid = g.clone();
-    dnnc_passes::block_channels::block_channels(&mut relaid).expect("block-channels");
-    let text = dnnc_ir::text::print(&relaid);
+    let text = blocked_text(&g);
     assert!(
         text.contains("%s.to_nchw8c"),
         "the residual is reordered in:\n{text}"
@@ -462,9 +464,7 @@ fn merged_branches_split_blocked_match_the_interpreter() {
   output %g"
         );
         let g = parse(&body);
-        let mut relaid = g.clone();
-        dnnc_passes::block_channels::block_channels(&mut relaid).expect("block-channels");
-        let text = dnnc_ir::text::print(&relaid);
+        let text = blocked_text(&g);
         assert!(
             text.contains("= Split(%mr) {axis=1, split=[3,2,2]}"),
             "the Split runs blocked:\n{text}"
@@ -497,9 +497,7 @@ fn zoo_models_match_onnxruntime_with_pools_blocked_and_plain() {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         let g = dnnc_compiler::onnx::import_onnx_file(dir.join("model.onnx"))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let mut relaid = g.clone();
-        dnnc_passes::block_channels::block_channels(&mut relaid).expect("block-channels");
-        let text = dnnc_ir::text::print(&relaid);
+        let text = blocked_text(&g);
         if text.contains("MaxPool") && text.contains("ceil_mode=1, data=nchw8c") {
             blocked_pools += 1;
         }

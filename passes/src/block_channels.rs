@@ -798,17 +798,25 @@ mod tests {
     /// plain.
     #[test]
     fn snapshot_bottleneck_with_winograd_and_plain_residual() {
-        let mut g = parse(BOTTLENECK, "bottleneck.dnn").unwrap();
+        let (before, after, rewrites) = pass_on(BOTTLENECK);
+        assert!(after.contains("algo=winograd4, data=nchw8c"), "{after}");
+        assert!(after.contains("%s.to_nchw8c"), "{after}");
+        insta::assert_snapshot!(snapshot_text(&before, &after, rewrites));
+    }
+
+    /// `text` parsed, then after the pass (verified): the two printed and
+    /// the pass's rewrite count.
+    fn pass_on(text: &str) -> (String, String, usize) {
+        let mut g = parse(text, "t.dnn").unwrap();
         let before = print(&g);
         let stats = block_channels(&mut g).unwrap();
         dnnc_ir::verify(&g).unwrap();
-        let after = print(&g);
-        assert!(after.contains("algo=winograd4, data=nchw8c"), "{after}");
-        assert!(after.contains("%s.to_nchw8c"), "{after}");
-        insta::assert_snapshot!(format!(
-            "{before}--- block-channels ({} rewrites) --->\n{after}",
-            stats.rewrites,
-        ));
+        (before, print(&g), stats.rewrites)
+    }
+
+    /// A snapshot's text: the IR before and after the pass.
+    fn snapshot_text(before: &str, after: &str, rewrites: usize) -> String {
+        format!("{before}--- block-channels ({rewrites} rewrites) --->\n{after}")
     }
 
     /// An inception module as the optimiser leaves it: the three branch
@@ -841,11 +849,7 @@ mod tests {
     /// convs and the Concat blocked, and the module computes what it did.
     #[test]
     fn snapshot_merged_branches_split_blocked() {
-        let mut g = parse(MERGED_INCEPTION, "merged.dnn").unwrap();
-        let before = print(&g);
-        let stats = block_channels(&mut g).unwrap();
-        dnnc_ir::verify(&g).unwrap();
-        let after = print(&g);
+        let (before, after, rewrites) = pass_on(MERGED_INCEPTION);
         assert!(
             after.contains("= Split(%mr) {axis=1, split=[2,1,2]}"),
             "{after}"
@@ -854,10 +858,7 @@ mod tests {
             after.contains("%b2: f32[1,2,8,8,8]"),
             "the parts are blocked: {after}"
         );
-        insta::assert_snapshot!(format!(
-            "{before}--- block-channels ({} rewrites) --->\n{after}",
-            stats.rewrites,
-        ));
+        insta::assert_snapshot!(snapshot_text(&before, &after, rewrites));
         let (_, want, got) = before_after(MERGED_INCEPTION, [1, 16, 8, 8]);
         assert_close(&got, &want);
         // Parts not in whole blocks keep the Split (and its region) plain.
@@ -865,25 +866,15 @@ mod tests {
             .replace("split=[16,8,16]", "split=[12,12,16]")
             .replace("f32[24,16,3,3]", "f32[24,12,3,3]")
             .replace("f32[8,8,3,3]", "f32[8,12,3,3]");
-        let mut g = parse(&odd, "odd.dnn").unwrap();
-        block_channels(&mut g).unwrap();
-        dnnc_ir::verify(&g).unwrap();
-        assert!(print(&g).contains("split=[12,12,16]"));
+        assert!(pass_on(&odd).1.contains("split=[12,12,16]"));
         let (_, want, got) = before_after(&odd, [1, 16, 8, 8]);
         assert_close(&got, &want);
     }
 
     #[test]
     fn snapshot_inverted_residual_block() {
-        let mut g = parse(BLOCK, "block.dnn").unwrap();
-        let before = print(&g);
-        let stats = block_channels(&mut g).unwrap();
-        dnnc_ir::verify(&g).unwrap();
-        insta::assert_snapshot!(format!(
-            "{before}--- block-channels ({} rewrites) --->\n{}",
-            stats.rewrites,
-            print(&g)
-        ));
+        let (before, after, rewrites) = pass_on(BLOCK);
+        insta::assert_snapshot!(snapshot_text(&before, &after, rewrites));
     }
 
     #[test]

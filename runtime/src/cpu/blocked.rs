@@ -872,7 +872,8 @@ unsafe fn image(
                 let mut p = c0;
                 while p < c1 {
                     let n = balanced_tile(c1 - p, tile);
-                    let xp = x.add(p * 8 + if group > 1 { k0 / 8 * hw * 8 } else { 0 });
+                    // Tiles of lone panels run only in the first block (`k0` 0).
+                    let xp = x.add(p * 8 + k0 / 8 * hw * 8);
                     let yo = block + (p - out.origin) * 8;
                     let yp = out.y.add(yo);
                     let rp = if out.res.is_null() {

@@ -519,13 +519,18 @@ mod x86 {
             return false;
         }
         let cs = g.dw as usize * B;
-        let (f0, f1) = full_cols(g, cols);
-        let edges: Vec<usize> = (0..ow).filter(|ox| !(f0..f1).contains(ox)).collect();
+        // The columns of three-tap windows inside the row walk straight
+        // through, `[f0, f1)`; the others take their taps one by one.
+        let (f0, f1) = if g.kw == 3 {
+            full_cols(g, cols)
+        } else {
+            (0, 0)
+        };
         let step = g.sw as usize * B;
         for iy in iy0..iy1 {
             let row = x.add((iy * g.w) as usize * B);
             let hrow = hmax.as_mut_ptr().add((iy - iy0) as usize * ow * B);
-            if f1 > f0 && g.kw == 3 {
+            if f1 > f0 {
                 let mut p = row.add(cols[f0].2 as usize * B);
                 let mut ox = f0;
                 if g.sw == 1 {
@@ -549,15 +554,7 @@ mod x86 {
                     ox += 1;
                 }
             }
-            let interior = if g.kw == 3 { &edges[..] } else { &[][..] };
-            let all: Vec<usize>;
-            let todo = if g.kw == 3 {
-                interior
-            } else {
-                all = (0..ow).collect();
-                &all[..]
-            };
-            for &ox in todo {
+            for ox in (0..f0).chain(f1..ow) {
                 let (xlo, xhi, x0, _) = cols[ox];
                 let first = row.add((x0 + xlo * g.dw) as usize * B);
                 let mut acc = _mm256_set1_ps(f32::NEG_INFINITY);
@@ -629,11 +626,9 @@ mod x86 {
             return false;
         }
         let cs = g.dw as usize * B;
-        // The columns whose whole window lies inside the row, `[f0, f1)`
-        // (contiguous): with three taps they run as one pointer walk.
-        let full = |c: &Taps| c.0 == 0 && c.1 == g.kw;
-        let f0 = cols.iter().position(full).unwrap_or(cols.len());
-        let f1 = f0 + cols[f0..].iter().take_while(|c| full(c)).count();
+        // The columns whose whole window lies inside the row: with three
+        // taps they run as one pointer walk.
+        let (f0, f1) = full_cols(g, cols);
         let walk = g.kw == 3 && f1 > f0;
         let lo = _mm256_set1_ps(f32::NEG_INFINITY);
         let step = g.sw as usize * B;
@@ -922,6 +917,9 @@ mod tests {
             (7, 7, 2, 2, 1, 0, true, false, false),
             (8, 10, 2, 2, 1, 0, false, false, false),
             (9, 19, 2, 2, 1, 0, true, false, false),
+            // Windows of other widths through the 16-lane separable max.
+            (9, 10, 2, 1, 1, 0, false, false, false),
+            (11, 13, 4, 3, 1, 1, true, false, false),
         ];
         for (h, w, k, s, d, pad, ceil, avg, include) in cases {
             let g = PoolGeom {
