@@ -298,9 +298,10 @@ const CHUNK_FLOATS: usize = 4096;
 /// MobileNet-V2's 1280 x 320 filter (1.6 MB) five times per image.
 pub const WHOLE_FLOATS: usize = 65536;
 
-/// Input channels a `k` block of the AVX-512 group tiles takes (see
-/// [`k_step`]): four panels' filter rows for it, 32 KiB, stay in L1 while
-/// a chunk of pixel tiles passes.
+/// Input channels a `k` block of the AVX-512 group tiles takes, for a
+/// pointwise conv of `k` 384 or more over 128 pixels or more (see
+/// `k_step` in the source): four panels' filter rows for it, 32 KiB, stay
+/// in L1 while a chunk of pixel tiles passes.
 pub const K_BLOCK: usize = 128;
 
 /// Floats of input in a chunk of pixels that the `k` blocks of a
