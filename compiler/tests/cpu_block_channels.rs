@@ -6,7 +6,8 @@
 //! sigmoid and SiLU (in the pointwise tiles' and depthwise rows'
 //! registers), activations the kernels leave to the generic epilogue
 //! (Tanh), squeeze-excitation blocks inside a blocked chain,
-//! splits by filter panels (small maps) and by pixel groups (large ones);
+//! splits by filter panels (small maps) and by pixel groups (large ones),
+//! dense window convs (5x5, 1x7, strided) on blocks;
 //! two threads bitwise equal to one, and the plan really blocked.
 
 mod cpu_common;
@@ -295,6 +296,43 @@ fn asymmetric_padding_and_rectangular_windows() {
     }
 }
 
+/// Dense window convs inside a region (`BlockedKernel::Window`) read and
+/// write blocks, so the region runs on through them with one reorder in:
+/// Inception's 5x5, 1x7 and 7x1, a stride-2 3x3 and a stride-2 1x1
+/// projection, a 3x3 the heuristic would run as Winograd set to im2col,
+/// one of 432 taps (in `k` blocks on AVX-512) with a residual, at batch 1
+/// (7 rows: the filter shared into slices for the tasks) and 2.
+#[test]
+fn dense_window_convs_run_blocked() {
+    for n in [1, 2] {
+        let body = format!(
+            "  input %x: f32[{n},8,15,15]
+  param %w0: f32[48,8,1,1] = he(seed=1)
+  param %w1: f32[48,48,5,5] = he(seed=2)
+  param %b1: f32[48] = uniform(low=-0.2, high=0.2, seed=3)
+  param %w2: f32[32,48,1,7] = he(seed=4)
+  param %w3: f32[48,32,7,1] = he(seed=5)
+  param %w4: f32[64,48,3,3] = he(seed=6)
+  param %w5: f32[64,48,1,1] = he(seed=7)
+  param %w6: f32[64,64,3,3] = he(seed=8)
+  param %w7: f32[24,64,1,1] = he(seed=9)
+  %a = Conv2d(%x, %w0)
+  %b = Conv2d(%a, %w1, %b1) {{pads=[2,2,2,2]}}
+  %b6 = Clip(%b) {{min=0, max=6}}
+  %c = Conv2d(%b6, %w2) {{pads=[0,3,0,3]}}
+  %d = Conv2d(%c, %w3) {{pads=[3,0,3,0]}}
+  %e = Conv2d(%d, %w4) {{pads=[1,1,1,1], strides=[2,2]}}
+  %p = Conv2d(%d, %w5) {{strides=[2,2]}}
+  %f = Conv2d(%e, %w6) {{pads=[1,1,1,1], algo=im2col}}
+  %r = Add(%f, %p)
+  %r6 = Relu(%r)
+  %q = Conv2d(%r6, %w7)
+  output %q"
+        );
+        run(&body);
+    }
+}
+
 /// Inverted residual blocks whose expansion is at least 1 MiB run as one
 /// kernel: the expansion a ring of rows at a time, the depthwise rows,
 /// each projected (with its residual at stride 1, its clamp at stride 2)
@@ -391,20 +429,19 @@ fn bad_blocked_convs_are_clear_errors() {
         msg.contains("%c") && msg.contains("undilated depthwise"),
         "{msg}"
     );
-    // A dense 3x3 conv on blocked data runs as Winograd only: with
-    // `algo=im2col` it is refused (naming the conv), never lowered as
-    // something else.
+    // A grouped conv that is not depthwise has no blocked kernel: refused
+    // (naming the conv), never lowered as something else.
     let g = parse(
         "  input %x: f32[1,2,8,8,8]
-  param %w: f32[16,16,3,3] = he(seed=1)
-  %c = Conv2d(%x, %w) {data=nchw8c, pads=[1,1,1,1], algo=im2col}
+  param %w: f32[16,8,3,3] = he(seed=1)
+  %c = Conv2d(%x, %w) {data=nchw8c, pads=[1,1,1,1], group=2}
   output %c",
     );
     let msg = match compile_cpu(&g, &CpuOptions::default()) {
-        Ok(_) => panic!("a blocked im2col conv compiled"),
+        Ok(_) => panic!("a blocked grouped conv compiled"),
         Err(e) => e.to_string(),
     };
-    assert!(msg.contains("%c") && msg.contains("Winograd only"), "{msg}");
+    assert!(msg.contains("%c") && msg.contains("of one group"), "{msg}");
     // A window taller than the row kernel takes: refused when compiled,
     // not when run.
     let g = parse(

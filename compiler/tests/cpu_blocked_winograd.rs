@@ -394,8 +394,8 @@ fn winograd_convs_after_big_pointwise_results_compile_and_match() {
     at_every_thread_count(&g, &ins, body);
 }
 
-/// A residual from a strided conv outside the region is reordered into
-/// the blocked layout for its Add (the pass's bottleneck snapshot).
+/// A residual from a conv outside the region (dilated: no blocked
+/// kernel) is reordered into the blocked layout for its Add.
 #[test]
 fn plain_residuals_reordered_into_a_region_match_the_interpreter() {
     let body = "  input %x: f32[2,8,12,12]
@@ -412,7 +412,7 @@ fn plain_residuals_reordered_into_a_region_match_the_interpreter() {
   %b = Conv2d(%ar, %wb, %bb) {pads=[1,1,1,1], algo=winograd4}
   %br = Relu(%b)
   %c = Conv2d(%br, %wc)
-  %s = Conv2d(%x, %ws) {pads=[1,1,1,1], algo=im2col}
+  %s = Conv2d(%x, %ws) {pads=[2,2,2,2], dilations=[2,2], algo=im2col}
   %y = Add(%c, %s)
   %yr = Relu(%y)
   %d = Conv2d(%yr, %wd)

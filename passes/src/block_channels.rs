@@ -64,30 +64,39 @@ pub enum BlockedKernel {
     Pointwise,
     /// Undilated, one input and one output channel per group.
     Depthwise,
-    /// 3x3, stride 1, undilated, one group, any padding: Winograd (the
-    /// algorithm `select-conv-algo` recorded, F(2x2) or F(4x4)), its
-    /// transforms reading and writing the blocks' planes.
+    /// 3x3, stride 1, undilated, one group, any padding, where
+    /// `select-conv-algo` (or the optimiser) chose Winograd, F(2x2) or
+    /// F(4x4): its transforms read and write the blocks' planes.
     Winograd,
+    /// Any other undilated conv of one group (5x5, 1x7 and 7x1, strided
+    /// 3x3 and 1x1, a 3x3 not run as Winograd): an implicit GEMM whose
+    /// tiles read each pixel's window straight from the blocks, taps in
+    /// the filter's order (`dnnc_runtime::cpu::blocked::dnnc_conv_into_nchw8c`
+    /// with a blocked input).
+    Window,
 }
 
-/// Which blocked kernel conv `geom`'s geometry fits, if any.
+/// Which blocked kernel conv `geom` runs as, if any: its geometry, and
+/// for a 3x3 stride-1 conv the algorithm chosen ([`winograd_algo`]).
 pub fn blocked_kernel(geom: &ConvGeom) -> Option<BlockedKernel> {
     let p = &geom.p;
+    let undilated = p.dilations == [1, 1];
     let pointwise = geom.g == 1
         && geom.kh == 1
         && geom.kw == 1
         && p.strides == [1, 1]
         && p.pads == [0; 4]
-        && p.dilations == [1, 1];
-    let depthwise = geom.g == geom.c && geom.m == geom.c && p.dilations == [1, 1];
-    let winograd =
-        geom.g == 1 && geom.kh == 3 && geom.kw == 3 && p.strides == [1, 1] && p.dilations == [1, 1];
+        && undilated;
+    let depthwise = geom.g == geom.c && geom.m == geom.c && undilated;
+    let winograd = geom.g == 1 && geom.kh == 3 && geom.kw == 3 && p.strides == [1, 1] && undilated;
     if pointwise {
         Some(BlockedKernel::Pointwise)
     } else if depthwise {
         Some(BlockedKernel::Depthwise)
-    } else if winograd {
+    } else if winograd && winograd_algo(geom).is_some() {
         Some(BlockedKernel::Winograd)
+    } else if geom.g == 1 && undilated {
+        Some(BlockedKernel::Window)
     } else {
         None
     }
@@ -98,13 +107,12 @@ pub fn blocked_kernel(geom: &ConvGeom) -> Option<BlockedKernel> {
 /// two agree).
 pub const DW_MAX_ROWS: usize = 32;
 
-/// Why conv `geom` has no blocked kernel, or `None` when it has one: a
-/// pointwise (1x1, stride 1, unpadded, ungrouped), undilated depthwise
-/// (at most [`DW_MAX_ROWS`] window rows) or ungrouped 3x3 stride-1
-/// undilated conv,
-/// channels in whole blocks, its filter known at compile time (the
-/// kernels take it packed). The one definition both this pass and the CPU
-/// backend's lowering of a `data=nchw8c` conv check.
+/// Why conv `geom` has no blocked kernel, or `None` when it has one
+/// ([`blocked_kernel`]: any undilated conv of one group, or an undilated
+/// depthwise conv of at most [`DW_MAX_ROWS`] window rows), channels in
+/// whole blocks, its filter known at compile time (the kernels take it
+/// packed). The one definition both this pass and the CPU backend's
+/// lowering of a `data=nchw8c` conv check.
 pub fn unfit(geom: &ConvGeom) -> Option<String> {
     let b = DataLayout::BLOCK;
     if !geom.c.is_multiple_of(b) || !geom.m.is_multiple_of(b) {
@@ -113,20 +121,14 @@ pub fn unfit(geom: &ConvGeom) -> Option<String> {
     if !geom.const_w {
         return Some("data=nchw8c needs a filter known at compile time".into());
     }
-    if geom.kh > DW_MAX_ROWS {
-        return Some(format!(
-            "data=nchw8c runs depthwise windows of at most {DW_MAX_ROWS} rows"
-        ));
-    }
     match blocked_kernel(geom) {
         None => Some(
-            "data=nchw8c runs pointwise (1x1, stride 1, unpadded, one group), undilated depthwise and 3x3 stride-1 (Winograd) convs only"
+            "data=nchw8c runs undilated convs of one group and undilated depthwise convs only"
                 .to_string(),
         ),
-        Some(BlockedKernel::Winograd) if winograd_algo(geom).is_none() => Some(
-            "data=nchw8c runs a dense 3x3 conv as Winograd only (algo=winograd2 or winograd4)"
-                .to_string(),
-        ),
+        Some(BlockedKernel::Depthwise) if geom.kh > DW_MAX_ROWS => Some(format!(
+            "data=nchw8c runs depthwise windows of at most {DW_MAX_ROWS} rows"
+        )),
         Some(_) => None,
     }
 }
@@ -156,17 +158,24 @@ pub fn blockable_conv(g: &Graph, n: NodeId) -> bool {
     match blocked_kernel(&geom) {
         Some(BlockedKernel::Pointwise) => matches!(p.algo, ConvAlgo::Auto | ConvAlgo::Pointwise),
         Some(BlockedKernel::Depthwise) => matches!(p.algo, ConvAlgo::Auto | ConvAlgo::Depthwise),
-        // Only where Winograd was chosen: the blocked layout has no other
-        // kernel for a dense 3x3 conv.
-        Some(BlockedKernel::Winograd) => winograd_algo(&geom).is_some(),
+        Some(BlockedKernel::Winograd) => true,
+        // The implicit GEMM, where the algorithm chosen is one (an FFT
+        // conv keeps its algorithm, and ends the region).
+        Some(BlockedKernel::Window) => {
+            let algo = match p.algo {
+                ConvAlgo::Auto => geom.default_algo(),
+                a => a,
+            };
+            matches!(algo, ConvAlgo::Im2col | ConvAlgo::Direct)
+        }
         None => false,
     }
 }
 
 /// The Winograd algorithm a 3x3 conv runs blocked: its `algo` when that
 /// is Winograd, the heuristic's choice ([`ConvGeom::default_algo`]) when
-/// it is `auto` and that is Winograd; `None` otherwise (the blocked
-/// layout has no other kernel for a dense 3x3 conv).
+/// it is `auto` and that is Winograd; `None` otherwise (it then runs as
+/// the blocked window kernel, [`BlockedKernel::Window`]).
 pub fn winograd_algo(geom: &ConvGeom) -> Option<ConvAlgo> {
     let algo = match geom.p.algo {
         ConvAlgo::Auto => geom.default_algo(),
@@ -175,15 +184,11 @@ pub fn winograd_algo(geom: &ConvGeom) -> Option<ConvAlgo> {
     matches!(algo, ConvAlgo::Winograd2 | ConvAlgo::Winograd4).then_some(algo)
 }
 
-/// Most taps (`c x kh x kw`) of a conv into the blocked layout; the CPU
-/// kernel's own limit (`dnnc_runtime::cpu::blocked::INTO_MAX_TAPS`).
-pub const INTO_MAX_TAPS: usize = 256;
-
 /// Why conv `geom` cannot read a plain input and write its result blocked
 /// (`data=nchw_to_nchw8c`), or `None` when it can: an ungrouped,
 /// undilated conv of fewer than 8 input channels (a stem, whose input no
-/// blocked kernel reads), whole blocks of output channels, at most
-/// [`INTO_MAX_TAPS`] taps, its filter known at compile time. The one
+/// blocked kernel reads), whole blocks of output channels, its filter
+/// known at compile time. The one
 /// definition both this pass and the CPU backend's lowering check.
 pub fn unfit_into(geom: &ConvGeom) -> Option<String> {
     let b = DataLayout::BLOCK;
@@ -195,8 +200,6 @@ pub fn unfit_into(geom: &ConvGeom) -> Option<String> {
         "is for inputs of fewer than 8 channels"
     } else if !geom.m.is_multiple_of(b) {
         "needs output channels in blocks of 8"
-    } else if geom.c * geom.kh * geom.kw > INTO_MAX_TAPS {
-        "takes at most 256 taps per output"
     } else if !geom.const_w {
         "needs a filter known at compile time"
     } else {
@@ -246,17 +249,19 @@ fn scalar(g: &Graph, v: ValueId) -> bool {
 
 /// Whether `v` is a per-channel operand of a binary op with result type
 /// `out`: `[N or 1, C, 1, 1]` (a squeeze-excitation scale, a channel
-/// constant). Reordered into the blocked layout (`[., C/8, 1, 1, 8]`, C
-/// elements an image) it broadcasts over the blocked result as it did
-/// over the plain one.
+/// constant) or `[C, 1, 1]` (a bias the optimiser moved past a pool,
+/// Inception's pool branches). Reordered into the blocked layout (`[.,
+/// C/8, 1, 1, 8]`, C elements an image) it broadcasts over the blocked
+/// result as it did over the plain one.
 fn per_channel(g: &Graph, v: ValueId, out: &TensorType) -> bool {
     let ty = &g.value(v).ty;
+    let batch_ok = |d: usize| d == out.shape[0] || d == 1;
     ty.dtype == out.dtype
-        && ty.rank() == 4
-        && (ty.shape[0] == out.shape[0] || ty.shape[0] == 1)
-        && ty.shape[1] == out.shape[1]
-        && ty.shape[2] == 1
-        && ty.shape[3] == 1
+        && match *ty.shape.as_slice() {
+            [n, c, 1, 1] => batch_ok(n) && c == out.shape[1],
+            [c, 1, 1] => c == out.shape[1],
+            _ => false,
+        }
 }
 
 /// Whether elementwise node `n` computes the same in the blocked layout:
@@ -691,19 +696,33 @@ fn to_blocked(
     if let Some(&t) = twin.get(&v).or_else(|| into_blocks.get(&v)) {
         return Ok(t);
     }
-    let &[n, c, h, w] = g.value(v).ty.shape.as_slice() else {
-        return Err(GraphError::UnknownValue(format!(
-            "block-channels: {} is not rank 4",
-            g.value(v).name
-        )));
-    };
-    let b = DataLayout::BLOCK;
     let name = g.value(v).name.clone();
+    // A `[C, 1, 1]` channel operand broadcasts as `[1, C, 1, 1]`.
+    let (v4, shape) = match *g.value(v).ty.shape.as_slice() {
+        [c, 1, 1] => {
+            let v4 = g.add(
+                Op::Reshape {
+                    shape: vec![1, c as i64, 1, 1],
+                },
+                &[v],
+                &format!("{name}.nchw"),
+            )?;
+            (v4, [1, c, 1, 1])
+        }
+        [n, c, h, w] => (v, [n, c, h, w]),
+        _ => {
+            return Err(GraphError::UnknownValue(format!(
+                "block-channels: {name} is not rank 4"
+            )))
+        }
+    };
+    let [n, c, h, w] = shape;
+    let b = DataLayout::BLOCK;
     let split = g.add(
         Op::Reshape {
             shape: [n, c / b, b, h, w].map(|d| d as i64).to_vec(),
         },
-        &[v],
+        &[v4],
         &format!("{name}.blocks"),
     )?;
     let t = g.add(
@@ -768,7 +787,8 @@ mod tests {
     }";
 
     /// A bottleneck: pointwise, 3x3 Winograd, pointwise, then an Add of
-    /// a residual from a strided conv outside the region (kept plain).
+    /// a residual from a dilated conv outside the region (no blocked
+    /// kernel: kept plain).
     const BOTTLENECK: &str = "graph bottleneck {
       input %x: f32[1,8,8,8]
       param %wa: f32[32,8,1,1] = he(seed=1)
@@ -780,7 +800,7 @@ mod tests {
       %b = Conv2d(%ar, %wb) {pads=[1,1,1,1], algo=winograd4}
       %br = Relu(%b)
       %c = Conv2d(%br, %wc)
-      %s = Conv2d(%x, %ws) {pads=[1,1,1,1], algo=im2col}
+      %s = Conv2d(%x, %ws) {pads=[2,2,2,2], dilations=[2,2], algo=im2col}
       %y = Add(%c, %s)
       %yr = Relu(%y)
       param %wd: f32[64,64,1,1] = he(seed=5)
@@ -793,7 +813,7 @@ mod tests {
       output %p
     }";
 
-    /// The Winograd conv joins the region; the strided conv's result is
+    /// The Winograd conv joins the region; the dilated conv's result is
     /// reordered into the layout for the Add instead of the Add running
     /// plain.
     #[test]
@@ -801,6 +821,38 @@ mod tests {
         let (before, after, rewrites) = pass_on(BOTTLENECK);
         assert!(after.contains("algo=winograd4, data=nchw8c"), "{after}");
         assert!(after.contains("%s.to_nchw8c"), "{after}");
+        insta::assert_snapshot!(snapshot_text(&before, &after, rewrites));
+    }
+
+    /// An Inception-style module: a 1x1 reduction, then 1x7 and 7x1, a
+    /// 5x5 and a stride-2 3x3 (im2col, the heuristic's choice for them)
+    /// whose results a Concat joins.
+    const DENSE_WINDOWS: &str = "graph dense_windows {
+      input %x: f32[1,8,9,9]
+      param %w0: f32[16,8,1,1] = he(seed=1)
+      param %w1: f32[16,16,1,7] = he(seed=2)
+      param %w2: f32[16,16,7,1] = he(seed=3)
+      param %w3: f32[16,16,5,5] = he(seed=4)
+      param %w4: f32[16,32,3,3] = he(seed=5)
+      param %w5: f32[16,16,3,3] = he(seed=6)
+      %a = Conv2d(%x, %w0)
+      %b = Conv2d(%a, %w1) {pads=[0,3,0,3]}
+      %c = Conv2d(%b, %w2) {pads=[3,0,3,0]}
+      %d = Conv2d(%a, %w3) {pads=[2,2,2,2]}
+      %e = Concat(%c, %d) {axis=1}
+      %f = Conv2d(%e, %w4) {strides=[2,2]}
+      %g = Conv2d(%a, %w5) {strides=[2,2]}
+      %y = Concat(%f, %g) {axis=1}
+      output %y
+    }";
+
+    /// Dense window convs join the region as `BlockedKernel::Window`:
+    /// one reorder in, one out.
+    #[test]
+    fn snapshot_dense_window_convs_join_the_region() {
+        let (before, after, rewrites) = pass_on(DENSE_WINDOWS);
+        assert_eq!(after.matches("data=nchw8c").count(), 6, "{after}");
+        assert_eq!(after.matches("Transpose").count(), 2, "{after}");
         insta::assert_snapshot!(snapshot_text(&before, &after, rewrites));
     }
 
@@ -975,6 +1027,33 @@ mod tests {
     }
 
     #[test]
+    fn rank_3_channel_operands_are_reordered_not_the_map() {
+        // A `[C,1,1]` bias after a pool (the optimiser moves Inception's
+        // pool-branch bias past the pool) is reshaped to `[1,C,1,1]` and
+        // reordered; the map stays blocked through the Add and the Relu.
+        let text = "graph bias3 {
+          input %x: f32[2,8,8,8]
+          param %w1: f32[32,8,1,1] = he(seed=1)
+          param %w2: f32[32,32,1,1] = he(seed=2)
+          param %w3: f32[8,32,1,1] = he(seed=3)
+          param %b: f32[32,1,1] = uniform(low=-0.5, high=0.5, seed=4)
+          %a = Conv2d(%x, %w1)
+          %p = AveragePool(%a) {kernel=[3,3], pads=[1,1,1,1]}
+          %pb = Add(%p, %b)
+          %r = Relu(%pb)
+          %c = Conv2d(%r, %w2)
+          %y = Conv2d(%c, %w3)
+          output %y
+        }";
+        let (g, want, got) = before_after(text, [2, 8, 8, 8]);
+        let bias = g.value_by_name("b.to_nchw8c").expect("bias reordered");
+        assert_eq!(g.value(bias).ty.shape, [1, 4, 1, 1, 8]);
+        let pb = g.value_by_name("pb").expect("the Add");
+        assert_eq!(g.value(pb).ty.shape, [2, 4, 8, 8, 8], "{}", print(&g));
+        assert_close(&got, &want);
+    }
+
+    #[test]
     fn squeeze_excitation_stays_in_the_region() {
         // EfficientNet's block: expand, depthwise, squeeze-excitation
         // (pool, two small convs, sigmoid, per-image channel scale),
@@ -1023,7 +1102,6 @@ mod tests {
     #[test]
     fn bounds_are_the_runtime_kernels() {
         assert_eq!(DW_MAX_ROWS, dnnc_runtime::cpu::dwrow::DW_ROW_MAX_KH);
-        assert_eq!(INTO_MAX_TAPS, dnnc_runtime::cpu::blocked::INTO_MAX_TAPS);
     }
 
     #[test]

@@ -485,22 +485,29 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c_band(
     0
 }
 
-/// The geometry of a window conv from a plain NCHW input into the
-/// blocked layout ([`dnnc_conv_into_nchw8c`]), as the generated code
-/// passes it: the window's fields, then the output channels.
+/// The geometry of a window conv into the blocked layout
+/// ([`dnnc_conv_into_nchw8c`]), as the generated code passes it: the
+/// window's fields, the output channels, then the input's layout.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IntoBlockedGeom {
     /// Input channels, extents, output extents, window, strides and
-    /// leading padding (any channel count).
+    /// leading padding.
     pub conv: Group8Geom,
     /// Output channels: whole blocks of 8.
     pub m: usize,
+    /// 1 when the input is channel-blocked too (`[N, C/8, H, W, 8]`, the
+    /// dense window convs inside a blocked region), 0 when it is NCHW
+    /// (a stem feeding a region, of any channel count).
+    pub blocked_input: usize,
+    /// Parts the filter's panels are shared into for tasks (at least 1):
+    /// the call's units are `slice * N * oh + row`, so a small map (7
+    /// rows at batch 1) splits by output channels too, as the pointwise
+    /// conv splits one by panels.
+    pub slices: usize,
+    /// Images in the batch (`N`: a slice's units are its `N * oh` rows).
+    pub n: usize,
 }
-
-/// Most taps (`c x kh x kw`) a conv into the blocked layout may have:
-/// a call keeps each tap's input offset on the stack.
-pub const INTO_MAX_TAPS: usize = 256;
 
 /// Why [`dnnc_conv_into_nchw8c`] does not compute `g`, or `None`.
 pub fn into_unfit(g: &IntoBlockedGeom) -> Option<&'static str> {
@@ -511,25 +518,36 @@ pub fn into_unfit(g: &IntoBlockedGeom) -> Option<&'static str> {
         Some("empty input or output")
     } else if c.sh == 0 || c.sw == 0 || c.kh == 0 || c.kw == 0 {
         Some("strides and filter extents must be positive")
-    } else if c.c * c.kh * c.kw > INTO_MAX_TAPS {
-        Some("more than 256 taps per output")
+    } else if g.blocked_input > 1 {
+        Some("the input layout must be 0 (NCHW) or 1 (blocked)")
+    } else if g.blocked_input == 1 && !c.c.is_multiple_of(8) {
+        Some("a blocked input has whole blocks of 8 channels")
+    } else if g.n == 0 {
+        Some("empty batch")
+    } else if g.slices == 0 || g.slices > panel_count(g.m) {
+        Some("slices must be 1 to the filter's panel count")
     } else {
         None
     }
 }
 
-/// Computes output rows `u0..u1` (row `img * oh + oy`) of the undilated,
-/// ungrouped conv `geo` of filter `w` (packed by [`pack_filter`] as an
-/// `m x (c kh kw)` matrix) over the NCHW input `x` into `y`, blocked
-/// (`[N, m/8, oh, ow, 8]`), with `ep`'s bias, residual (`y`'s layout),
-/// clamp and activation. The conv that feeds a blocked chain from a
-/// plain input (MobileNet-V2's 3-channel stem) writes the chain's first
-/// activation directly instead of in NCHW and then reordered: one tile of
-/// pixels of an output row against a panel of filter channels, one
-/// broadcast input element per pixel and tap, as [`dnnc_conv1x1_nchw8c`]
-/// per input channel; tiles whose window crosses the padding read a
-/// patch gathered with zeros. Returns 0, or 1 for a geometry it does not
-/// compute ([`into_unfit`]).
+/// Computes units `u0..u1` (unit `slice * N * oh + img * oh + oy`: output
+/// row `oy` of image `img`, the channels of the filter panels in part
+/// `slice` of `geo.slices`) of the undilated, ungrouped conv `geo` of
+/// filter `w` (packed by [`pack_filter`] as an
+/// `m x (c kh kw)` matrix) over the input `x` (NCHW, or blocked where
+/// `geo.blocked_input` says so) into `y`, blocked (`[N, m/8, oh, ow,
+/// 8]`), with `ep`'s bias, residual (`y`'s layout), clamp and activation.
+/// Two users: the conv that feeds a blocked chain from a plain input
+/// (MobileNet-V2's 3-channel stem) writes the chain's first activation
+/// directly instead of in NCHW and then reordered; the dense window convs
+/// inside a region (Inception's 1x7, 7x1, 5x5 and stride-2 3x3, any 3x3
+/// not run as Winograd) read and write blocks, so the region need not end
+/// at them. One tile of pixels of an output row against a panel of filter
+/// channels, one broadcast input element per pixel and tap, as
+/// [`dnnc_conv1x1_nchw8c`] per input channel; tiles whose window crosses
+/// the padding read a zero-padded copy of the rows the windows cover.
+/// Returns 0, or 1 for a geometry it does not compute ([`into_unfit`]).
 ///
 /// # Safety
 /// `w`, `x`, `y`, `geo` (and `ep`'s pointers) must be valid for the
@@ -547,6 +565,143 @@ pub unsafe extern "C" fn dnnc_conv_into_nchw8c(
     into_blocked(w, x, y, &*geo, (u0, u1), ep, Path::best())
 }
 
+/// A thread's buffers for window convs, kept between calls (a fresh
+/// allocation of a chunk's copies, up to a few hundred KiB, costs page
+/// faults on every call): each tap's offset from its window's top-left
+/// element in the input as it lies and in a row's copy, and the
+/// zero-padded copies of a chunk's rows ([`fill_copy`]).
+#[derive(Default)]
+struct WindowScratch {
+    in_place: Vec<isize>,
+    padded: Vec<isize>,
+    copies: Vec<f32>,
+}
+
+thread_local! {
+    static WINDOW_SCRATCH: std::cell::RefCell<WindowScratch> =
+        std::cell::RefCell::new(WindowScratch::default());
+}
+
+/// Columns of a blocked row copy: those the row's windows cover, from
+/// the leading padding on.
+fn copy_width(g: &Group8Geom) -> usize {
+    (g.ow - 1) * g.sw + g.kw
+}
+
+/// Floats of one output row's copy: an NCHW input's as `[tap][column]`
+/// (a row per tap: a stem has few), a blocked input's as
+/// `[C/8][kh][copy_width][8]`.
+fn copy_len(g: &Group8Geom, blocked: bool) -> usize {
+    if blocked {
+        g.c * g.kh * copy_width(g)
+    } else {
+        g.c * g.kh * g.kw * g.ow
+    }
+}
+
+/// Each tap's offset (filter order `[c][kh][kw]`) in the input and in a
+/// row's copy, into `s`; returns the floats between one pixel's window
+/// and the next's in each.
+fn tap_offsets(g: &Group8Geom, blocked: bool, s: &mut WindowScratch) -> (isize, isize) {
+    let taps = g.c * g.kh * g.kw;
+    let width = copy_width(g);
+    s.in_place.clear();
+    s.padded.clear();
+    for t in 0..taps {
+        let (ch, ky, kx) = (t / (g.kh * g.kw), t / g.kw % g.kh, t % g.kw);
+        if blocked {
+            let (cb, lane) = (ch / 8, ch % 8);
+            s.in_place
+                .push(((cb * g.h * g.w + ky * g.w + kx) * 8 + lane) as isize);
+            s.padded
+                .push((((cb * g.kh + ky) * width + kx) * 8 + lane) as isize);
+        } else {
+            s.in_place.push((ch * g.h * g.w + ky * g.w + kx) as isize);
+            s.padded.push((t * g.ow) as isize);
+        }
+    }
+    if blocked {
+        ((8 * g.sw) as isize, (8 * g.sw) as isize)
+    } else {
+        (g.sw as isize, 1)
+    }
+}
+
+/// Fills `copy` ([`copy_len`] floats) for the output row whose windows
+/// start at input row `iy0` of image `x`: a blocked input's whole row of
+/// windows, an NCHW input's output columns `p0..p1`; zeros where the
+/// windows reach into the padding.
+unsafe fn fill_copy(
+    copy: &mut [f32],
+    x: *const f32,
+    g: &Group8Geom,
+    blocked: bool,
+    iy0: isize,
+    (p0, p1): (usize, usize),
+) {
+    if p0 >= p1 {
+        return;
+    }
+    if !blocked {
+        return gather_patch(copy, x, g, iy0, (p0, p1));
+    }
+    let width = copy_width(g);
+    // The copy's columns `lo..hi` hold input columns `0..`.
+    let lo = g.pl.min(width);
+    let hi = (g.pl + g.w).min(width);
+    for cb in 0..g.c / 8 {
+        for ky in 0..g.kh {
+            let row = &mut copy[(cb * g.kh + ky) * width * 8..][..width * 8];
+            let iy = iy0 + ky as isize;
+            if iy < 0 || iy as usize >= g.h {
+                row.fill(0.0);
+                continue;
+            }
+            let src = x.add((cb * g.h * g.w + iy as usize * g.w) * 8);
+            row[..lo * 8].fill(0.0);
+            let n = hi.saturating_sub(lo) * 8;
+            row[lo * 8..lo * 8 + n].copy_from_slice(std::slice::from_raw_parts(src, n));
+            row[lo * 8 + n..].fill(0.0);
+        }
+    }
+}
+
+/// Taps a window conv's AVX-512 group tiles take at a time: [`K_BLOCK`]
+/// for a blocked input of 384 taps or more, unless the residual is the
+/// output itself; else all of them. As in the pointwise conv
+/// ([`k_step`]) each output is still the bias, then one FMA per tap in
+/// order, the partial sums stored in the output between blocks. A
+/// four-panel tile streams `64 x taps` filter floats per 6 pixels, from
+/// L2 for Inception-v3's 3x3 convs of 288 and 448 channels (2592 and 4032
+/// taps).
+fn window_k_step(path: Path, geo: &IntoBlockedGeom, y: *const f32, ep: &Epilogue) -> usize {
+    let g = &geo.conv;
+    let taps = g.c * g.kh * g.kw;
+    let in_place = !ep.res.is_null() && std::ptr::eq(ep.res, y);
+    if path == Path::Avx512 && geo.blocked_input == 1 && taps >= 384 && !in_place {
+        K_BLOCK
+    } else {
+        taps
+    }
+}
+
+/// Output pixels (whole rows, at least one) a window conv's chunk of rows
+/// takes where its taps go in blocks: each block's filter rows (32 KiB
+/// for four panels) stay in L1 while the chunk's tiles pass.
+const WINDOW_CHUNK_PIXELS: usize = 128;
+
+/// One output row of a window conv's chunk: where its image's input, its
+/// outputs and residual start, and which columns read the input in place.
+struct RowPlan {
+    /// The row, `img * oh + oy`.
+    u: usize,
+    x: *const f32,
+    iy0: isize,
+    y: *mut f32,
+    res: *const f32,
+    inner: (usize, usize),
+}
+
 /// [`dnnc_conv_into_nchw8c`] on `path`.
 unsafe fn into_blocked(
     w: *const f32,
@@ -560,24 +715,22 @@ unsafe fn into_blocked(
     if into_unfit(geo).is_some() {
         return 1;
     }
+    if u0 >= u1 {
+        return 0;
+    }
     let ep = if ep.is_null() { Epilogue::NONE } else { *ep };
     let (g, m) = (geo.conv, geo.m);
+    let blocked = geo.blocked_input == 1;
     let taps = g.c * g.kh * g.kw;
-    // Each tap's input offset from its window's top-left element, in the
-    // filter's `[c][kh][kw]` order; in the row patch, a row per tap.
-    let mut offs = [0isize; INTO_MAX_TAPS];
-    let mut patch_offs = [0isize; INTO_MAX_TAPS];
-    let mut tap_at = [(0usize, 0usize, 0usize); INTO_MAX_TAPS];
-    for t in 0..taps {
-        let (ch, ky, kx) = (t / (g.kh * g.kw), t / g.kw % g.kh, t % g.kw);
-        offs[t] = (ch * g.h * g.w + ky * g.w + kx) as isize;
-        patch_offs[t] = (t * g.ow) as isize;
-        tap_at[t] = (ch, ky, kx);
-    }
-    let tap_at = &tap_at[..taps];
-    // The inputs of a row's pixels whose windows reach into the padding,
-    // `[tap][pixel]`, zero where they do.
-    let mut patch = vec![0f32; taps * g.ow];
+    let kstep = window_k_step(path, geo, y, &ep);
+    let chunk_rows = if kstep < taps {
+        (WINDOW_CHUNK_PIXELS / g.ow).max(1)
+    } else {
+        1
+    };
+    let mut scratch = WINDOW_SCRATCH.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    let (step, copy_step) = tap_offsets(&g, blocked, &mut scratch);
+    let slot = copy_len(&g, blocked);
     // Output columns whose window lies inside the input's columns.
     let ox_lo = g.pl.div_ceil(g.sw).min(g.ow);
     let ox_hi = if g.w + g.pl >= g.kw {
@@ -585,95 +738,178 @@ unsafe fn into_blocked(
     } else {
         ox_lo
     };
+    // Floats per input pixel.
+    let px = if blocked { 8 } else { 1 };
     let plane = g.oh * g.ow;
-    for u in u0..u1 {
-        let (img, oy) = (u / g.oh, u % g.oh);
-        let iy0 = (oy * g.sh) as isize - g.pt as isize;
-        let row_inside = iy0 >= 0 && iy0 as usize + g.kh <= g.h;
-        let xi = x.add(img * g.c * g.h * g.w);
-        let yi = y.add(img * m * plane + oy * g.ow * 8);
-        let ri = if ep.res.is_null() {
-            ep.res
-        } else {
-            ep.res.add(img * m * plane + oy * g.ow * 8)
-        };
-        // Column segments: gathered, read in place, gathered.
-        let inner = if row_inside {
-            (ox_lo, ox_hi)
-        } else {
-            (g.ow, g.ow)
-        };
-        gather_patch(&mut patch, xi, &g, tap_at, iy0, (0, inner.0));
-        gather_patch(&mut patch, xi, &g, tap_at, iy0, (inner.1, g.ow));
-        let segments = [
-            (0, inner.0, false),
-            (inner.0, inner.1, true),
-            (inner.1, g.ow, false),
-        ];
-        // Window tiles that are not group tiles, and all activations, in
-        // ymm registers (below).
-        let ymm = if path == Path::Avx512 {
-            Path::Avx2
-        } else {
-            path
-        };
-        let mut o = 0;
-        while o < m {
-            let width = panel_width(m, o);
-            // On AVX-512 groups of 16-channel panels run as zmm tiles
-            // (`avx512_window_group_tile`); the other panels keep the ymm
-            // tile (one-panel zmm tiles of 14 pixels measured slower on
-            // MobileNet-V2's stem, 0.24 -> 0.32 ms), and every window
-            // tile activates in ymm registers (zmm activations after the
-            // stores measured slower: EfficientNet-B0's SiLU stem at batch
-            // 8, 3.65-3.71 -> 3.89-4.62 ms in alternating profiles).
-            let group = if path == Path::Avx512 && width == 16 {
-                group_panels(m, o, usize::MAX)
+    // Window tiles that are not group tiles, and all activations, in ymm
+    // registers (below).
+    let ymm = if path == Path::Avx512 {
+        Path::Avx2
+    } else {
+        path
+    };
+    let panels = panel_count(m);
+    let per_slice = panels.div_ceil(geo.slices);
+    let rows_all = geo.n * g.oh;
+    let slices = u0 / rows_all..u1.div_ceil(rows_all).min(geo.slices);
+    // The rows of slice `slice` the call computes.
+    let slice_rows = |slice: usize| {
+        (
+            u0.max(slice * rows_all) - slice * rows_all,
+            u1.min((slice + 1) * rows_all) - slice * rows_all,
+        )
+    };
+    // Each chunk's rows are copied once for all the call's slices.
+    let (ra, rb) = if slices.len() > 1 {
+        (0, rows_all)
+    } else {
+        slice_rows(slices.start)
+    };
+    let slots = chunk_rows.min(rb - ra);
+    if scratch.copies.len() < slots * slot {
+        scratch.copies.resize(slots * slot, 0.0);
+    }
+    let mut rows = Vec::with_capacity(slots);
+    let mut c0 = ra;
+    while c0 < rb {
+        let c1 = (c0 + chunk_rows).min(rb);
+        rows.clear();
+        for (u, copy) in (c0..c1).zip(scratch.copies.chunks_mut(slot)) {
+            let (img, oy) = (u / g.oh, u % g.oh);
+            let iy0 = (oy * g.sh) as isize - g.pt as isize;
+            let row_inside = iy0 >= 0 && iy0 as usize + g.kh <= g.h;
+            let xi = x.add(img * g.c * g.h * g.w);
+            let yo = img * m * plane + oy * g.ow * 8;
+            // Column segments: from the copy, read in place, from the copy.
+            let mut inner = if row_inside {
+                (ox_lo, ox_hi)
             } else {
-                1
+                (g.ow, g.ow)
             };
-            let t = Tile::panel(w, (o, width), (taps, 0), plane * 8, &ep, ymm);
-            let tile = if group > 1 {
-                GROUP_TILE_PIXELS[group]
+            if blocked {
+                // A blocked copy holds the whole row: every tile reads it
+                // (in place, a 1x3 conv's 8-pixel rows would run tiles of
+                // 1, 6 and 1 pixels).
+                if inner != (0, g.ow) {
+                    fill_copy(copy, xi, &g, true, iy0, (0, g.ow));
+                    inner = (g.ow, g.ow);
+                }
             } else {
-                ymm.tile_pixels(width)
-            };
-            let block = (o / 8) * plane * 8;
-            for (s0, s1, in_place) in segments {
-                let mut p = s0;
-                while p < s1 {
-                    let n = balanced_tile(s1 - p, tile);
-                    let yo = block + p * 8;
-                    let (yp, rp) = (yi.add(yo), if ri.is_null() { ri } else { ri.add(yo) });
-                    let win = if in_place {
-                        let ix0 = (p * g.sw - g.pl) as isize;
-                        Window {
-                            src: xi.offset(iy0 * g.w as isize + ix0),
-                            offs: offs.as_ptr(),
-                            ps: g.sw as isize,
-                        }
+                fill_copy(copy, xi, &g, false, iy0, (0, inner.0));
+                fill_copy(copy, xi, &g, false, iy0, (inner.1, g.ow));
+            }
+            rows.push(RowPlan {
+                u,
+                x: xi,
+                iy0,
+                y: y.add(yo),
+                res: if ep.res.is_null() {
+                    ep.res
+                } else {
+                    ep.res.add(yo)
+                },
+                inner,
+            });
+        }
+        for slice in slices.clone() {
+            let (r0, r1) = slice_rows(slice);
+            let (p_lo, p_hi) = (slice * per_slice, ((slice + 1) * per_slice).min(panels));
+            if r0.max(c0) >= r1.min(c1) || p_lo >= p_hi {
+                continue;
+            }
+            let o_lo = (0..p_lo).fold(0, |o, _| o + panel_width(m, o));
+            for k0 in (0..taps).step_by(kstep) {
+                let kc = kstep.min(taps - k0);
+                let (mut o, mut panel) = (o_lo, p_lo);
+                while panel < p_hi {
+                    let width = panel_width(m, o);
+                    // On AVX-512 groups of 16-channel panels run as zmm tiles
+                    // (`avx512_window_group_tile`); the other panels keep the
+                    // ymm tile (one-panel zmm tiles of 14 pixels measured
+                    // slower on MobileNet-V2's stem, 0.24 -> 0.32 ms), and
+                    // every window tile activates in ymm registers (zmm
+                    // activations after the stores measured slower:
+                    // EfficientNet-B0's SiLU stem at batch 8, 3.65-3.71 ->
+                    // 3.89-4.62 ms in alternating profiles).
+                    let group = if path == Path::Avx512 && width == 16 {
+                        group_panels(m, o, p_hi - panel)
                     } else {
-                        Window {
-                            src: patch.as_ptr().add(p),
-                            offs: patch_offs.as_ptr(),
-                            ps: 1,
-                        }
+                        1
                     };
-                    match path {
-                        #[cfg(target_arch = "x86_64")]
-                        Path::Avx512 if group > 1 => {
-                            avx512_window_group_tile(&t, group, &win, yp, rp, n)
-                        }
-                        #[cfg(target_arch = "x86_64")]
-                        Path::Avx2 | Path::Avx512 => avx2_window_tile(&t, &win, yp, rp, n),
-                        _ => portable_window_tile(&t, &win, yp, rp, n),
+                    // Tiles of lone panels take every tap in the first block.
+                    if group == 1 && k0 > 0 {
+                        o += width;
+                        panel += 1;
+                        continue;
                     }
-                    p += n;
+                    let mut t = Tile::panel(w, (o, width), (taps, 0), plane * 8, &ep, ymm);
+                    if group > 1 {
+                        t.k0 = k0;
+                        t.kc = kc;
+                    }
+                    let tile = if group > 1 {
+                        GROUP_TILE_PIXELS[group]
+                    } else {
+                        ymm.tile_pixels(width)
+                    };
+                    let block = (o / 8) * plane * 8;
+                    for (row, copy) in rows.iter().zip(scratch.copies.chunks(slot)) {
+                        if row.u < r0 || row.u >= r1 {
+                            continue;
+                        }
+                        let segments = [
+                            (0, row.inner.0, false),
+                            (row.inner.0, row.inner.1, true),
+                            (row.inner.1, g.ow, false),
+                        ];
+                        for (s0, s1, in_place) in segments {
+                            let mut p = s0;
+                            while p < s1 {
+                                let n = balanced_tile(s1 - p, tile);
+                                let yo = block + p * 8;
+                                let yp = row.y.add(yo);
+                                let rp = if row.res.is_null() {
+                                    row.res
+                                } else {
+                                    row.res.add(yo)
+                                };
+                                let win = if in_place {
+                                    let ix0 = (p * g.sw - g.pl) as isize;
+                                    Window {
+                                        src: row.x.offset((row.iy0 * g.w as isize + ix0) * px),
+                                        offs: scratch.in_place.as_ptr(),
+                                        ps: step,
+                                    }
+                                } else {
+                                    Window {
+                                        src: copy.as_ptr().offset(p as isize * copy_step),
+                                        offs: scratch.padded.as_ptr(),
+                                        ps: copy_step,
+                                    }
+                                };
+                                match path {
+                                    #[cfg(target_arch = "x86_64")]
+                                    Path::Avx512 if group > 1 => {
+                                        avx512_window_group_tile(&t, group, &win, yp, rp, n)
+                                    }
+                                    #[cfg(target_arch = "x86_64")]
+                                    Path::Avx2 | Path::Avx512 => {
+                                        avx2_window_tile(&t, &win, yp, rp, n)
+                                    }
+                                    _ => portable_window_tile(&t, &win, yp, rp, n),
+                                }
+                                p += n;
+                            }
+                        }
+                    }
+                    o += width * group;
+                    panel += group;
                 }
             }
-            o += width * group;
         }
+        c0 = c1;
     }
+    WINDOW_SCRATCH.with(|c| *c.borrow_mut() = scratch);
     0
 }
 
@@ -685,22 +921,19 @@ struct Window {
     ps: isize,
 }
 
-/// The inputs of output columns `p0..p1` of the row whose windows start
-/// at input row `iy0`, tap by tap (`patch[tap * ow + column]`), zero
-/// where a window reaches into the padding; `taps` gives each tap's
-/// `(channel, row, column)` in the filter.
+/// The NCHW inputs of output columns `p0..p1` of the row whose windows
+/// start at input row `iy0`, tap by tap (`patch[tap * ow + column]`, the
+/// filter's `[c][kh][kw]` order), zero where a window reaches into the
+/// padding.
 unsafe fn gather_patch(
     patch: &mut [f32],
     x: *const f32,
     g: &Group8Geom,
-    taps: &[(usize, usize, usize)],
     iy0: isize,
     (p0, p1): (usize, usize),
 ) {
-    if p0 >= p1 {
-        return;
-    }
-    for (t, &(ch, ky, kx)) in taps.iter().enumerate() {
+    for t in 0..g.c * g.kh * g.kw {
+        let (ch, ky, kx) = (t / (g.kh * g.kw), t / g.kw % g.kh, t % g.kw);
         let iy = iy0 + ky as isize;
         let row = &mut patch[t * g.ow..(t + 1) * g.ow];
         if iy < 0 || iy as usize >= g.h {
@@ -1425,9 +1658,12 @@ unsafe fn avx512_window_group_tile_n<const G: usize, const NP: usize>(
     let panel_stride = 16 * t.k;
     let z = _mm512_setzero_ps();
     let mut acc = group_accumulators!(t, G);
+    if t.k0 > 0 {
+        group_partials!(t, acc, y, G, NP);
+    }
     let step = win.ps;
-    let mut wp = t.w;
-    for kk in 0..t.k {
+    let mut wp = t.w.add(16 * t.k0);
+    for kk in t.k0..t.k0 + t.kc {
         let a = win.src.offset(*win.offs.add(kk));
         let w0 = _mm512_loadu_ps(wp);
         let w1 = if G > 1 {
@@ -1459,7 +1695,11 @@ unsafe fn avx512_window_group_tile_n<const G: usize, const NP: usize>(
         group_fmas!(acc, G, NP, *a.offset(11 * step), (w0, w1, w2, w3), 11);
         wp = wp.add(16);
     }
-    group_store!(t, acc, y, res, G, NP);
+    if t.k0 + t.kc < t.k {
+        group_store_partials!(t, acc, y, G, NP);
+    } else {
+        group_store!(t, acc, y, res, G, NP);
+    }
 }
 
 /// Eight outputs of a tile at offset `off` (floats) of `y`: residual
@@ -2088,12 +2328,16 @@ mod tests {
                 pl: pads[1],
             },
             m,
+            blocked_input: 0,
+            slices: 1,
+            n: 1,
         }
     }
 
-    /// Runs `dnnc_conv_into_nchw8c` on `n` images of `g` (rows split at
-    /// `split`) on `path` and checks it
-    /// against the definition; returns the result.
+    /// Runs `dnnc_conv_into_nchw8c` on `n` images of `g` (units split at
+    /// `split`; the input reordered into blocks where `g.blocked_input`
+    /// says so) on `path` and checks it against the definition; returns
+    /// the result.
     fn window_run(
         g: &IntoBlockedGeom,
         n: usize,
@@ -2102,10 +2346,23 @@ mod tests {
         split: &[usize],
         path: Path,
     ) -> Vec<f32> {
+        let g = &IntoBlockedGeom { n, ..*g };
         let c = g.conv;
         let x: Vec<f32> = (0..n * c.c * c.h * c.w)
             .map(|i| ((i * 7919) % 101) as f32 * 0.02 - 1.0)
             .collect();
+        // `[N, C/8, H, W, 8]` for a blocked input.
+        let xin = if g.blocked_input == 1 {
+            let hw = c.h * c.w;
+            let mut b = vec![0f32; x.len()];
+            for (i, v) in x.iter().enumerate() {
+                let (img, ch, p) = (i / (c.c * hw), i / hw % c.c, i % hw);
+                b[((img * c.c / 8 + ch / 8) * hw + p) * 8 + ch % 8] = *v;
+            }
+            b
+        } else {
+            x.clone()
+        };
         let w: Vec<f32> = (0..g.m * c.c * c.kh * c.kw)
             .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
             .collect();
@@ -2118,12 +2375,12 @@ mod tests {
         let mut y = vec![f32::NAN; len];
         let mut bounds = vec![0];
         bounds.extend_from_slice(split);
-        bounds.push(n * c.oh);
+        bounds.push(g.slices * n * c.oh);
         for s in bounds.windows(2) {
             let rc = unsafe {
                 into_blocked(
                     packed.as_ptr(),
-                    x.as_ptr(),
+                    xin.as_ptr(),
                     y.as_mut_ptr(),
                     g,
                     (s[0], s[1]),
@@ -2144,17 +2401,47 @@ mod tests {
         y
     }
 
-    #[test]
-    fn window_conv_into_blocks_matches_the_definition() {
+    /// The AVX paths this machine runs, each checked bitwise against the
+    /// portable one.
+    fn window_paths(test: &str) -> Vec<Path> {
         let best = Path::best();
         let paths: Vec<Path> = [Path::Avx2, Path::Avx512]
             .into_iter()
             .filter(|&p| p == Path::Avx2 && best != Path::Portable || p == best)
             .collect();
         if !paths.contains(&Path::Avx512) {
-            eprintln!("window_conv_into_blocks_matches_the_definition: no AVX-512 here, zmm tiles not run");
+            eprintln!("{test}: no AVX-512 here, zmm tiles not run");
         }
+        paths
+    }
+
+    /// Runs every case on every path and activation, each path bitwise
+    /// the portable one.
+    fn window_cases(test: &str, cases: &[(IntoBlockedGeom, usize, &[usize])]) {
+        let paths = window_paths(test);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for &(g, n, split) in cases {
+            for (act, with_res) in [
+                (ACT_NONE, false),
+                (ACT_NONE, true),
+                (ACT_SILU, false),
+                (ACT_SIGMOID, true),
+            ] {
+                let portable = window_run(&g, n, act, with_res, split, Path::Portable);
+                for &path in &paths {
+                    let fast = window_run(&g, n, act, with_res, split, path);
+                    assert_eq!(
+                        bits(&portable),
+                        bits(&fast),
+                        "{g:?} act {act}: {path:?} differs from the portable path"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn window_conv_into_blocks_matches_the_definition() {
         let cases = [
             // A stem: 3 channels, 3x3 stride 2, padding 1 (top and left
             // only reach into it), 32 channels out in two 16-wide panels.
@@ -2191,24 +2478,84 @@ mod tests {
                 &[1, 2],
             ),
         ];
-        for (g, n, split) in cases {
-            for (act, with_res) in [
-                (ACT_NONE, false),
-                (ACT_NONE, true),
-                (ACT_SILU, false),
-                (ACT_SIGMOID, true),
-            ] {
-                let portable = window_run(&g, n, act, with_res, split, Path::Portable);
-                for &path in &paths {
-                    let fast = window_run(&g, n, act, with_res, split, path);
-                    assert_eq!(
-                        bits(&portable),
-                        bits(&fast),
-                        "{g:?} act {act}: {path:?} differs from the portable path"
-                    );
-                }
-            }
-        }
+        window_cases("window_conv_into_blocks_matches_the_definition", &cases);
+    }
+
+    #[test]
+    fn window_convs_on_blocked_inputs_match_the_definition() {
+        let blocked = |g: IntoBlockedGeom| IntoBlockedGeom {
+            blocked_input: 1,
+            ..g
+        };
+        let sliced = |g: IntoBlockedGeom, slices| IntoBlockedGeom { slices, ..g };
+        let cases = [
+            // Inception's 5x5, padding 2: every row copied whole (the
+            // windows reach into the columns' padding).
+            (
+                blocked(window_geom((16, 9, 11), 40, (5, 5), (1, 1), [2, 2, 2, 2])),
+                2,
+                &[5][..],
+            ),
+            // 1x7 and 7x1 with padding on one axis only; 7x1 rows wholly
+            // inside read in place.
+            (
+                blocked(window_geom((8, 7, 12), 64, (1, 7), (1, 1), [0, 3, 0, 3])),
+                1,
+                &[3][..],
+            ),
+            (
+                blocked(window_geom((8, 12, 6), 32, (7, 1), (1, 1), [3, 0, 3, 0])),
+                2,
+                &[7, 13][..],
+            ),
+            // Stride 2: unpadded (every row in place) and padded; a 1x1
+            // stride-2 projection.
+            (
+                blocked(window_geom((24, 13, 13), 72, (3, 3), (2, 2), [0; 4])),
+                1,
+                &[],
+            ),
+            (
+                blocked(window_geom((16, 10, 9), 48, (3, 3), (2, 2), [1, 1, 1, 1])),
+                1,
+                &[2],
+            ),
+            (
+                blocked(window_geom((32, 8, 8), 64, (1, 1), (2, 2), [0; 4])),
+                2,
+                &[],
+            ),
+            // 432 taps: in blocks of 128 on AVX-512, in chunks of rows,
+            // the units split mid-chunk.
+            (
+                blocked(window_geom((48, 9, 14), 80, (3, 3), (1, 1), [1, 1, 1, 1])),
+                2,
+                &[3, 11][..],
+            ),
+            // The filter's 96 channels in 6 panels shared into 3 slices
+            // (units `slice * 7 + row`), the calls' units crossing slices.
+            (
+                sliced(
+                    blocked(window_geom((48, 13, 13), 96, (3, 3), (2, 2), [1, 1, 1, 1])),
+                    3,
+                ),
+                1,
+                &[5, 16][..],
+            ),
+            // A 24-wide first panel, odd slices, residual from the rows.
+            (
+                sliced(
+                    blocked(window_geom((8, 6, 6), 56, (3, 3), (1, 1), [1, 1, 1, 1])),
+                    2,
+                ),
+                2,
+                &[1, 12, 20][..],
+            ),
+        ];
+        window_cases(
+            "window_convs_on_blocked_inputs_match_the_definition",
+            &cases,
+        );
     }
 
     #[test]
@@ -2219,7 +2566,19 @@ mod tests {
         let w = vec![0f32; 16 * 27];
         for bad in [
             IntoBlockedGeom { m: 12, ..good },
-            window_geom((30, 8, 8), 16, (3, 3), (1, 1), [1, 1, 1, 1]),
+            // Three channels cannot be blocked.
+            IntoBlockedGeom {
+                blocked_input: 1,
+                ..good
+            },
+            IntoBlockedGeom {
+                blocked_input: 2,
+                ..good
+            },
+            IntoBlockedGeom { slices: 0, ..good },
+            // 16 channels are one panel.
+            IntoBlockedGeom { slices: 2, ..good },
+            IntoBlockedGeom { n: 0, ..good },
             IntoBlockedGeom {
                 conv: Group8Geom { sw: 0, ..good.conv },
                 ..good

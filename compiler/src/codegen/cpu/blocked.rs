@@ -23,6 +23,7 @@ use cranelift_codegen::ir::types::I64;
 use cranelift_codegen::ir::{InstBuilder, StackSlotData, StackSlotKind, Value};
 use dnnc_ir::op::DataLayout;
 use dnnc_ir::{DType, Graph};
+use dnnc_passes::block_channels::BlockedKernel;
 use dnnc_passes::ConvGeom;
 use dnnc_runtime::cpu::{blocked, dwrow, pgemm, AlignedBuf};
 
@@ -38,10 +39,16 @@ pub(crate) fn is_blocked(geom: &ConvGeom) -> bool {
     geom.p.data == DataLayout::Nchw8c
 }
 
-/// Whether blocked conv `geom` is the pointwise kind (else depthwise;
-/// the blocked Winograd convs lower in `fastconv`).
+/// Whether blocked conv `geom` is the pointwise kind (else depthwise or
+/// a window conv, which lowers in `into_blocked`; the blocked Winograd
+/// convs lower in `fastconv`).
 fn pointwise(geom: &ConvGeom) -> bool {
-    geom.g == 1 && geom.kh == 1 && geom.kw == 1
+    kernel(geom) == Some(BlockedKernel::Pointwise)
+}
+
+/// Which blocked kernel conv `geom` runs as.
+fn kernel(geom: &ConvGeom) -> Option<BlockedKernel> {
+    dnnc_passes::block_channels::blocked_kernel(geom)
 }
 
 /// The weights a blocked conv kernel takes prepared: the packed filter
@@ -54,6 +61,9 @@ pub(crate) fn prepared(g: &Graph, k: &Kernel, geom: &ConvGeom) -> Result<Vec<Ali
         return Err(why);
     }
     let w = filter(g, k.nodes[0])?;
+    if kernel(geom) == Some(BlockedKernel::Window) {
+        return super::into_blocked::prepared(geom, &w);
+    }
     if pointwise(geom) {
         return Ok(vec![f32_buf(&blocked::pack_filter(&w, geom.m, geom.c))]);
     }
@@ -105,6 +115,9 @@ pub(crate) fn lower(
     }
     if !c.k.expansion.is_empty() {
         return lower_rows(e, c, geom).map(|()| vec![ROW_REFUSAL.to_string()]);
+    }
+    if kernel(geom) == Some(BlockedKernel::Window) {
+        return super::into_blocked::lower(e, c, geom);
     }
     let node = c.g.node(c.k.nodes[0]);
     // The fused epilogue when the kernel's ops fit it (bias, residual,
@@ -367,7 +380,7 @@ pub(crate) fn takes_projection(g: &Graph, k: &Kernel) -> bool {
 /// takes no expansion: counted as one, it left a ≥ 1 MiB pointwise
 /// result feeding it without a buffer.)
 fn fusable_depthwise(g: &Graph, k: &Kernel) -> Option<ConvGeom> {
-    use dnnc_passes::block_channels::{blocked_kernel, BlockedKernel};
+    use dnnc_passes::block_channels::blocked_kernel;
     let geom = ConvGeom::of_node(g, k.nodes[0]).ok()?;
     let fits = is_blocked(&geom)
         && blocked_kernel(&geom) == Some(BlockedKernel::Depthwise)

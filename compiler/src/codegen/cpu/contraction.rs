@@ -136,10 +136,14 @@ fn choose(geom: &ConvGeom, node: &str, opts: &CpuOptions) -> ConvChoice {
                 } else {
                     ConvAlgo::Winograd4
                 }
-            } else if geom.g == 1 {
-                ConvAlgo::Pointwise
             } else {
-                ConvAlgo::Depthwise
+                use dnnc_passes::block_channels::{blocked_kernel, BlockedKernel};
+                match blocked_kernel(geom) {
+                    Some(BlockedKernel::Pointwise) => ConvAlgo::Pointwise,
+                    Some(BlockedKernel::Depthwise) => ConvAlgo::Depthwise,
+                    // The window kernel: an implicit GEMM.
+                    _ => ConvAlgo::Im2col,
+                }
             },
             fallback: None,
         };

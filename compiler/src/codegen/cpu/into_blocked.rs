@@ -1,8 +1,11 @@
-//! Lowering of convs from a plain NCHW input into the channel-blocked
-//! layout (`data=nchw_to_nchw8c`, which the `block-channels` pass gives
+//! Lowering of window convs into the channel-blocked layout to the
+//! runtime kernel `dnnc_conv_into_nchw8c`: one call per task, over the
+//! task's share of the `N x OH` output rows. Two kinds: from a plain NCHW
+//! input (`data=nchw_to_nchw8c`, which the `block-channels` pass gives
 //! the conv feeding a blocked chain from a plain tensor, a 3-channel
-//! stem) to the runtime kernel `dnnc_conv_into_nchw8c`: one call per
-//! task, over the task's share of the `N x OH` output rows. The kernel
+//! stem), and the dense window convs inside a region (`data=nchw8c`,
+//! `block_channels::BlockedKernel::Window`: 5x5, 1x7, strided 3x3 ...),
+//! which read blocks. The kernel
 //! applies bias, residual, clamp and sigmoid/SiLU itself; any other fused
 //! ops (elementwise on the blocked result, which the pass guarantees) run
 //! afterwards through the generic elementwise epilogue.
@@ -11,7 +14,7 @@ use super::emit::Emit;
 use super::KCtx;
 use dnnc_ir::op::DataLayout;
 use dnnc_passes::ConvGeom;
-use dnnc_runtime::cpu::blocked::{into_unfit, pack_filter, IntoBlockedGeom, INTO_MAX_TAPS};
+use dnnc_runtime::cpu::blocked::{into_unfit, pack_filter, IntoBlockedGeom};
 use dnnc_runtime::cpu::AlignedBuf;
 
 /// Whether conv `geom` reads a plain input and writes a blocked result.
@@ -19,38 +22,66 @@ pub(crate) fn runs(geom: &ConvGeom) -> bool {
     geom.p.data == DataLayout::NchwToNchw8c
 }
 
-const _: () = assert!(INTO_MAX_TAPS == dnnc_passes::block_channels::INTO_MAX_TAPS);
+/// Output rows (`N x OH`) below which a window conv's tasks split its
+/// filter too: a slice per four 16-channel panels (one AVX-512 group
+/// tile). ResNet-18's last stage at batch 1 has 7 rows: split 4 + 3 over
+/// two threads, its 256 -> 512 stride-2 conv took 0.82 ms against the
+/// NCHW GEMM's 0.53.
+const SLICED_ROWS: usize = 32;
 
 /// The kernel's geometry descriptor of `geom`.
 fn descriptor(geom: &ConvGeom) -> IntoBlockedGeom {
+    let slices = if geom.n * geom.oh < SLICED_ROWS {
+        dnnc_runtime::cpu::blocked::panel_count(geom.m).div_ceil(4)
+    } else {
+        1
+    };
     IntoBlockedGeom {
         conv: super::group8::descriptor(geom),
         m: geom.m,
+        blocked_input: usize::from(geom.p.data == DataLayout::Nchw8c),
+        slices,
+        n: geom.n,
+    }
+}
+
+/// Why the pass's rules refuse `geom` in its layout: [`runs`]' convs
+/// are stems (`block_channels::unfit_into`), the others blocked convs
+/// (`block_channels::unfit`).
+fn unfit(geom: &ConvGeom) -> Option<String> {
+    if runs(geom) {
+        dnnc_passes::block_channels::unfit_into(geom)
+    } else {
+        dnnc_passes::block_channels::unfit(geom)
     }
 }
 
 /// The prepared buffers: the filter packed as an `m x (c kh kw)` matrix
 /// in panels, then the descriptor.
 pub(crate) fn prepared(geom: &ConvGeom, w: &[f32]) -> Result<Vec<AlignedBuf>, String> {
-    if let Some(why) = dnnc_passes::block_channels::unfit_into(geom) {
+    if let Some(why) = unfit(geom) {
         return Err(why);
     }
     let d = descriptor(geom);
     if let Some(why) = into_unfit(&d) {
-        return Err(format!("data=nchw_to_nchw8c: {why}"));
+        return Err(format!("data={}: {why}", geom.p.data.name()));
     }
     let packed = pack_filter(w, geom.m, geom.c * geom.kh * geom.kw);
-    const _: () = assert!(std::mem::size_of::<IntoBlockedGeom>() == 12 * 8);
-    Ok(super::group8::window_buffers_with(&d.conv, &[d.m], &packed))
+    const _: () = assert!(std::mem::size_of::<IntoBlockedGeom>() == 15 * 8);
+    Ok(super::group8::window_buffers_with(
+        &d.conv,
+        &[d.m, d.blocked_input, d.slices, d.n],
+        &packed,
+    ))
 }
 
-/// Emits conv kernel `c` into the blocked layout.
+/// Emits window conv kernel `c` into the blocked layout.
 pub(crate) fn lower(
     e: &mut Emit<'_>,
     c: &KCtx<'_>,
     geom: &ConvGeom,
 ) -> Result<Vec<String>, String> {
-    if let Some(why) = dnnc_passes::block_channels::unfit_into(geom) {
+    if let Some(why) = unfit(geom) {
         return Err(why);
     }
     let f = e.into8c;
@@ -59,7 +90,10 @@ pub(crate) fn lower(
         c,
         geom,
         f,
-        (geom.n * geom.oh, "rows"),
+        (
+            descriptor(geom).slices * geom.n * geom.oh,
+            "rows x filter slices",
+        ),
         |_| true,
         "the conv kernel into the blocked layout does not compute this geometry",
     )
