@@ -297,7 +297,8 @@ fn asymmetric_padding_and_rectangular_windows() {
 }
 
 /// Dense window convs inside a region (`BlockedKernel::Window`) read and
-/// write blocks, so the region runs on through them with one reorder in:
+/// write blocks, so a region (of three 1x1 convs) runs on through them
+/// with one reorder in:
 /// Inception's 5x5, 1x7 and 7x1, a stride-2 3x3 and a stride-2 1x1
 /// projection, a 3x3 the heuristic would run as Winograd set to im2col,
 /// one of 432 taps (in `k` blocks on AVX-512) with a residual, at batch 1
@@ -311,6 +312,7 @@ fn dense_window_convs_run_blocked() {
   param %w1: f32[48,48,5,5] = he(seed=2)
   param %b1: f32[48] = uniform(low=-0.2, high=0.2, seed=3)
   param %w2: f32[32,48,1,7] = he(seed=4)
+  param %wc: f32[32,32,1,1] = he(seed=10)
   param %w3: f32[48,32,7,1] = he(seed=5)
   param %w4: f32[64,48,3,3] = he(seed=6)
   param %w5: f32[64,48,1,1] = he(seed=7)
@@ -320,7 +322,8 @@ fn dense_window_convs_run_blocked() {
   %b = Conv2d(%a, %w1, %b1) {{pads=[2,2,2,2]}}
   %b6 = Clip(%b) {{min=0, max=6}}
   %c = Conv2d(%b6, %w2) {{pads=[0,3,0,3]}}
-  %d = Conv2d(%c, %w3) {{pads=[3,0,3,0]}}
+  %c2 = Conv2d(%c, %wc)
+  %d = Conv2d(%c2, %w3) {{pads=[3,0,3,0]}}
   %e = Conv2d(%d, %w4) {{pads=[1,1,1,1], strides=[2,2]}}
   %p = Conv2d(%d, %w5) {{strides=[2,2]}}
   %f = Conv2d(%e, %w6) {{pads=[1,1,1,1], algo=im2col}}

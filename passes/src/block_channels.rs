@@ -17,7 +17,8 @@
 //!
 //! A region is a set of blocked values connected through the ops that
 //! produce them. It is blocked only if it holds at least [`MIN_CONVS`]
-//! convs and its reorders (a Reshape + Transpose into the layout where the
+//! pointwise or depthwise convs (the ones the layout speeds up) and its
+//! reorders (a Reshape + Transpose into the layout where the
 //! region reads a plain tensor, and back where a plain op reads a blocked
 //! one) move at most a [`MAX_REORDER_SHARE`] share of the elements its
 //! convs write: a lone conv would pay two reorders for one faster GEMM.
@@ -35,7 +36,7 @@ use dnnc_ir::op::{Conv2d, ConvAlgo, DataLayout, ReduceKind, Unary, WeightLayout}
 use dnnc_ir::{DType, Graph, GraphError, NodeId, Op, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
 
-/// Fewest convs a blocked region holds.
+/// Fewest pointwise or depthwise convs a blocked region holds.
 pub const MIN_CONVS: usize = 3;
 
 /// Largest share of a region's conv output elements its reorders may move.
@@ -242,6 +243,24 @@ fn into_blockable_conv(g: &Graph, n: NodeId) -> bool {
     ConvGeom::of_node(g, n).is_ok_and(|geom| unfit_into(&geom).is_none())
 }
 
+/// Whether conv `n` (of a region, `entries` its stems) gains from the
+/// blocked layout, so that it counts towards [`MIN_CONVS`]: a pointwise
+/// or depthwise conv. Winograd and dense window convs run about as fast
+/// blocked as plain, or a little slower (their transforms and row copies;
+/// the plain im2col GEMM splits better over two threads), so a region of
+/// those alone would pay its reorders for nothing: ResNet-18, whose only
+/// 1x1 convs are strided, ran 1.03 (one thread) and 1.07-1.08 (two)
+/// blocked from its stem pool on (alternating `dnnc bench` pairs).
+fn gains(g: &Graph, n: NodeId, entries: &HashSet<NodeId>) -> bool {
+    !entries.contains(&n)
+        && ConvGeom::of_node(g, n).is_ok_and(|geom| {
+            matches!(
+                blocked_kernel(&geom),
+                Some(BlockedKernel::Pointwise | BlockedKernel::Depthwise)
+            )
+        })
+}
+
 /// Whether `v` is a one-element operand, the same in either layout.
 fn scalar(g: &Graph, v: ValueId) -> bool {
     g.value(v).ty.shape.iter().product::<usize>() == 1
@@ -446,7 +465,7 @@ pub fn block_channels_with(g: &mut Graph, opts: BlockOptions) -> Result<PassStat
         let node = g.node(n);
         let (x, out) = (node.inputs[0], node.outputs[0]);
         let r = find(&mut parent, out.index());
-        *conv_count.entry(r).or_default() += 1;
+        *conv_count.entry(r).or_default() += usize::from(gains(g, n, &entries));
         *conv_elems.entry(r).or_default() += numel(g, out);
         if !entries.contains(&n) && !blocked[x.index()] && entered.insert(x) {
             *reorder_elems.entry(r).or_default() += numel(g, x);
@@ -825,24 +844,28 @@ mod tests {
     }
 
     /// An Inception-style module: a 1x1 reduction, then 1x7 and 7x1, a
-    /// 5x5 and a stride-2 3x3 (im2col, the heuristic's choice for them)
-    /// whose results a Concat joins.
+    /// 5x5 and stride-2 3x3s (im2col, the heuristic's choice for them)
+    /// between 1x1 convs, their results joined by Concats.
     const DENSE_WINDOWS: &str = "graph dense_windows {
       input %x: f32[1,8,9,9]
       param %w0: f32[16,8,1,1] = he(seed=1)
       param %w1: f32[16,16,1,7] = he(seed=2)
       param %w2: f32[16,16,7,1] = he(seed=3)
       param %w3: f32[16,16,5,5] = he(seed=4)
-      param %w4: f32[16,32,3,3] = he(seed=5)
-      param %w5: f32[16,16,3,3] = he(seed=6)
+      param %wh: f32[16,32,1,1] = he(seed=5)
+      param %w4: f32[16,16,3,3] = he(seed=6)
+      param %w5: f32[16,16,3,3] = he(seed=7)
+      param %wy: f32[8,32,1,1] = he(seed=8)
       %a = Conv2d(%x, %w0)
       %b = Conv2d(%a, %w1) {pads=[0,3,0,3]}
       %c = Conv2d(%b, %w2) {pads=[3,0,3,0]}
       %d = Conv2d(%a, %w3) {pads=[2,2,2,2]}
       %e = Concat(%c, %d) {axis=1}
-      %f = Conv2d(%e, %w4) {strides=[2,2]}
+      %h = Conv2d(%e, %wh)
+      %f = Conv2d(%h, %w4) {strides=[2,2]}
       %g = Conv2d(%a, %w5) {strides=[2,2]}
-      %y = Concat(%f, %g) {axis=1}
+      %k = Concat(%f, %g) {axis=1}
+      %y = Conv2d(%k, %wy)
       output %y
     }";
 
@@ -851,9 +874,44 @@ mod tests {
     #[test]
     fn snapshot_dense_window_convs_join_the_region() {
         let (before, after, rewrites) = pass_on(DENSE_WINDOWS);
-        assert_eq!(after.matches("data=nchw8c").count(), 6, "{after}");
+        assert_eq!(after.matches("data=nchw8c").count(), 8, "{after}");
         assert_eq!(after.matches("Transpose").count(), 2, "{after}");
         insta::assert_snapshot!(snapshot_text(&before, &after, rewrites));
+    }
+
+    /// A ResNet-18-style stage (3x3 Winograd convs, a stride-2 3x3 and a
+    /// stride-2 1x1 projection): no pointwise or depthwise conv gains
+    /// from the layout, so the region is not blocked.
+    #[test]
+    fn regions_without_pointwise_or_depthwise_convs_stay_plain() {
+        let text = "graph stage {
+          input %x: f32[1,8,16,16]
+          param %w1: f32[32,8,3,3] = he(seed=1)
+          param %w2: f32[32,32,3,3] = he(seed=2)
+          param %w3: f32[32,8,1,1] = he(seed=3)
+          param %w4: f32[32,32,3,3] = he(seed=4)
+          param %w5: f32[32,32,3,3] = he(seed=5)
+          param %w6: f32[32,32,3,3] = he(seed=6)
+          param %w7: f32[32,32,3,3] = he(seed=7)
+          param %w8: f32[32,32,3,3] = he(seed=8)
+          param %w9: f32[32,32,3,3] = he(seed=9)
+          %a = Conv2d(%x, %w1) {pads=[1,1,1,1], strides=[2,2]}
+          %ar = Relu(%a)
+          %b = Conv2d(%ar, %w2) {pads=[1,1,1,1], algo=winograd4}
+          %p = Conv2d(%x, %w3) {strides=[2,2]}
+          %s = Add(%b, %p)
+          %sr = Relu(%s)
+          %c = Conv2d(%sr, %w4) {pads=[1,1,1,1], algo=winograd4}
+          %d = Conv2d(%c, %w5) {pads=[1,1,1,1], algo=winograd4}
+          %e = Conv2d(%d, %w6) {pads=[1,1,1,1], algo=winograd4}
+          %f = Conv2d(%e, %w7) {pads=[1,1,1,1], algo=winograd4}
+          %h = Conv2d(%f, %w8) {pads=[1,1,1,1], algo=winograd4}
+          %i = Conv2d(%h, %w9) {pads=[1,1,1,1], algo=winograd4}
+          output %i
+        }";
+        let (before, after, rewrites) = pass_on(text);
+        assert_eq!(rewrites, 0, "{after}");
+        assert_eq!(before, after);
     }
 
     /// `text` parsed, then after the pass (verified): the two printed and
