@@ -547,7 +547,8 @@ pub fn into_unfit(g: &IntoBlockedGeom) -> Option<&'static str> {
 /// channels, one broadcast input element per pixel and tap, as
 /// [`dnnc_conv1x1_nchw8c`] per input channel; tiles whose window crosses
 /// the padding read a zero-padded copy of the rows the windows cover.
-/// Returns 0, or 1 for a geometry it does not compute ([`into_unfit`]).
+/// Returns 0, or 1 for a geometry it does not compute ([`into_unfit`])
+/// or units past the last (`slices * N * oh`).
 ///
 /// # Safety
 /// `w`, `x`, `y`, `geo` (and `ep`'s pointers) must be valid for the
@@ -712,7 +713,7 @@ unsafe fn into_blocked(
     ep: *const Epilogue,
     path: Path,
 ) -> i32 {
-    if into_unfit(geo).is_some() {
+    if into_unfit(geo).is_some() || u1 > geo.slices * geo.n * geo.conv.oh {
         return 1;
     }
     if u0 >= u1 {
@@ -2599,5 +2600,18 @@ mod tests {
             assert_eq!(rc, 1, "{bad:?}");
         }
         assert!(into_unfit(&good).is_none());
+        // Units past the last (8 rows, one slice) are refused too.
+        let past = unsafe {
+            dnnc_conv_into_nchw8c(
+                w.as_ptr(),
+                x.as_ptr(),
+                y.as_mut_ptr(),
+                &good,
+                7,
+                9,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(past, 1);
     }
 }
