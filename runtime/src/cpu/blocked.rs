@@ -686,6 +686,20 @@ fn window_k_step(path: Path, geo: &IntoBlockedGeom, y: *const f32, ep: &Epilogue
     }
 }
 
+/// Most 16-channel panels an AVX-512 window tile takes for rows of `ow`
+/// pixels (a window tile stays in one row): the group whose row tiles
+/// keep the most accumulators busy, the larger group on a tie. Rows of 8
+/// pixels run as 3 panels x 8 pixels (24 accumulators), not 4 x 4 (16);
+/// rows of 17 or 35 as 4 x 6. (`window_blocked` example: Inception-v3's
+/// 1x3 conv on 8x8 maps at batch 8 3.46-3.59 -> 3.06-3.09 ms, its 448 ->
+/// 384 3x3 12.98 -> 11.2-11.5.) The backend's filter slices
+/// ([`IntoBlockedGeom::slices`]) take this many panels each.
+pub fn window_group(ow: usize) -> usize {
+    (2..=4)
+        .max_by_key(|&g| (g * balanced_tile(ow, GROUP_TILE_PIXELS[g]), g))
+        .unwrap_or(4)
+}
+
 /// Output pixels (whole rows, at least one) a window conv's chunk of rows
 /// takes where its taps go in blocks: each block's filter rows (32 KiB
 /// for four panels) stay in L1 while the chunk's tiles pass.
@@ -749,6 +763,7 @@ unsafe fn into_blocked(
     } else {
         path
     };
+    let row_group = window_group(g.ow);
     let panels = panel_count(m);
     let per_slice = panels.div_ceil(geo.slices);
     let rows_all = geo.n * g.oh;
@@ -833,7 +848,7 @@ unsafe fn into_blocked(
                     // EfficientNet-B0's SiLU stem at batch 8, 3.65-3.71 ->
                     // 3.89-4.62 ms in alternating profiles).
                     let group = if path == Path::Avx512 && width == 16 {
-                        group_panels(m, o, p_hi - panel)
+                        group_panels(m, o, p_hi - panel).min(row_group)
                     } else {
                         1
                     };
@@ -2557,6 +2572,15 @@ mod tests {
             "window_convs_on_blocked_inputs_match_the_definition",
             &cases,
         );
+    }
+
+    #[test]
+    fn window_groups_fill_the_most_accumulators() {
+        // 8-pixel rows: 3 panels x 8 pixels; 7: 3 x 7; rows of 35 and
+        // 149 tie at 24 accumulators with smaller groups and keep 4.
+        for (ow, g) in [(8, 3), (7, 3), (17, 4), (35, 4), (149, 4), (6, 4), (1, 4)] {
+            assert_eq!(window_group(ow), g, "rows of {ow}");
+        }
     }
 
     #[test]

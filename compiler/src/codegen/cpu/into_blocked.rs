@@ -23,16 +23,17 @@ pub(crate) fn runs(geom: &ConvGeom) -> bool {
 }
 
 /// Output rows (`N x OH`) below which a window conv's tasks split its
-/// filter too: a slice per four 16-channel panels (one AVX-512 group
-/// tile). ResNet-18's last stage at batch 1 has 7 rows: split 4 + 3 over
-/// two threads, its 256 -> 512 stride-2 conv took 0.82 ms against the
-/// NCHW GEMM's 0.53.
+/// filter too: a slice per AVX-512 group tile of its rows
+/// (`blocked::window_group` panels of 16 channels). ResNet-18's last
+/// stage at batch 1 has 7 rows: split 4 + 3 over two threads, its 256 ->
+/// 512 stride-2 conv took 0.82 ms against the NCHW GEMM's 0.53.
 const SLICED_ROWS: usize = 32;
 
 /// The kernel's geometry descriptor of `geom`.
 fn descriptor(geom: &ConvGeom) -> IntoBlockedGeom {
+    use dnnc_runtime::cpu::blocked::{panel_count, window_group};
     let slices = if geom.n * geom.oh < SLICED_ROWS {
-        dnnc_runtime::cpu::blocked::panel_count(geom.m).div_ceil(4)
+        panel_count(geom.m).div_ceil(window_group(geom.ow))
     } else {
         1
     };
