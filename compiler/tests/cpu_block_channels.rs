@@ -445,6 +445,22 @@ fn bad_blocked_convs_are_clear_errors() {
         Err(e) => e.to_string(),
     };
     assert!(msg.contains("%c") && msg.contains("of one group"), "{msg}");
+    // A dense 5x5 conv on blocked data runs as the implicit GEMM only:
+    // with `algo=fft` it is refused, never lowered as something else.
+    let g = parse(
+        "  input %x: f32[1,2,8,8,8]
+  param %w: f32[16,16,5,5] = he(seed=1)
+  %c = Conv2d(%x, %w) {data=nchw8c, pads=[2,2,2,2], algo=fft}
+  output %c",
+    );
+    let msg = match compile_cpu(&g, &CpuOptions::default()) {
+        Ok(_) => panic!("a blocked FFT conv compiled"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        msg.contains("%c") && msg.contains("implicit GEMM only"),
+        "{msg}"
+    );
     // A window taller than the row kernel takes: refused when compiled,
     // not when run.
     let g = parse(

@@ -130,6 +130,19 @@ pub fn unfit(geom: &ConvGeom) -> Option<String> {
         Some(BlockedKernel::Depthwise) if geom.kh > DW_MAX_ROWS => Some(format!(
             "data=nchw8c runs depthwise windows of at most {DW_MAX_ROWS} rows"
         )),
+        // The window kernel is an implicit GEMM: a conv that asks for
+        // another algorithm is refused, never run as something else.
+        Some(BlockedKernel::Window)
+            if !matches!(
+                geom.p.algo,
+                ConvAlgo::Auto | ConvAlgo::Direct | ConvAlgo::Im2col
+            ) =>
+        {
+            Some(format!(
+                "data=nchw8c runs this conv as an implicit GEMM only (algo=auto, direct or im2col), not algo={}",
+                geom.p.algo.name()
+            ))
+        }
         Some(_) => None,
     }
 }
