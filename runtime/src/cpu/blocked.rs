@@ -331,12 +331,21 @@ const K_BLOCK_CHUNK_FLOATS: usize = 65536;
 /// 0.97-1.03), ResNet-50 at batch 8 0.978 and 0.994 (its one blocked conv
 /// with such a `k`).
 fn k_step(path: Path, k: usize, pixels: usize, out: &Out) -> usize {
-    let in_place = !out.res.is_null() && std::ptr::eq(out.res, out.y);
-    if path == Path::Avx512 && k >= 384 && pixels >= 128 && !in_place {
+    if pixels >= 128 && deep_k(path, k, out.res, out.y) {
         K_BLOCK
     } else {
         k
     }
+}
+
+/// Whether the AVX-512 group tiles take a contraction of depth `k` in
+/// [`K_BLOCK`] blocks: 384 or more, unless the residual `res` is the
+/// output `y` itself (a later block would read partial sums as the
+/// residual). The one rule of the pointwise ([`k_step`]) and window
+/// (`window_k_step`) convs.
+fn deep_k(path: Path, k: usize, res: *const f32, y: *const f32) -> bool {
+    let in_place = !res.is_null() && std::ptr::eq(res, y);
+    path == Path::Avx512 && k >= 384 && !in_place
 }
 
 /// Floats of filter from which a pointwise conv's pixels run as one
@@ -678,8 +687,7 @@ unsafe fn fill_copy(
 fn window_k_step(path: Path, geo: &IntoBlockedGeom, y: *const f32, ep: &Epilogue) -> usize {
     let g = &geo.conv;
     let taps = g.c * g.kh * g.kw;
-    let in_place = !ep.res.is_null() && std::ptr::eq(ep.res, y);
-    if path == Path::Avx512 && geo.blocked_input == 1 && taps >= 384 && !in_place {
+    if geo.blocked_input == 1 && deep_k(path, taps, ep.res, y) {
         K_BLOCK
     } else {
         taps
