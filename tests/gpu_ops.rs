@@ -300,7 +300,12 @@ fn large_gemms_use_the_8x8_register_block() {
     let wgsl = &p.kernels[0].stages[0].wgsl;
     assert!(wgsl.contains("var c63: f32"), "expected an 8x8 block");
     assert!(wgsl.contains("@workgroup_size(16, 16)"));
-    check("large_gemms_use_the_8x8_register_block", src, 1e-4, 1e-5);
+    dnnc_integration::gpu_check_default_adapter(
+        "large_gemms_use_the_8x8_register_block",
+        src,
+        1e-4,
+        1e-5,
+    );
 }
 
 #[test]

@@ -110,26 +110,87 @@ pub fn gpu_or_skip(test: &str) -> Option<std::sync::Arc<dnnc_runtime::gpu::GpuDe
     }
 }
 
+/// Every adapter wgpu finds, opened (lavapipe's Vulkan and llvmpipe's GL
+/// on CI: their shader compilers differ, and GL once got a mirror index
+/// wrong that Vulkan got right), or none with the reason printed as for
+/// [`gpu_or_skip`].
+pub fn every_gpu_or_skip(test: &str) -> Vec<std::sync::Arc<dnnc_runtime::gpu::GpuDevice>> {
+    use dnnc_runtime::gpu::{adapters, AdapterChoice, GpuDevice};
+    let found = adapters();
+    if found.is_empty() {
+        return gpu_or_skip(test).into_iter().collect();
+    }
+    found
+        .iter()
+        .map(|a| {
+            GpuDevice::open(&AdapterChoice::Index(a.index))
+                .unwrap_or_else(|e| panic!("{test}: adapter {} failed to open: {e}", a.name))
+        })
+        .collect()
+}
+
 /// Compiles the `.dnn` text `src` for the GPU (with `opts`, its limits set
 /// from the device except `busy_groups`), runs it and the reference interpreter on the same
 /// seeded inputs, and asserts every output matches (f32 by numpy's
-/// `allclose(rtol, atol)`, i64/bool exactly). Skips without an adapter
-/// (see [`gpu_or_skip`]).
+/// `allclose(rtol, atol)`, i64/bool exactly), on every adapter. Skips
+/// without one (see [`gpu_or_skip`]).
 pub fn gpu_check_with(
     test: &str,
     src: &str,
+    opts: dnnc_compiler::codegen::gpu::GpuOptions,
+    rtol: f32,
+    atol: f32,
+) {
+    gpu_check_on_adapters(test, src, opts, rtol, atol, true)
+}
+
+/// [`gpu_check`] on the default adapter alone, for work too large for
+/// llvmpipe's GL: a 1000 x 40 x 1030 GEMM took it 95 s, lavapipe's
+/// Vulkan 0.5 s.
+pub fn gpu_check_default_adapter(test: &str, src: &str, rtol: f32, atol: f32) {
+    gpu_check_on_adapters(test, src, Default::default(), rtol, atol, false)
+}
+
+fn gpu_check_on_adapters(
+    test: &str,
+    src: &str,
+    opts: dnnc_compiler::codegen::gpu::GpuOptions,
+    rtol: f32,
+    atol: f32,
+    every_adapter: bool,
+) {
+    let g = dnnc_compiler::model::load_model_str(src, "test.dnn")
+        .unwrap_or_else(|e| panic!("{test}: {e:?}"));
+    let feeds = dnnc_compiler::cli::gather_inputs(&g, &[], &mut |_| {}).expect("inputs");
+    let want = dnnc_runtime::interp::run(&g, &feeds).expect("interpreter");
+    let devices = if every_adapter {
+        every_gpu_or_skip(test)
+    } else {
+        gpu_or_skip(test).into_iter().collect()
+    };
+    for dev in devices {
+        let on = format!(
+            "{test} on {} ({})",
+            dev.adapter().name,
+            dev.adapter().backend
+        );
+        gpu_check_on(&on, dev, &g, &feeds, &want, opts.clone(), rtol, atol);
+    }
+}
+
+/// [`gpu_check_with`]'s comparison on one device.
+#[allow(clippy::too_many_arguments)]
+fn gpu_check_on(
+    test: &str,
+    dev: std::sync::Arc<dnnc_runtime::gpu::GpuDevice>,
+    g: &dnnc_ir::Graph,
+    feeds: &[(String, dnnc_ir::Tensor)],
+    want: &[dnnc_ir::Tensor],
     mut opts: dnnc_compiler::codegen::gpu::GpuOptions,
     rtol: f32,
     atol: f32,
 ) {
     use dnnc_ir::Tensor;
-    let Some(dev) = gpu_or_skip(test) else {
-        return;
-    };
-    let g = dnnc_compiler::model::load_model_str(src, "test.dnn")
-        .unwrap_or_else(|e| panic!("{test}: {e:?}"));
-    let feeds = dnnc_compiler::cli::gather_inputs(&g, &[], &mut |_| {}).expect("inputs");
-    let want = dnnc_runtime::interp::run(&g, &feeds).expect("interpreter");
     // The device's limits, but tiles sized as `opts` says for occupancy
     // (default: a GPU's 64 busy workgroups), so a software adapter runs
     // the tilings a GPU would (split-K, small tiles) and tests check them.
@@ -137,13 +198,13 @@ pub fn gpu_check_with(
         busy_groups: opts.limits.busy_groups,
         ..dev.limits()
     };
-    let prog = dnnc_compiler::codegen::gpu::compile_gpu(&g, &opts)
+    let prog = dnnc_compiler::codegen::gpu::compile_gpu(g, &opts)
         .unwrap_or_else(|e| panic!("{test}: {e}"));
     let exe =
         dnnc_runtime::gpu::GpuExecutable::new(dev, prog).unwrap_or_else(|e| panic!("{test}: {e}"));
-    let got = exe.run(&feeds).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let got = exe.run(feeds).unwrap_or_else(|e| panic!("{test}: {e}"));
     assert_eq!(got.len(), want.len());
-    for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+    for (i, (a, e)) in got.iter().zip(want).enumerate() {
         assert_eq!(a.ty(), e.ty(), "{test}: output {i} type");
         match (a, e) {
             (Tensor::F32(a), Tensor::F32(e)) => {

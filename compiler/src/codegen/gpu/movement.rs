@@ -313,7 +313,7 @@ fn slice(
 
 /// ONNX Pad in i32 arithmetic: the input coordinate `j = o - begin`, then
 /// per mode the fill (constant), the clamp (edge) or the mirror (reflect,
-/// `rem_euclid` by `2 (d - 1)`), exactly as the interpreter's maps.
+/// the remainder by `2 (d - 1)`), exactly as the interpreter's maps.
 fn pad(
     cx: &GCtx<'_>,
     x: ValueId,
@@ -364,10 +364,13 @@ fn pad(
                 let _ = writeln!(body, "  j{a} = clamp(j{a}, 0i, {}i);", di - 1);
             }
             PadMode::Reflect => {
+                // `j >= -b > -d >= -p`, so `j + p` is never negative: GLSL
+                // (wgpu's GL backend) leaves `%` of a negative undefined,
+                // and llvmpipe's GL answered with the mirror flipped.
                 let p = (2 * (di - 1)).max(1);
                 let _ = writeln!(
                     body,
-                    "  j{a} = ((j{a} % {p}i) + {p}i) % {p}i;\n  if (j{a} >= {di}i) {{ j{a} = {p}i - j{a}; }}"
+                    "  j{a} = (j{a} + {p}i) % {p}i;\n  if (j{a} >= {di}i) {{ j{a} = {p}i - j{a}; }}"
                 );
             }
         }
