@@ -60,8 +60,8 @@ pub struct ConvArgs {
     #[arg(long, value_enum, value_name = "MODEL", default_value_t)]
     pub partition: PartitionArg,
     /// Machine profile for the calibrated partition (default: the
-    /// built-in profile of this CPU's class, xeon-avx512, epyc-avx512 or
-    /// epyc-avx2;
+    /// built-in profile of this CPU's class, xeon-avx512, epyc-avx512,
+    /// epyc-zen3 or epyc-avx2;
     /// `dnnc calibrate --out` writes one).
     #[arg(long, value_name = "PROFILE.json")]
     pub partition_profile: Option<PathBuf>,
@@ -317,8 +317,8 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = 10, value_parser = iters_arg)]
         runs: usize,
         /// Machine profile for the predictions (default: the built-in
-        /// profile of this CPU's class, xeon-avx512, epyc-avx512 or
-        /// epyc-avx2).
+        /// profile of this CPU's class, xeon-avx512, epyc-avx512,
+        /// epyc-zen3 or epyc-avx2).
         #[arg(long, value_name = "PROFILE.json")]
         cost_profile: Option<PathBuf>,
         /// Write the tuning record (each conv's fastest algorithm) here;

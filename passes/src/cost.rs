@@ -127,8 +127,9 @@ pub enum ProfileError {
 pub enum MachineClass {
     /// A 2-core AVX-512 Xeon VM, where dnnc was first tuned.
     XeonAvx512,
-    /// A 2-core AMD EPYC (Zen) VM with AVX2+FMA and no AVX-512: the
-    /// machine class of `../shared/bench`'s onnxruntime baseline.
+    /// A 2-core AMD EPYC Zen 1 (or Zen 2) VM with AVX2+FMA and no
+    /// AVX-512, whose FMA units are 128 bits wide; also the class of
+    /// every other core without AVX-512 that is not a Zen 3.
     EpycAvx2,
     /// A 2-core AMD EPYC (Zen 4) VM with AVX-512, whose 512-bit FMAs are
     /// two 256-bit halves: its kernels' rates are neither the Xeon's nor
@@ -140,24 +141,37 @@ pub enum MachineClass {
     /// instead of 36 and ran 1.04-1.96x slower at two threads (8
     /// alternating pairs).
     EpycAvx512,
+    /// A 2-core AMD EPYC Zen 3 VM: AVX2+FMA on full 256-bit units (about
+    /// 100 GFLOP/s a core), the machine class of `../shared/bench`'s
+    /// onnxruntime baseline. Its kernels run 2.2-2.4x Zen 1's rates: with
+    /// Zen 1's profile `dnnc tune` on the zoo read a median prediction
+    /// error of 130%, with its own 8%.
+    EpycZen3,
 }
 
 impl MachineClass {
     /// Every class, for listings and tests.
-    pub const ALL: [MachineClass; 3] = [
+    pub const ALL: [MachineClass; 4] = [
         MachineClass::XeonAvx512,
         MachineClass::EpycAvx2,
         MachineClass::EpycAvx512,
+        MachineClass::EpycZen3,
     ];
 
     /// The class whose profile fits this CPU best: AVX-512 cores run the
     /// AVX-512 kernels (AMD's at the Zen 4 profile's rates, others at the
-    /// Xeon's), every other core (AVX2, or no x86 at all, or AVX-512
-    /// capped by `DNNC_CPU_ISA`) the narrower ones the EPYC AVX2 profile
-    /// measured.
+    /// Xeon's), AMD's family 25 without AVX-512 (a Zen 3, or a Zen 4
+    /// capped by `DNNC_CPU_ISA`: both 256-bit FMA units) the AVX2 kernels
+    /// at the Zen 3 profile's rates, every other core (AVX2,
+    /// or no x86 at all, or AVX-512 capped by `DNNC_CPU_ISA`) the
+    /// narrower ones the EPYC AVX2 profile measured.
     pub fn detect() -> MachineClass {
         if dnnc_ir::isa::cpu_isa() != dnnc_ir::isa::CpuIsa::Avx512 {
-            MachineClass::EpycAvx2
+            if amd() && cpu_family() == ZEN3_FAMILY {
+                MachineClass::EpycZen3
+            } else {
+                MachineClass::EpycAvx2
+            }
         } else if amd() {
             MachineClass::EpycAvx512
         } else {
@@ -171,6 +185,7 @@ impl MachineClass {
             MachineClass::XeonAvx512 => "xeon-avx512",
             MachineClass::EpycAvx2 => "epyc-avx2",
             MachineClass::EpycAvx512 => "epyc-avx512",
+            MachineClass::EpycZen3 => "epyc-zen3",
         }
     }
 
@@ -181,7 +196,33 @@ impl MachineClass {
             MachineClass::XeonAvx512 => include_str!("../profiles/xeon-avx512.json"),
             MachineClass::EpycAvx2 => include_str!("../profiles/epyc-avx2.json"),
             MachineClass::EpycAvx512 => include_str!("../profiles/epyc-avx512.json"),
+            MachineClass::EpycZen3 => include_str!("../profiles/epyc-zen3.json"),
         }
+    }
+}
+
+/// AMD's CPU family of Zen 3 and Zen 4 (Zen 1 and 2 are 23, Zen 5 26);
+/// only Zen 4 of the two has AVX-512.
+const ZEN3_FAMILY: u32 = 25;
+
+/// The CPU's display family (CPUID leaf 1: the base family, plus the
+/// extended family when the base is 15); 0 off x86-64.
+fn cpu_family() -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: CPUID leaf 1 exists on every x86-64 CPU.
+        #[allow(unused_unsafe)]
+        let eax = unsafe { std::arch::x86_64::__cpuid(1) }.eax;
+        let base = (eax >> 8) & 0xf;
+        if base == 0xf {
+            base + ((eax >> 20) & 0xff)
+        } else {
+            base
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0
     }
 }
 
@@ -375,7 +416,28 @@ impl MachineProfile {
     /// Predicted seconds of one convolution kernel computed with `algo`,
     /// or `None` when the algorithm does not apply to `shape` (or the
     /// profile has no rate for it).
+    ///
+    /// im2col on a conv that is its own column matrix (1x1, stride 1, no
+    /// padding) is priced at no less than the pointwise kernel plus the
+    /// copy of its input into columns, which is what it runs: fitted on
+    /// different layers, the two rates alone put im2col within 1% of
+    /// pointwise on GoogLeNet's 1x1 convs on Zen 3, where it measured
+    /// 10-15% slower.
     pub fn predict_conv(&self, algo: &str, shape: &ConvShape) -> Option<f64> {
+        let own = self.predict_alone(algo, shape)?;
+        if algo != "im2col" || !is_own_column_matrix(shape) {
+            return Some(own);
+        }
+        let copy = (shape.n * shape.c_in * shape.h * shape.w) as f64
+            / self.loop_rate(dnnc_ir::OpClass::DataMovement);
+        Some(match self.predict_alone("pointwise", shape) {
+            Some(pointwise) => own.max(pointwise + copy),
+            None => own,
+        })
+    }
+
+    /// [`MachineProfile::predict_conv`] from `algo`'s own figures alone.
+    fn predict_alone(&self, algo: &str, shape: &ConvShape) -> Option<f64> {
         let algo = lowered(algo, shape);
         let work = conv_work(algo, shape)? as f64;
         let rate = *self.rates.get(algo)?;
@@ -619,6 +681,12 @@ pub fn outputs(s: &ConvShape) -> f64 {
 }
 
 /// One input and one output channel per group.
+/// Whether a conv's input already is its GEMM operand (1x1, stride 1,
+/// undilated, unpadded): the pointwise kernel's convs.
+pub fn is_own_column_matrix(s: &ConvShape) -> bool {
+    s.kh == 1 && s.kw == 1 && s.strides == [1, 1] && s.pads == [0; 4]
+}
+
 pub fn is_depthwise(s: &ConvShape) -> bool {
     s.group > 1 && s.group == s.c_in && s.group == s.c_out
 }
@@ -816,6 +884,33 @@ mod tests {
         }
     }
 
+    /// im2col on a 1x1 conv runs the pointwise GEMM after copying its
+    /// input into columns, so no profile prices it below that; other
+    /// convs keep im2col's own figures.
+    #[test]
+    fn im2col_on_a_1x1_conv_costs_the_pointwise_gemm_and_a_copy() {
+        for class in MachineClass::ALL {
+            let p = MachineProfile::builtin(class);
+            for s in [pointwise_shape(192, 96, 28), pointwise_shape(832, 128, 7)] {
+                let copy =
+                    (s.c_in * s.h * s.w) as f64 / p.loop_rate(dnnc_ir::OpClass::DataMovement);
+                let im2col = p.predict_conv("im2col", &s).unwrap();
+                let pointwise = p.predict_conv("pointwise", &s).unwrap();
+                assert!(im2col >= pointwise + copy, "{class:?} {s:?}");
+                assert!(im2col >= p.predict_alone("im2col", &s).unwrap());
+            }
+            let s = three_by_three(1, 64, 64, 28);
+            assert_eq!(p.predict_conv("im2col", &s), p.predict_alone("im2col", &s));
+            let strided = ConvShape {
+                strides: [2, 2],
+                h_out: 14,
+                w_out: 14,
+                ..pointwise_shape(256, 128, 28)
+            };
+            assert!(!is_own_column_matrix(&strided));
+        }
+    }
+
     /// Which Winograd batches share their frequency GEMMs, and the columns
     /// each layout computes: ResNet-50's 512-channel 7x7 convs at batch
     /// 8 share (one GEMM over 8 x 4 F(4x4) tiles: 32 columns, against 8
@@ -888,17 +983,20 @@ mod tests {
     /// The default is the profile of the class this CPU belongs to, and
     /// the classes' profiles order the algorithms differently (which is
     /// why there is one per class): the Xeon's 1x1 GEMM is over 3x its
-    /// depthwise loop, Zen 1's under 2x, Zen 4's in between.
+    /// depthwise loop, Zen 1's under 2x, Zen 4's in between; Zen 3's
+    /// rates are over twice Zen 1's.
     #[test]
     fn the_default_profile_is_this_cpus_class() {
         let class = MachineClass::detect();
-        assert_eq!(
-            class != MachineClass::EpycAvx2,
-            dnnc_ir::isa::cpu_isa() == dnnc_ir::isa::CpuIsa::Avx512
-        );
-        if class != MachineClass::EpycAvx2 {
-            assert_eq!(class == MachineClass::EpycAvx512, amd());
-        }
+        let avx512 = dnnc_ir::isa::cpu_isa() == dnnc_ir::isa::CpuIsa::Avx512;
+        let zen3 = !avx512 && amd() && cpu_family() == ZEN3_FAMILY;
+        let expected = match (avx512, amd()) {
+            (true, true) => MachineClass::EpycAvx512,
+            (true, false) => MachineClass::XeonAvx512,
+            _ if zen3 => MachineClass::EpycZen3,
+            _ => MachineClass::EpycAvx2,
+        };
+        assert_eq!(class, expected);
         assert_eq!(MachineProfile::default(), MachineProfile::builtin(class));
         let lead = |c| {
             let p = MachineProfile::builtin(c);
@@ -908,6 +1006,8 @@ mod tests {
         assert!(lead(MachineClass::EpycAvx2) < 2.0);
         let zen4 = lead(MachineClass::EpycAvx512);
         assert!(zen4 > 2.0 && zen4 < 3.0, "{zen4}");
+        let pointwise = |c| MachineProfile::builtin(c).rates["pointwise"];
+        assert!(pointwise(MachineClass::EpycZen3) > 2.0 * pointwise(MachineClass::EpycAvx2));
         let names: std::collections::HashSet<_> =
             MachineClass::ALL.iter().map(|c| c.name()).collect();
         assert_eq!(names.len(), MachineClass::ALL.len());
