@@ -5,7 +5,9 @@
 //! added. Also prints the acceptance metric: the pass rate among tests
 //! whose op types (INDEX.tsv) are all in the importer's supported set.
 
-use dnnc_compiler::conformance::{run_dirs, run_dirs_on, run_dirs_with, Backend, Outcome, Report};
+use dnnc_compiler::conformance::{
+    run_dirs, run_dirs_on, run_dirs_on_adapter, run_dirs_with, Backend, Outcome, Report,
+};
 use dnnc_compiler::onnx::SUPPORTED_OPS;
 use dnnc_integration::shared_or_skip;
 use std::collections::{BTreeSet, HashMap};
@@ -194,21 +196,26 @@ fn expected_pass_list_holds_on_the_cpu_backend() {
 }
 
 /// The committed expected-pass list holds on the GPU backend (WGSL through
-/// wgpu; lavapipe in CI): every listed op, attribute form and dtype
-/// compiles to validated shaders and matches ONNX's expected outputs.
+/// wgpu; lavapipe's Vulkan and llvmpipe's GL in CI), on every adapter:
+/// every listed op, attribute form and dtype compiles to validated shaders
+/// and matches ONNX's expected outputs.
 #[test]
 fn expected_pass_list_holds_on_the_gpu_backend() {
     let test = "expected_pass_list_holds_on_the_gpu_backend";
     let Some(dirs) = listed_dirs(test) else {
         return;
     };
-    if dnnc_integration::gpu_or_skip(test).is_none() {
-        return;
+    for dev in dnnc_integration::every_gpu_or_skip(test) {
+        let a = dev.adapter();
+        let choice = dnnc_runtime::gpu::AdapterChoice::Index(a.index);
+        let report = run_dirs_on_adapter(&dirs, Backend::Gpu, false, &choice, &mut |_| {})
+            .expect("the listed test folders are readable");
+        print_report(&report);
+        assert_all_pass(
+            &report,
+            &format!("on the gpu backend, {} ({})", a.name, a.backend),
+        );
     }
-    let report = run_dirs_on(&dirs, Backend::Gpu, &mut |_| {})
-        .expect("the listed test folders are readable");
-    print_report(&report);
-    assert_all_pass(&report, "on the gpu backend");
 }
 
 /// Every listed test also passes when its graph goes through the

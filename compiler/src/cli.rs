@@ -359,6 +359,10 @@ pub enum Command {
         /// imported graph first.
         #[arg(long)]
         optimize: bool,
+        /// GPU adapter for --backend gpu: an index or a name substring
+        /// (`dnnc devices` lists them; default: the high-performance one).
+        #[arg(long, value_name = "NAME|INDEX")]
+        adapter: Option<String>,
         /// Test folders (with model.onnx and test_data_set_N/), or folders
         /// of test folders such as onnx's `backend/test/data/node`.
         #[arg(required = true, value_name = "DIR")]
@@ -761,10 +765,22 @@ fn execute_command(
         Command::OnnxTest {
             backend,
             optimize,
+            adapter,
             dirs,
         } => {
-            let report = crate::conformance::run_dirs_with(&dirs, backend, optimize, &mut |_| {})
-                .map_err(|e| DnncError::Usage(e.to_string()))?;
+            check_adapter_arg(backend, &adapter)?;
+            let choice = adapter
+                .as_deref()
+                .map(dnnc_runtime::gpu::AdapterChoice::parse)
+                .unwrap_or_default();
+            let report = crate::conformance::run_dirs_on_adapter(
+                &dirs,
+                backend,
+                optimize,
+                &choice,
+                &mut |_| {},
+            )
+            .map_err(|e| DnncError::Usage(e.to_string()))?;
             *status = report.exit_code();
             Ok(report.render())
         }

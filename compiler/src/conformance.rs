@@ -246,10 +246,24 @@ pub fn run_dirs_with(
     optimize: bool,
     progress: &mut dyn FnMut(&TestResult),
 ) -> Result<Report, ConformanceError> {
+    run_dirs_on_adapter(dirs, backend, optimize, &Default::default(), progress)
+}
+
+/// [`run_dirs_with`] on the GPU adapter `adapter` when `backend` is
+/// [`Backend::Gpu`] (`dnnc onnx-test --adapter`): adapters' shader
+/// compilers differ (llvmpipe's GL once mirrored a reflect Pad that
+/// lavapipe's Vulkan got right), so each is worth checking.
+pub fn run_dirs_on_adapter(
+    dirs: &[PathBuf],
+    backend: Backend,
+    optimize: bool,
+    adapter: &dnnc_runtime::gpu::AdapterChoice,
+    progress: &mut dyn FnMut(&TestResult),
+) -> Result<Report, ConformanceError> {
     let tests = discover(dirs)?;
     let mut report = Report::default();
     for t in tests {
-        let r = run_test_with(&t, backend, optimize);
+        let r = run_test_at(&t, backend, optimize, adapter);
         progress(&r);
         report.results.push(r);
     }
@@ -271,12 +285,23 @@ pub fn run_test_on(dir: &Path, backend: Backend) -> TestResult {
 /// [`run_test_on`], optimising the graph first when `optimize` (see
 /// [`run_dirs_with`]).
 pub fn run_test_with(dir: &Path, backend: Backend, optimize: bool) -> TestResult {
+    run_test_at(dir, backend, optimize, &Default::default())
+}
+
+/// [`run_test_with`] on the GPU adapter `adapter` (see
+/// [`run_dirs_on_adapter`]).
+fn run_test_at(
+    dir: &Path,
+    backend: Backend,
+    optimize: bool,
+    adapter: &dnnc_runtime::gpu::AdapterChoice,
+) -> TestResult {
     let name = dir
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| dir.display().to_string());
     let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        try_test(dir, backend, optimize)
+        try_test(dir, backend, optimize, adapter)
     })) {
         Ok(Ok(o)) => o,
         Ok(Err(o)) => o,
@@ -483,7 +508,12 @@ fn import_outcome(e: OnnxError) -> Outcome {
     }
 }
 
-fn try_test(dir: &Path, backend: Backend, optimize: bool) -> Result<Outcome, Outcome> {
+fn try_test(
+    dir: &Path,
+    backend: Backend,
+    optimize: bool,
+    adapter: &dnnc_runtime::gpu::AdapterChoice,
+) -> Result<Outcome, Outcome> {
     let bytes = read(&dir.join("model.onnx"))?;
     let model = ModelProto::decode(bytes.as_slice())
         .map_err(|e| fail(format!("model.onnx is not a ModelProto: {e}")))?;
@@ -614,7 +644,7 @@ fn try_test(dir: &Path, backend: Backend, optimize: bool) -> Result<Outcome, Out
                     .map_err(|e| fail(format!("{set_name}: run failed: {e}")))?
             }
             Backend::Gpu => {
-                let dev = shared_gpu().map_err(|e| fail(format!("gpu backend: {e}")))?;
+                let dev = shared_gpu(adapter).map_err(|e| fail(format!("gpu backend: {e}")))?;
                 let opts = crate::codegen::gpu::GpuOptions {
                     limits: dev.limits(),
                     ..Default::default()
@@ -648,15 +678,23 @@ fn try_test(dir: &Path, backend: Backend, optimize: bool) -> Result<Outcome, Out
     })
 }
 
-/// The default GPU adapter, opened once per process: the conformance
-/// suite compiles hundreds of small graphs.
-fn shared_gpu() -> Result<std::sync::Arc<dnnc_runtime::gpu::GpuDevice>, String> {
-    static DEV: std::sync::OnceLock<Result<std::sync::Arc<dnnc_runtime::gpu::GpuDevice>, String>> =
-        std::sync::OnceLock::new();
-    DEV.get_or_init(|| {
-        dnnc_runtime::gpu::GpuDevice::open(&Default::default()).map_err(|e| e.to_string())
-    })
-    .clone()
+/// The GPU adapter `choice` names, opened once per process: the
+/// conformance suite compiles hundreds of small graphs.
+fn shared_gpu(
+    choice: &dnnc_runtime::gpu::AdapterChoice,
+) -> Result<std::sync::Arc<dnnc_runtime::gpu::GpuDevice>, String> {
+    type Opened = (
+        dnnc_runtime::gpu::AdapterChoice,
+        Result<std::sync::Arc<dnnc_runtime::gpu::GpuDevice>, String>,
+    );
+    static DEVS: std::sync::Mutex<Vec<Opened>> = std::sync::Mutex::new(Vec::new());
+    let mut devs = DEVS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, d)) = devs.iter().find(|(c, _)| c == choice) {
+        return d.clone();
+    }
+    let d = dnnc_runtime::gpu::GpuDevice::open(choice).map_err(|e| e.to_string());
+    devs.push((choice.clone(), d.clone()));
+    d
 }
 
 /// The graph value an importer "must be a constant" reason names: the

@@ -84,8 +84,12 @@ fn emit_wgsl_writes_one_validated_shader_per_kernel_stage() {
 fn gpu_usage_errors_are_clear() {
     let dir = tmp("usage");
     let m = model(&dir);
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["run", "--adapter", "0"], "--adapter needs --backend gpu"),
+        (
+            &["onnx-test", "--adapter", "0"],
+            "--adapter needs --backend gpu",
+        ),
         (
             &["run", "--backend", "gpu", "--threads", "2"],
             "--threads needs --backend cpu",

@@ -680,13 +680,13 @@ pub fn outputs(s: &ConvShape) -> f64 {
     (s.n * s.c_out * s.h_out * s.w_out) as f64
 }
 
-/// One input and one output channel per group.
 /// Whether a conv's input already is its GEMM operand (1x1, stride 1,
-/// undilated, unpadded): the pointwise kernel's convs.
+/// unpadded): the pointwise kernel's convs.
 pub fn is_own_column_matrix(s: &ConvShape) -> bool {
     s.kh == 1 && s.kw == 1 && s.strides == [1, 1] && s.pads == [0; 4]
 }
 
+/// One input and one output channel per group.
 pub fn is_depthwise(s: &ConvShape) -> bool {
     s.group > 1 && s.group == s.c_in && s.group == s.c_out
 }
