@@ -186,6 +186,10 @@ pub enum ConformanceError {
     /// No path was given.
     #[error("no test directory given")]
     NoDirs,
+    /// The GPU adapter asked for could not be opened: said once, not as
+    /// a failure of every test.
+    #[error("gpu backend: {0}")]
+    Gpu(String),
 }
 
 /// Expands the command-line folders into test folders: a folder with
@@ -260,6 +264,9 @@ pub fn run_dirs_on_adapter(
     adapter: &dnnc_runtime::gpu::AdapterChoice,
     progress: &mut dyn FnMut(&TestResult),
 ) -> Result<Report, ConformanceError> {
+    if backend == Backend::Gpu {
+        shared_gpu(adapter).map_err(ConformanceError::Gpu)?;
+    }
     let tests = discover(dirs)?;
     let mut report = Report::default();
     for t in tests {

@@ -84,11 +84,21 @@ fn emit_wgsl_writes_one_validated_shader_per_kernel_stage() {
 fn gpu_usage_errors_are_clear() {
     let dir = tmp("usage");
     let m = model(&dir);
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["run", "--adapter", "0"], "--adapter needs --backend gpu"),
         (
             &["onnx-test", "--adapter", "0"],
             "--adapter needs --backend gpu",
+        ),
+        (
+            &[
+                "onnx-test",
+                "--backend",
+                "gpu",
+                "--adapter",
+                "no-such-adapter",
+            ],
+            "gpu backend: no GPU adapter",
         ),
         (
             &["run", "--backend", "gpu", "--threads", "2"],

@@ -21,10 +21,11 @@ fn env(name: &str, default: usize) -> usize {
 fn main() {
     let dims: Vec<usize> = std::env::args()
         .skip(1)
-        .map(|s| s.parse().expect("integer arguments"))
-        .collect();
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()
+        .unwrap_or_default();
     let [c, h, w, m, kh, kw, s, ph, pw] = dims[..] else {
-        eprintln!("usage: window_blocked CIN H W COUT KH KW STRIDE PAD_H PAD_W");
+        eprintln!("usage: window_blocked CIN H W COUT KH KW STRIDE PAD_H PAD_W (integers)");
         std::process::exit(2);
     };
     let n = env("IMGS", 8);
