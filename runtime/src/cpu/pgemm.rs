@@ -3488,6 +3488,23 @@ pub(super) mod x86 {
         ld: usize,
     ) {
         let w = runs.last().map_or(0, |&(_, at, len)| at + len);
+        if let [(so, 0, 16)] = runs {
+            if ld == 16 {
+                // A whole strip inside one segment (a strided conv's
+                // im2col rows, a Concat's operand), the common case: two
+                // moves a row, without the loop over runs (a stride-2 3x3
+                // conv, 64 -> 128 on 56x56 at one thread on Zen 3: the
+                // gather 11% of its time through the general loop).
+                let base = base.wrapping_offset(*so);
+                for r in 0..rows {
+                    let s = base.wrapping_offset(*offs.add(r) as isize);
+                    let d = dst.add(r * 16);
+                    _mm256_storeu_ps(d, _mm256_loadu_ps(s));
+                    _mm256_storeu_ps(d.add(8), _mm256_loadu_ps(s.add(8)));
+                }
+                return;
+            }
+        }
         for r in 0..rows {
             let row = base.wrapping_offset(*offs.add(r) as isize);
             let d = dst.add(r * ld);
