@@ -188,7 +188,9 @@ fn after_partition_shows_each_kernels_tasks_and_the_waves() {
     );
     assert!(rule.contains("#   partition: 2 tasks over its 192 output planes"));
     // A profile that prices each extra share at a second: nothing splits.
-    let dir = std::env::temp_dir().join(format!("dnnc-partition-{}", std::process::id()));
+    // Its own directory: the projection test's `temp_model("partition",
+    // ..)` removes `dnnc-partition-PID` while this one may still use it.
+    let dir = std::env::temp_dir().join(format!("dnnc-partition-profiles-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut p: serde_json::Value =
         serde_json::from_str(&dnnc_passes::cost::MachineProfile::default().to_json()).unwrap();
