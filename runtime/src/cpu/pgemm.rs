@@ -3840,23 +3840,7 @@ pub(super) mod x86 {
                         v = _mm256_add_ps(_mm256_loadu_ps(p), v);
                     }
                     if let Some(e) = ep {
-                        // As in `micro_avx512`.
-                        if !e.bias.is_null() {
-                            v = _mm256_add_ps(v, _mm256_set1_ps(*e.bias.add(r)));
-                        }
-                        if !e.res.is_null() {
-                            let q = e.res.offset(r as isize * e.res_rs).add(8 * h);
-                            v = _mm256_add_ps(v, _mm256_loadu_ps(q));
-                        }
-                        if e.clamp {
-                            let (lo, hi) = (_mm256_set1_ps(e.lo), _mm256_set1_ps(e.hi));
-                            v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
-                        }
-                        match e.act {
-                            super::ACT_SIGMOID => v = sigmoid8(v),
-                            super::ACT_SILU => v = _mm256_mul_ps(v, sigmoid8(v)),
-                            _ => {}
-                        }
+                        v = epilogue8(v, e, (r, h), |q| _mm256_loadu_ps(q));
                     }
                     _mm256_storeu_ps(p, v);
                 }
@@ -3871,6 +3855,34 @@ pub(super) mod x86 {
                 }
             }
             store_tile(&t, 16, c, (rows, cols), (c_rs, c_cs), first, ep);
+        }
+    }
+
+    /// The epilogue of vector `h` of tile row `r` (as in `micro_avx512`:
+    /// bias, residual, clamp, activation, in that order), the residual's
+    /// eight floats read by `load` (a plain load in a full tile, a masked
+    /// one in a partial tile's last vector).
+    #[inline(always)]
+    unsafe fn epilogue8(
+        mut v: __m256,
+        e: &TileEp,
+        (r, h): (usize, usize),
+        load: impl FnOnce(*const f32) -> __m256,
+    ) -> __m256 {
+        if !e.bias.is_null() {
+            v = _mm256_add_ps(v, _mm256_set1_ps(*e.bias.add(r)));
+        }
+        if !e.res.is_null() {
+            v = _mm256_add_ps(v, load(e.res.offset(r as isize * e.res_rs).add(8 * h)));
+        }
+        if e.clamp {
+            let (lo, hi) = (_mm256_set1_ps(e.lo), _mm256_set1_ps(e.hi));
+            v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+        }
+        match e.act {
+            super::ACT_SIGMOID => sigmoid8(v),
+            super::ACT_SILU => _mm256_mul_ps(v, sigmoid8(v)),
+            _ => v,
         }
     }
 
@@ -3902,23 +3914,7 @@ pub(super) mod x86 {
                     v = _mm256_add_ps(load_n(p, n), v);
                 }
                 if let Some(e) = ep {
-                    // As the full tile's path.
-                    if !e.bias.is_null() {
-                        v = _mm256_add_ps(v, _mm256_set1_ps(*e.bias.add(r)));
-                    }
-                    if !e.res.is_null() {
-                        let q = e.res.offset(r as isize * e.res_rs).add(8 * h);
-                        v = _mm256_add_ps(v, load_n(q, n));
-                    }
-                    if e.clamp {
-                        let (lo, hi) = (_mm256_set1_ps(e.lo), _mm256_set1_ps(e.hi));
-                        v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
-                    }
-                    match e.act {
-                        super::ACT_SIGMOID => v = sigmoid8(v),
-                        super::ACT_SILU => v = _mm256_mul_ps(v, sigmoid8(v)),
-                        _ => {}
-                    }
+                    v = epilogue8(v, e, (r, h), |q| load_n(q, n));
                 }
                 store_n(p, v, n);
             }
