@@ -99,13 +99,12 @@ macro_rules! tile_store {
 }
 
 /// Calls the monomorphic tile `$f::<NP, NB>` for `$n` pixels of a panel
-/// `$width` channels wide (24: three blocks and at most 4 pixels; 16: two
+/// `$width` channels wide (24: three blocks and at most 3 pixels; 16: two
 /// blocks; else one).
 #[cfg(target_arch = "x86_64")]
 macro_rules! dispatch_tile {
     ($f:ident, $n:expr, $width:expr, ($($arg:expr),*)) => {
         match ($n, $width) {
-            (4, 24) => $f::<4, 3>($($arg),*),
             (3, 24) => $f::<3, 3>($($arg),*),
             (2, 24) => $f::<2, 3>($($arg),*),
             (1, 24) => $f::<1, 3>($($arg),*),
@@ -248,16 +247,19 @@ impl Path {
     }
 
     /// Pixels per tile of a panel `width` channels wide. ymm: 12
-    /// accumulators (6 x 2 or 4 x 3) plus the filter rows and a
-    /// broadcast. zmm: 14 x 1 (16 channels) or 8 x (1 + a ymm) of the 32
-    /// registers, so a panel's filter row is read once per 14 pixels, not
-    /// per 6; an 8-wide panel keeps the ymm tile. (Consecutive 16-channel
+    /// accumulators (6 x 2) or 9 (3 x 3) plus the filter rows and a
+    /// broadcast. A 4 x 3 tile would need all 16 ymm registers (12
+    /// accumulators, three filter rows, a broadcast): LLVM kept one
+    /// accumulator on the stack, and a load, FMA and store per step ran
+    /// 24-channel panels at half speed (45 against 94 GFLOP/s on Zen 3).
+    /// zmm: 14 x 1 (16 channels) or 8 x (1 + a ymm) of the 32 registers,
+    /// so a panel's filter row is read once per 14 pixels, not per 6; an 8-wide panel keeps the ymm tile. (Consecutive 16-channel
     /// panels run together instead, [`GROUP_TILE_PIXELS`].)
     fn tile_pixels(self, width: usize) -> usize {
         match (self, width) {
             (Path::Avx512, 16) => 14,
             (Path::Avx512, 24) => 8,
-            (_, 24) => 4,
+            (_, 24) => 3,
             _ => 6,
         }
     }
@@ -1261,6 +1263,7 @@ unsafe fn portable_tile(t: &Tile, x: *const f32, y: *mut f32, res: *const f32, n
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn avx2_tile(t: &Tile, x: *const f32, y: *mut f32, res: *const f32, n: usize) {
+    debug_assert!(n <= Path::Avx2.tile_pixels(t.width));
     dispatch_tile!(avx2_tile_n, n, t.width, (t, x, y, res))
 }
 
