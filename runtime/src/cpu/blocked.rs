@@ -100,7 +100,7 @@ macro_rules! tile_store {
 
 /// Calls the monomorphic tile `$f::<NP, NB>` for `$n` pixels of a panel
 /// `$width` channels wide (24: three blocks and at most 3 pixels; 16: two
-/// blocks; else one).
+/// blocks and at most 5; else one), as [`Path::tile_pixels`] cuts them.
 #[cfg(target_arch = "x86_64")]
 macro_rules! dispatch_tile {
     ($f:ident, $n:expr, $width:expr, ($($arg:expr),*)) => {
@@ -108,8 +108,6 @@ macro_rules! dispatch_tile {
             (3, 24) => $f::<3, 3>($($arg),*),
             (2, 24) => $f::<2, 3>($($arg),*),
             (1, 24) => $f::<1, 3>($($arg),*),
-            (6, 16) => $f::<6, 2>($($arg),*),
-            (6, _) => $f::<6, 1>($($arg),*),
             (5, 16) => $f::<5, 2>($($arg),*),
             (5, _) => $f::<5, 1>($($arg),*),
             (4, 16) => $f::<4, 2>($($arg),*),
@@ -246,12 +244,14 @@ impl Path {
         }
     }
 
-    /// Pixels per tile of a panel `width` channels wide. ymm: 12
-    /// accumulators (6 x 2) or 9 (3 x 3) plus the filter rows and a
-    /// broadcast. A 4 x 3 tile would need all 16 ymm registers (12
-    /// accumulators, three filter rows, a broadcast): LLVM kept one
-    /// accumulator on the stack, and a load, FMA and store per step ran
-    /// 24-channel panels at half speed (45 against 94 GFLOP/s on Zen 3).
+    /// Pixels per tile of a panel `width` channels wide. ymm: 10
+    /// accumulators (5 x 2) or 9 (3 x 3) plus the filter rows and a
+    /// broadcast, leaving LLVM spare registers. Tiles of 12 accumulators
+    /// needed 15 or all 16 ymm registers, and LLVM kept one accumulator
+    /// on the stack, a load, FMA and store in its chain: 4 x 3 ran
+    /// 24-channel panels at half speed (45 against 94 GFLOP/s on Zen 3),
+    /// and 6 x 2 16-channel ones 1-14% slower than 5 x 2 (`perf` put a
+    /// third of the tile's samples at the spill).
     /// zmm: 14 x 1 (16 channels) or 8 x (1 + a ymm) of the 32 registers,
     /// so a panel's filter row is read once per 14 pixels, not per 6; an 8-wide panel keeps the ymm tile. (Consecutive 16-channel
     /// panels run together instead, [`GROUP_TILE_PIXELS`].)
@@ -260,14 +260,15 @@ impl Path {
             (Path::Avx512, 16) => 14,
             (Path::Avx512, 24) => 8,
             (_, 24) => 3,
-            _ => 6,
+            _ => 5,
         }
     }
 }
 
 /// The next tile's pixels when `left` remain and tiles hold at most
 /// `tile`: the remainder shared out over as many tiles as it takes
-/// (49 pixels in tiles of 6: four of 6 and five of 5, not eight and 1).
+/// (49 pixels in tiles of 6: four of 6 and five of 5, not eight and 1;
+/// in tiles of 5: nine of 5 and one of 4).
 /// A one-pixel tile keeps only its panel's two or three accumulators
 /// busy, each a chain of dependent FMAs (latency-bound: about as long as
 /// a full tile's pass over `k`); five pixels keep ten chains going.
@@ -287,8 +288,8 @@ fn group_panels(m: usize, o: usize, left: usize) -> usize {
 /// a broadcast.
 const GROUP_TILE_PIXELS: [usize; 5] = [0, 14, 12, 8, 6];
 
-/// Pixel chunks are whole tiles of every width.
-const TILE_LCM: usize = 12;
+/// Pixel chunks are whole tiles of every ymm width (5 and 3 pixels).
+const TILE_LCM: usize = 15;
 
 /// Floats of input a pixel chunk aims to keep in L1 while every filter
 /// panel passes over it.
