@@ -276,6 +276,56 @@ fn balanced_tile(left: usize, tile: usize) -> usize {
     left.div_ceil(left.div_ceil(tile))
 }
 
+/// The tiles [`balanced_tile`] cuts `len` pixels into, in order, with its
+/// two divisions done once for the run instead of for every tile: the
+/// first `len % count` tiles take one pixel more than the rest. Per tile,
+/// the divisions were about 1% of MobileNet-V2's `perf` samples: its
+/// short-k tiles (k = 16-32) take only ~100 cycles each.
+struct Tiles {
+    /// Tiles left to yield.
+    left: usize,
+    /// Pixels of the smaller tiles.
+    base: usize,
+    /// How many of the tiles left take `base + 1` pixels.
+    longer: usize,
+}
+
+impl Tiles {
+    fn new(len: usize, tile: usize) -> Tiles {
+        let count = len.div_ceil(tile.max(1));
+        if count == 0 {
+            return Tiles {
+                left: 0,
+                base: 0,
+                longer: 0,
+            };
+        }
+        Tiles {
+            left: count,
+            base: len / count,
+            longer: len % count,
+        }
+    }
+}
+
+impl Iterator for Tiles {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        if self.longer > 0 {
+            self.longer -= 1;
+            Some(self.base + 1)
+        } else {
+            Some(self.base)
+        }
+    }
+}
+
 /// How many 16-channel panels from channel `o` of an `m`-channel filter
 /// (at most `left` of them, the task's share) one AVX-512 tile takes: up
 /// to four, as many as are whole 16-channel panels.
@@ -891,8 +941,7 @@ unsafe fn into_blocked(
                         ];
                         for (s0, s1, in_place) in segments {
                             let mut p = s0;
-                            while p < s1 {
-                                let n = balanced_tile(s1 - p, tile);
+                            for n in Tiles::new(s1 - s0, tile) {
                                 let yo = block + p * 8;
                                 let yp = row.y.add(yo);
                                 let rp = if row.res.is_null() {
@@ -1131,8 +1180,7 @@ unsafe fn image(
                 }
                 let block = (o / 8) * out.block;
                 let mut p = c0;
-                while p < c1 {
-                    let n = balanced_tile(c1 - p, tile);
+                for n in Tiles::new(c1 - c0, tile) {
                     // Tiles of lone panels run only in the first block (`k0` 0).
                     let xp = x.add(p * 8 + k0 / 8 * hw * 8);
                     let yo = block + (p - out.origin) * 8;
@@ -2141,6 +2189,23 @@ mod tests {
         assert_eq!(k_step(Path::Avx512, 256, 200, &apart), 256);
         assert_eq!(k_step(Path::Avx2, 512, 200, &apart), 512);
         assert_eq!(k_step(Path::Avx512, 512, 200, &apart), K_BLOCK);
+    }
+
+    #[test]
+    fn tiles_are_the_balanced_tiles_in_order() {
+        for tile in 1..16 {
+            for len in 0..200 {
+                let mut expected = Vec::new();
+                let mut left = len;
+                while left > 0 {
+                    let n = balanced_tile(left, tile);
+                    expected.push(n);
+                    left -= n;
+                }
+                let got: Vec<usize> = Tiles::new(len, tile).collect();
+                assert_eq!(got, expected, "{len} pixels in tiles of {tile}");
+            }
+        }
     }
 
     #[test]
