@@ -336,6 +336,65 @@ fn dense_window_convs_run_blocked() {
     }
 }
 
+/// RegNet's blocks run blocked end to end: their grouped 3x3 convs of
+/// eight channels a group (`BlockedKernel::Window`, each group one block
+/// in and one out) at stride 2 with a strided 1x1 projection, and at
+/// stride 1 with a squeeze-excitation scale and a residual; batch 1 (a
+/// 5x5 map's rows: groups shared into slices for the tasks) and 2.
+#[test]
+fn grouped_convs_of_eight_channels_run_blocked() {
+    for n in [1, 2] {
+        let body = format!(
+            "  input %x: f32[{n},8,10,10]
+  param %w0: f32[24,8,1,1] = he(seed=1)
+  param %wa: f32[40,24,1,1] = he(seed=2)
+  param %ba: f32[40] = uniform(low=-0.2, high=0.2, seed=3)
+  param %wb: f32[40,8,3,3] = he(seed=4)
+  param %bb: f32[40] = uniform(low=-0.2, high=0.2, seed=5)
+  param %wc: f32[40,40,1,1] = he(seed=6)
+  param %wp: f32[40,24,1,1] = he(seed=7)
+  param %wd: f32[40,40,1,1] = he(seed=8)
+  param %we: f32[40,8,3,3] = he(seed=9)
+  param %ws1: f32[10,40,1,1] = he(seed=10)
+  param %ws2: f32[40,10,1,1] = he(seed=11)
+  param %wf: f32[40,40,1,1] = he(seed=12)
+  %a0 = Conv2d(%x, %w0)
+  %a = Conv2d(%a0, %wa, %ba)
+  %ar = Relu(%a)
+  %b = Conv2d(%ar, %wb, %bb) {{pads=[1,1,1,1], strides=[2,2], group=5}}
+  %br = Relu(%b)
+  %c = Conv2d(%br, %wc)
+  %p = Conv2d(%a0, %wp) {{strides=[2,2]}}
+  %s = Add(%c, %p)
+  %sr = Relu(%s)
+  %d = Conv2d(%sr, %wd)
+  %dr = Relu(%d)
+  %e = Conv2d(%dr, %we) {{pads=[1,1,1,1], group=5}}
+  %er = Relu(%e)
+  %g = GlobalAveragePool(%er)
+  %g1 = Conv2d(%g, %ws1)
+  %g1r = Relu(%g1)
+  %g2 = Conv2d(%g1r, %ws2)
+  %gs = Sigmoid(%g2)
+  %m = Mul(%er, %gs)
+  %f = Conv2d(%m, %wf)
+  %y = Add(%f, %sr)
+  output %y"
+        );
+        let (_, ins, mut exe) = checked(&body, 11);
+        // Reordered into blocks: the input and the squeeze-excitation
+        // scale only, never a grouped conv's input or result.
+        let reorders: Vec<&str> = exe
+            .steps()
+            .iter()
+            .filter(|s| s.name.ends_with(".to_nchw8c"))
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(reorders, ["x.to_nchw8c", "gs.to_nchw8c"], "{body}");
+        two_threads_bitwise(&mut exe, &ins, &body);
+    }
+}
+
 /// Inverted residual blocks whose expansion is at least 1 MiB run as one
 /// kernel: the expansion a ring of rows at a time, the depthwise rows,
 /// each projected (with its residual at stride 1, its clamp at stride 2)

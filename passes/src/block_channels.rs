@@ -70,10 +70,12 @@ pub enum BlockedKernel {
     /// F(4x4): its transforms read and write the blocks' planes.
     Winograd,
     /// Any other undilated conv of one group (5x5, 1x7 and 7x1, strided
-    /// 3x3 and 1x1, a 3x3 not run as Winograd): an implicit GEMM whose
-    /// tiles read each pixel's window straight from the blocks, taps in
-    /// the filter's order (`dnnc_runtime::cpu::blocked::dnnc_conv_into_nchw8c`
-    /// with a blocked input).
+    /// 3x3 and 1x1, a 3x3 not run as Winograd), or of groups of eight
+    /// input and eight output channels (RegNet's 3x3 convs, each group
+    /// one block): an implicit GEMM whose tiles read each pixel's window
+    /// straight from the blocks, taps in the filter's order
+    /// (`dnnc_runtime::cpu::blocked::dnnc_conv_into_nchw8c` with a blocked
+    /// input).
     Window,
 }
 
@@ -89,6 +91,8 @@ pub fn blocked_kernel(geom: &ConvGeom) -> Option<BlockedKernel> {
         && p.pads == [0; 4]
         && undilated;
     let depthwise = geom.g == geom.c && geom.m == geom.c && undilated;
+    let b = DataLayout::BLOCK;
+    let grouped8 = geom.g > 1 && geom.c == geom.g * b && geom.m == geom.g * b && undilated;
     let winograd = geom.g == 1 && geom.kh == 3 && geom.kw == 3 && p.strides == [1, 1] && undilated;
     if pointwise {
         Some(BlockedKernel::Pointwise)
@@ -96,7 +100,7 @@ pub fn blocked_kernel(geom: &ConvGeom) -> Option<BlockedKernel> {
         Some(BlockedKernel::Depthwise)
     } else if winograd && winograd_algo(geom).is_some() {
         Some(BlockedKernel::Winograd)
-    } else if geom.g == 1 && undilated {
+    } else if (geom.g == 1 || grouped8) && undilated {
         Some(BlockedKernel::Window)
     } else {
         None
@@ -124,7 +128,7 @@ pub fn unfit(geom: &ConvGeom) -> Option<String> {
     }
     match blocked_kernel(geom) {
         None => Some(
-            "data=nchw8c runs undilated convs of one group and undilated depthwise convs only"
+            "data=nchw8c runs undilated convs of one group, of groups of 8 channels in and out, and depthwise convs only"
                 .to_string(),
         ),
         Some(BlockedKernel::Depthwise) if geom.kh > DW_MAX_ROWS => Some(format!(
@@ -889,6 +893,50 @@ mod tests {
         let (before, after, rewrites) = pass_on(DENSE_WINDOWS);
         assert_eq!(after.matches("data=nchw8c").count(), 8, "{after}");
         assert_eq!(after.matches("Transpose").count(), 2, "{after}");
+        insta::assert_snapshot!(snapshot_text(&before, &after, rewrites));
+    }
+
+    /// A RegNet block: its grouped 3x3 conv of eight channels a group
+    /// joins the region as `BlockedKernel::Window` (stride 2, beside the
+    /// strided projection), so only the input and the squeeze-excitation
+    /// scale are reordered in, and the region's result out.
+    #[test]
+    fn snapshot_grouped_convs_of_eight_channels_join_the_region() {
+        let text = "graph regnet_block {
+          input %x: f32[1,8,16,16]
+          param %wa: f32[40,8,1,1] = he(seed=1)
+          param %wb: f32[40,8,3,3] = he(seed=2)
+          param %ws1: f32[10,40,1,1] = he(seed=3)
+          param %ws2: f32[40,10,1,1] = he(seed=4)
+          param %wc: f32[40,40,1,1] = he(seed=5)
+          param %wp: f32[40,8,1,1] = he(seed=6)
+          param %wd: f32[40,40,1,1] = he(seed=7)
+          %a = Conv2d(%x, %wa)
+          %ar = Relu(%a)
+          %b = Conv2d(%ar, %wb) {pads=[1,1,1,1], strides=[2,2], group=5}
+          %br = Relu(%b)
+          %g = GlobalAveragePool(%br)
+          %g1 = Conv2d(%g, %ws1)
+          %g1r = Relu(%g1)
+          %g2 = Conv2d(%g1r, %ws2)
+          %gs = Sigmoid(%g2)
+          %m = Mul(%br, %gs)
+          %c = Conv2d(%m, %wc)
+          %p = Conv2d(%x, %wp) {strides=[2,2]}
+          %s = Add(%c, %p)
+          %sr = Relu(%s)
+          %d = Conv2d(%sr, %wd)
+          output %d
+        }";
+        let (before, after, rewrites) = pass_on(text);
+        assert!(
+            after.contains("group=5") && after.matches("data=nchw8c").count() >= 5,
+            "{after}"
+        );
+        assert!(
+            after.contains("%br: f32[1,5,8,8,8]") && after.matches("Transpose").count() == 4,
+            "the grouped conv's result stays blocked: {after}"
+        );
         insta::assert_snapshot!(snapshot_text(&before, &after, rewrites));
     }
 

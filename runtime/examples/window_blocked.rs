@@ -3,11 +3,15 @@
 //! 1x7 or strided 3x3 conv inside a blocked region): median of 15 runs
 //! over a batch of `IMGS` images (default 8), in ms and GFLOP/s, with the
 //! units of the call split over `SLICES` filter slices (default 1).
+//! `GROUPED=1`: a grouped conv of eight channels in and out per group
+//! (RegNet's; `CIN` = `COUT`).
 //!
 //! `cargo run --release -p dnnc-runtime --example window_blocked -- CIN H W COUT KH KW STRIDE PAD_H PAD_W`
 //! (channel counts multiples of 8).
 
-use dnnc_runtime::cpu::blocked::{dnnc_conv_into_nchw8c, pack_filter, IntoBlockedGeom};
+use dnnc_runtime::cpu::blocked::{
+    dnnc_conv_into_nchw8c, pack_filter, pack_grouped_filter, IntoBlockedGeom,
+};
 use dnnc_runtime::cpu::group8::Group8Geom;
 use std::time::Instant;
 
@@ -48,16 +52,21 @@ fn main() {
         blocked_input: 1,
         slices: env("SLICES", 1),
         n,
+        groups: if env("GROUPED", 0) == 1 { c / 8 } else { 1 },
     };
     if let Some(why) = dnnc_runtime::cpu::blocked::into_unfit(&geo) {
         eprintln!("window_blocked: {why}");
         std::process::exit(2);
     }
-    let taps = c * kh * kw;
+    let taps = c / geo.groups * kh * kw;
     let wt: Vec<f32> = (0..m * taps)
         .map(|i| ((i * 7) % 13) as f32 * 0.01)
         .collect();
-    let packed = pack_filter(&wt, m, taps);
+    let packed = if geo.groups > 1 {
+        pack_grouped_filter(&wt, m, taps)
+    } else {
+        pack_filter(&wt, m, taps)
+    };
     let x: Vec<f32> = (0..n * c * h * w)
         .map(|i| ((i * 5) % 11) as f32 * 0.1)
         .collect();

@@ -27,7 +27,7 @@ macro_rules! tile_accumulators {
     ($t:expr, $nb:ident) => {{
         use std::arch::x86_64::*;
         let z = _mm256_setzero_ps();
-        let mut acc = [[z; 3]; 6];
+        let mut acc = [[z; 3]; 10];
         if !$t.bias.is_null() {
             let b0 = _mm256_loadu_ps($t.bias);
             let b1 = if $nb > 1 {
@@ -41,12 +41,7 @@ macro_rules! tile_accumulators {
                 z
             };
             let b = [b0, b1, b2];
-            acc[0] = b;
-            acc[1] = b;
-            acc[2] = b;
-            acc[3] = b;
-            acc[4] = b;
-            acc[5] = b;
+            acc = [b; 10];
         }
         acc
     }};
@@ -94,17 +89,28 @@ macro_rules! tile_store {
         tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 5, 0);
         tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 5, 1);
         tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 5, 2);
+        // Pixels 6 to 9: one-block (8-channel) panels only.
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 6, 0);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 7, 0);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 8, 0);
+        tile_out!($t, $acc, $y, $res, ($np, $nb), (lo, hi), 9, 0);
         activate_tile($t, $y, $np, $nb);
     }};
 }
 
 /// Calls the monomorphic tile `$f::<NP, NB>` for `$n` pixels of a panel
 /// `$width` channels wide (24: three blocks and at most 3 pixels; 16: two
-/// blocks and at most 5; else one), as [`Path::tile_pixels`] cuts them.
+/// blocks and at most 5; 8: one block and at most 10), as
+/// [`Path::tile_pixels`] cuts them.
 #[cfg(target_arch = "x86_64")]
 macro_rules! dispatch_tile {
     ($f:ident, $n:expr, $width:expr, ($($arg:expr),*)) => {
         match ($n, $width) {
+            (10, _) => $f::<10, 1>($($arg),*),
+            (9, _) => $f::<9, 1>($($arg),*),
+            (8, _) => $f::<8, 1>($($arg),*),
+            (7, _) => $f::<7, 1>($($arg),*),
+            (6, _) => $f::<6, 1>($($arg),*),
             (3, 24) => $f::<3, 3>($($arg),*),
             (2, 24) => $f::<2, 3>($($arg),*),
             (1, 24) => $f::<1, 3>($($arg),*),
@@ -251,16 +257,22 @@ impl Path {
     /// on the stack, a load, FMA and store in its chain: 4 x 3 ran
     /// 24-channel panels at half speed (45 against 94 GFLOP/s on Zen 3),
     /// and 6 x 2 16-channel ones 1-14% slower than 5 x 2 (`perf` put a
-    /// third of the tile's samples at the spill).
+    /// third of the tile's samples at the spill). An 8-channel panel takes
+    /// 10 pixels: its accumulators are its only independent FMA chains,
+    /// and 5 left a grouped conv's tiles bound by FMA latency (RegNet's
+    /// 104 -> 104 3x3 on 28x28 at batch 8, `GROUPED=1 window_blocked`:
+    /// 30-38 GFLOP/s, 53-58 with 10 or 12; 12 spilled accumulators).
     /// zmm: 14 x 1 (16 channels) or 8 x (1 + a ymm) of the 32 registers,
-    /// so a panel's filter row is read once per 14 pixels, not per 6; an 8-wide panel keeps the ymm tile. (Consecutive 16-channel
-    /// panels run together instead, [`GROUP_TILE_PIXELS`].)
+    /// so a panel's filter row is read once per 14 pixels, not per 5; an
+    /// 8-wide panel keeps the ymm tile. (Consecutive 16-channel panels
+    /// run together instead, [`GROUP_TILE_PIXELS`].)
     fn tile_pixels(self, width: usize) -> usize {
         match (self, width) {
             (Path::Avx512, 16) => 14,
             (Path::Avx512, 24) => 8,
             (_, 24) => 3,
-            _ => 5,
+            (_, 16) => 5,
+            _ => 10,
         }
     }
 }
@@ -423,6 +435,21 @@ pub fn whole_map(pixels: usize, k: usize, m: usize) -> bool {
     input <= WHOLE_FLOATS || (m * k >= BIG_FILTER_FLOATS && input <= WHOLE_MAX_FLOATS)
 }
 
+/// The packed filter of a grouped window conv ([`IntoBlockedGeom::groups`]
+/// above 1): `w[o * taps + t]` (ONNX's `[m][8][kh][kw]`, `taps` = 8 kh kw)
+/// as one panel of 8 output channels per group, `[taps][8]`.
+pub fn pack_grouped_filter(w: &[f32], m: usize, taps: usize) -> Vec<f32> {
+    let mut out = vec![0f32; m * taps];
+    for o0 in (0..m).step_by(8) {
+        for t in 0..taps {
+            for j in 0..8 {
+                out[o0 * taps + t * 8 + j] = w[(o0 + j) * taps + t];
+            }
+        }
+    }
+    out
+}
+
 /// The packed filter of a `m x k` pointwise conv (`w[o * k + c]`, both
 /// multiples of 8): panels of [`panel_width`] output channels, each
 /// stored `[k][width]`.
@@ -569,6 +596,44 @@ pub struct IntoBlockedGeom {
     pub slices: usize,
     /// Images in the batch (`N`: a slice's units are its `N * oh` rows).
     pub n: usize,
+    /// 1 for a dense conv; `c / 8` for a grouped conv of eight input and
+    /// eight output channels per group (RegNet's 3x3 convs, group width
+    /// 8), each group one block in and one block out: the input block of
+    /// a group is the only one its 8-wide filter panel reads.
+    pub groups: usize,
+}
+
+impl IntoBlockedGeom {
+    /// Whether the conv is grouped (one 8-channel block per group).
+    fn grouped(&self) -> bool {
+        self.groups > 1
+    }
+
+    /// Filter panels: [`panel_count`], or one per group.
+    pub fn panels(&self) -> usize {
+        if self.grouped() {
+            self.groups
+        } else {
+            panel_count(self.m)
+        }
+    }
+
+    /// Output channels of the panel from channel `o`: [`panel_width`], or
+    /// a group's 8.
+    fn panel_width(&self, o: usize) -> usize {
+        if self.grouped() {
+            8
+        } else {
+            panel_width(self.m, o)
+        }
+    }
+
+    /// Taps a panel's filter row sums: every input channel's window, or
+    /// its group's 8 channels'.
+    fn taps(&self) -> usize {
+        let c = if self.grouped() { 8 } else { self.conv.c };
+        c * self.conv.kh * self.conv.kw
+    }
 }
 
 /// Why [`dnnc_conv_into_nchw8c`] does not compute `g`, or `None`.
@@ -586,7 +651,11 @@ pub fn into_unfit(g: &IntoBlockedGeom) -> Option<&'static str> {
         Some("a blocked input has whole blocks of 8 channels")
     } else if g.n == 0 {
         Some("empty batch")
-    } else if g.slices == 0 || g.slices > panel_count(g.m) {
+    } else if g.groups == 0 {
+        Some("groups must be at least 1")
+    } else if g.grouped() && (g.blocked_input != 1 || c.c != g.m || g.groups * 8 != g.m) {
+        Some("a grouped conv reads and writes blocks, one block of 8 channels a group")
+    } else if g.slices == 0 || g.slices > g.panels() {
         Some("slices must be 1 to the filter's panel count")
     } else {
         None
@@ -738,8 +807,7 @@ unsafe fn fill_copy(
 /// L2 for Inception-v3's 3x3 convs of 288 and 448 channels (2592 and 4032
 /// taps).
 fn window_k_step(path: Path, geo: &IntoBlockedGeom, y: *const f32, ep: &Epilogue) -> usize {
-    let g = &geo.conv;
-    let taps = g.c * g.kh * g.kw;
+    let taps = geo.taps();
     if geo.blocked_input == 1 && deep_k(path, taps, ep.res, y) {
         K_BLOCK
     } else {
@@ -797,7 +865,7 @@ unsafe fn into_blocked(
     let ep = if ep.is_null() { Epilogue::NONE } else { *ep };
     let (g, m) = (geo.conv, geo.m);
     let blocked = geo.blocked_input == 1;
-    let taps = g.c * g.kh * g.kw;
+    let taps = geo.taps();
     let kstep = window_k_step(path, geo, y, &ep);
     let chunk_rows = if kstep < taps {
         (WINDOW_CHUNK_PIXELS / g.ow).max(1)
@@ -805,7 +873,14 @@ unsafe fn into_blocked(
         1
     };
     let mut scratch = WINDOW_SCRATCH.with(|c| std::mem::take(&mut *c.borrow_mut()));
-    let (step, copy_step) = tap_offsets(&g, blocked, &mut scratch);
+    // A grouped conv's taps are its group's block's: offsets within the
+    // first block, each panel's group adding its block's start below.
+    let tap_geom = if geo.grouped() {
+        Group8Geom { c: 8, ..g }
+    } else {
+        g
+    };
+    let (step, copy_step) = tap_offsets(&tap_geom, blocked, &mut scratch);
     let slot = copy_len(&g, blocked);
     // Output columns whose window lies inside the input's columns.
     let ox_lo = g.pl.div_ceil(g.sw).min(g.ow);
@@ -825,7 +900,7 @@ unsafe fn into_blocked(
         path
     };
     let row_group = window_group(g.ow);
-    let panels = panel_count(m);
+    let panels = geo.panels();
     let per_slice = panels.div_ceil(geo.slices);
     let rows_all = geo.n * g.oh;
     let slices = u0 / rows_all..u1.div_ceil(rows_all).min(geo.slices);
@@ -894,12 +969,22 @@ unsafe fn into_blocked(
             if r0.max(c0) >= r1.min(c1) || p_lo >= p_hi {
                 continue;
             }
-            let o_lo = (0..p_lo).fold(0, |o, _| o + panel_width(m, o));
+            let o_lo = (0..p_lo).fold(0, |o, _| o + geo.panel_width(o));
             for k0 in (0..taps).step_by(kstep) {
                 let kc = kstep.min(taps - k0);
                 let (mut o, mut panel) = (o_lo, p_lo);
                 while panel < p_hi {
-                    let width = panel_width(m, o);
+                    let width = geo.panel_width(o);
+                    // Where the panel's input block starts, in the input
+                    // and in a row's copy (a grouped conv's group's block).
+                    let (x_block, copy_block) = if geo.grouped() {
+                        (
+                            (o / 8 * g.h * g.w * 8) as isize,
+                            (o / 8 * g.kh * copy_width(&g) * 8) as isize,
+                        )
+                    } else {
+                        (0, 0)
+                    };
                     // On AVX-512 groups of 16-channel panels run as zmm tiles
                     // (`avx512_window_group_tile`); the other panels keep the
                     // ymm tile (one-panel zmm tiles of 14 pixels measured
@@ -952,13 +1037,17 @@ unsafe fn into_blocked(
                                 let win = if in_place {
                                     let ix0 = (p * g.sw - g.pl) as isize;
                                     Window {
-                                        src: row.x.offset((row.iy0 * g.w as isize + ix0) * px),
+                                        src: row
+                                            .x
+                                            .offset((row.iy0 * g.w as isize + ix0) * px + x_block),
                                         offs: scratch.in_place.as_ptr(),
                                         ps: step,
                                     }
                                 } else {
                                     Window {
-                                        src: copy.as_ptr().offset(p as isize * copy_step),
+                                        src: copy
+                                            .as_ptr()
+                                            .offset(p as isize * copy_step + copy_block),
                                         offs: scratch.padded.as_ptr(),
                                         ps: copy_step,
                                     }
@@ -1103,6 +1192,10 @@ unsafe fn avx2_window_tile_n<const NP: usize, const NB: usize>(
         px!(a, w0, w1, w2, 3);
         px!(a, w0, w1, w2, 4);
         px!(a, w0, w1, w2, 5);
+        px!(a, w0, w1, w2, 6);
+        px!(a, w0, w1, w2, 7);
+        px!(a, w0, w1, w2, 8);
+        px!(a, w0, w1, w2, 9);
         wp = wp.add(NB * 8);
     }
     tile_store!(t, acc, y, res, NP, NB);
@@ -1371,6 +1464,10 @@ unsafe fn avx2_tile_n<const NP: usize, const NB: usize>(
             px!($a, $kk, w0, w1, w2, 3);
             px!($a, $kk, w0, w1, w2, 4);
             px!($a, $kk, w0, w1, w2, 5);
+            px!($a, $kk, w0, w1, w2, 6);
+            px!($a, $kk, w0, w1, w2, 7);
+            px!($a, $kk, w0, w1, w2, 8);
+            px!($a, $kk, w0, w1, w2, 9);
         }};
     }
     k_blocks!(x, stride, k, step, wp, NB * 8);
@@ -2362,13 +2459,16 @@ mod tests {
         res: Option<&[f32]>,
     ) -> Vec<f64> {
         let c = g.conv;
+        // Input channels per group, and each output channel's first.
+        let cg = c.c / g.groups;
         let mut y = vec![0f64; n * g.m * c.oh * c.ow];
         for img in 0..n {
             for o in 0..g.m {
+                let c0 = o / (g.m / g.groups) * cg;
                 for oy in 0..c.oh {
                     for ox in 0..c.ow {
                         let mut acc = bias[o] as f64;
-                        for ch in 0..c.c {
+                        for ch in c0..c0 + cg {
                             for ky in 0..c.kh {
                                 for kx in 0..c.kw {
                                     let iy = (oy * c.sh + ky) as isize - c.pt as isize;
@@ -2379,7 +2479,7 @@ mod tests {
                                     }
                                     let xv = x[((img * c.c + ch) * c.h + iy as usize) * c.w
                                         + ix as usize];
-                                    let wv = w[((o * c.c + ch) * c.kh + ky) * c.kw + kx];
+                                    let wv = w[((o * cg + ch - c0) * c.kh + ky) * c.kw + kx];
                                     acc += xv as f64 * wv as f64;
                                 }
                             }
@@ -2423,6 +2523,7 @@ mod tests {
             m,
             blocked_input: 0,
             slices: 1,
+            groups: 1,
             n: 1,
         }
     }
@@ -2456,13 +2557,17 @@ mod tests {
         } else {
             x.clone()
         };
-        let w: Vec<f32> = (0..g.m * c.c * c.kh * c.kw)
+        let w: Vec<f32> = (0..g.m * c.c / g.groups * c.kh * c.kw)
             .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
             .collect();
         let bias: Vec<f32> = (0..g.m).map(|i| i as f32 * 0.01 - 0.1).collect();
         let len = n * g.m * c.oh * c.ow;
         let res: Vec<f32> = (0..len).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
-        let packed = pack_filter(&w, g.m, c.c * c.kh * c.kw);
+        let packed = if g.groups > 1 {
+            pack_grouped_filter(&w, g.m, g.taps())
+        } else {
+            pack_filter(&w, g.m, c.c * c.kh * c.kw)
+        };
         let (lo, hi) = (-1.5, 2.0);
         let ep = test_ep(&bias, (&res, with_res), (lo, hi), act);
         let mut y = vec![f32::NAN; len];
@@ -2581,6 +2686,10 @@ mod tests {
             ..g
         };
         let sliced = |g: IntoBlockedGeom, slices| IntoBlockedGeom { slices, ..g };
+        let grouped = |g: IntoBlockedGeom| IntoBlockedGeom {
+            groups: g.m / 8,
+            ..g
+        };
         let cases = [
             // Inception's 5x5, padding 2: every row copied whole (the
             // windows reach into the columns' padding).
@@ -2644,6 +2753,50 @@ mod tests {
                 2,
                 &[1, 12, 20][..],
             ),
+            // Grouped, eight channels in and out per group (RegNet's):
+            // stride 1 padded, rows in place and copied; stride 2 padded
+            // and unpadded; groups shared into slices.
+            (
+                grouped(blocked(window_geom(
+                    (48, 9, 13),
+                    48,
+                    (3, 3),
+                    (1, 1),
+                    [1, 1, 1, 1],
+                ))),
+                2,
+                &[4, 11][..],
+            ),
+            (
+                grouped(blocked(window_geom(
+                    (24, 11, 10),
+                    24,
+                    (3, 3),
+                    (2, 2),
+                    [1, 1, 1, 1],
+                ))),
+                1,
+                &[3][..],
+            ),
+            (
+                grouped(blocked(window_geom((16, 9, 9), 16, (3, 3), (2, 2), [0; 4]))),
+                2,
+                &[],
+            ),
+            (
+                sliced(
+                    grouped(blocked(window_geom(
+                        (40, 7, 7),
+                        40,
+                        (3, 3),
+                        (1, 1),
+                        [1, 1, 1, 1],
+                    ))),
+                    3,
+                ),
+                1,
+                &[5, 9][..],
+            ),
         ];
         window_cases(
             "window_convs_on_blocked_inputs_match_the_definition",
@@ -2683,6 +2836,16 @@ mod tests {
             IntoBlockedGeom { n: 0, ..good },
             IntoBlockedGeom {
                 conv: Group8Geom { sw: 0, ..good.conv },
+                ..good
+            },
+            IntoBlockedGeom { groups: 0, ..good },
+            // Grouped: a plain input, 3 groups of 16 channels over 48 in.
+            IntoBlockedGeom { groups: 2, ..good },
+            IntoBlockedGeom {
+                conv: Group8Geom { c: 48, ..good.conv },
+                m: 48,
+                blocked_input: 1,
+                groups: 3,
                 ..good
             },
         ] {
