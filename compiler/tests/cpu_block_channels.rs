@@ -491,11 +491,12 @@ fn bad_blocked_convs_are_clear_errors() {
         msg.contains("%c") && msg.contains("undilated depthwise"),
         "{msg}"
     );
-    // A grouped conv that is not depthwise has no blocked kernel: refused
+    // A grouped conv that is neither depthwise nor of 8 channels in and
+    // out per group (here 8 in, 16 out) has no blocked kernel: refused
     // (naming the conv), never lowered as something else.
     let g = parse(
         "  input %x: f32[1,2,8,8,8]
-  param %w: f32[16,8,3,3] = he(seed=1)
+  param %w: f32[32,8,3,3] = he(seed=1)
   %c = Conv2d(%x, %w) {data=nchw8c, pads=[1,1,1,1], group=2}
   output %c",
     );

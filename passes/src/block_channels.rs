@@ -128,7 +128,7 @@ pub fn unfit(geom: &ConvGeom) -> Option<String> {
     }
     match blocked_kernel(geom) {
         None => Some(
-            "data=nchw8c runs undilated convs of one group, of groups of 8 channels in and out, and depthwise convs only"
+            "data=nchw8c runs undilated convs of one group or of groups of 8 channels in and out, and undilated depthwise convs only"
                 .to_string(),
         ),
         Some(BlockedKernel::Depthwise) if geom.kh > DW_MAX_ROWS => Some(format!(
