@@ -257,3 +257,23 @@ fn gemm_fused_epilogues_match() {
         run(&src, &[("b", vec![k, batch])], &d);
     }
 }
+
+/// A pointwise conv on 1x1 maps at batch 2 to 9 (a squeeze-excitation
+/// conv, a conv after a global pool) is one GEMM whose columns are the
+/// images: with bias and Relu, with a residual and Sigmoid, with a
+/// clamp, and with channel counts that leave partial tiles; against the
+/// interpreter, at 1 and 2 threads.
+#[test]
+fn pointwise_convs_on_one_pixel_maps_batch_as_one_gemm() {
+    let d = CpuOptions::default();
+    for (n, c, m) in [(2, 16, 8), (8, 110, 440), (9, 37, 23)] {
+        let src = format!(
+            "graph g {{\ninput %x: f32[{n},{c},1,1]\ninput %r: f32[{n},{m},1,1]\nparam %w: f32[{m},{c},1,1] = he(seed=3)\nparam %b: f32[{m}] = uniform(low=-1, high=1, seed=4)\n%y = Conv2d(%x, %w, %b)\n%yr = Relu(%y)\n%z = Conv2d(%x, %w)\n%za = Add(%z, %r)\n%zs = Sigmoid(%za)\n%q = Conv2d(%x, %w, %b)\n%qc = Clip(%q) {{min=-0.5, max=0.5}}\noutput %yr\noutput %zs\noutput %qc\n}}\n"
+        );
+        run(
+            &src,
+            &[("x", vec![n, c, 1, 1]), ("r", vec![n, m, 1, 1])],
+            &d,
+        );
+    }
+}

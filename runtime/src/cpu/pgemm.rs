@@ -659,8 +659,34 @@ pub mod sig {
 /// 2^23 + 127`, whose float's bits shifted left by 23 are then `2^n`'s,
 /// and `s = -r = v + n ln 2` (two parts), so no operation negates `v`:
 /// `e^r = 1 - s + s^2 Q(s)`.
+///
+/// Its multiply-adds are exact fused ones in every build (`f32::mul_add`):
+/// compiled without the `fma` target feature each is a call to the
+/// software `fmaf`, so where the CPU has FMA the same code runs compiled
+/// with it ([`sigmoid_fma`]), bitwise the same. The scalar epilogues
+/// (partial and strided GEMM tiles, depthwise row tails) spent over half
+/// of a squeeze-excitation conv's time in `fmaf`: RegNetY-400MF's
+/// 110 -> 440 with Sigmoid at batch 8, 119 -> 34 us.
 #[inline]
 pub fn sigmoid(v: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has FMA.
+        return unsafe { sigmoid_fma(v) };
+    }
+    sigmoid_exact(v)
+}
+
+/// [`sigmoid`] compiled with hardware FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn sigmoid_fma(v: f32) -> f32 {
+    sigmoid_exact(v)
+}
+
+/// [`sigmoid`]'s operations, inlined into each build of it.
+#[inline(always)]
+fn sigmoid_exact(v: f32) -> f32 {
     let x = if v > sig::LO { v } else { sig::LO };
     let x = if x < sig::HI { x } else { sig::HI };
     let y = x.mul_add(sig::NLOG2E, sig::MAGIC);
