@@ -415,24 +415,30 @@ fn deep_k(path: Path, k: usize, res: *const f32, y: *const f32) -> bool {
 
 /// Floats of filter from which a pointwise conv's pixels run as one
 /// chunk however many there are (up to [`WHOLE_MAX_FLOATS`] of input):
-/// such a filter does not stay in L2 (1 MiB), and L1-sized chunks read it
-/// from L3 once each. SqueezeNet's classifier, 1000 x 169 x 512 (2 MB of
-/// filter, 346 KB of input), blocked in the model (pools blocked, one
-/// thread, 4 alternating runs): 1.07-1.18 -> 0.84-0.96 ms, where the
-/// plain packed GEMM takes 0.95.
-pub const BIG_FILTER_FLOATS: usize = 1 << 18;
+/// a filter as large as L2 ([`super::l2_bytes`]) does not stay there,
+/// and L1-sized chunks read it from L3 once each. SqueezeNet's
+/// classifier on the Xeon (1 MiB L2), 1000 x 169 x 512 (2 MB of filter,
+/// 346 KB of input), blocked in the model (pools blocked, one thread, 4
+/// alternating runs): 1.07-1.18 -> 0.84-0.96 ms, where the plain packed
+/// GEMM takes 0.95. On Zen 3 (512 KiB L2) the merged inception convs
+/// of the optimised GoogLeNet (`nchwc_pointwise`, one image, filters of
+/// 0.6-0.9 MB): 448 x 196 x 528 1232 -> 1141 us, 296 x 196 x 512 663 ->
+/// 629, 272 x 196 x 512 605 -> 578 with the 1 MiB bound and with 256 KiB.
+pub fn big_filter_floats() -> usize {
+    super::l2_bytes() / 4
+}
 
-/// Floats of input up to which a map with a [`BIG_FILTER_FLOATS`] filter
+/// Floats of input up to which a map with a [`big_filter_floats`] filter
 /// runs as one chunk: the input then stays in L2 while the filter
 /// streams past it once.
 pub const WHOLE_MAX_FLOATS: usize = 1 << 18;
 
 /// Whether a pointwise conv's `pixels` (of `k` channels in, `m` out) run
 /// as one chunk, each filter panel read once (see [`WHOLE_FLOATS`] and
-/// [`BIG_FILTER_FLOATS`]); the backend splits such a map by filter panels.
+/// [`big_filter_floats`]); the backend splits such a map by filter panels.
 pub fn whole_map(pixels: usize, k: usize, m: usize) -> bool {
     let input = pixels * k;
-    input <= WHOLE_FLOATS || (m * k >= BIG_FILTER_FLOATS && input <= WHOLE_MAX_FLOATS)
+    input <= WHOLE_FLOATS || (m * k >= big_filter_floats() && input <= WHOLE_MAX_FLOATS)
 }
 
 /// The packed filter of a grouped window conv ([`IntoBlockedGeom::groups`]
