@@ -420,10 +420,10 @@ fn deep_k(path: Path, k: usize, res: *const f32, y: *const f32) -> bool {
 /// classifier on the Xeon (1 MiB L2), 1000 x 169 x 512 (2 MB of filter,
 /// 346 KB of input), blocked in the model (pools blocked, one thread, 4
 /// alternating runs): 1.07-1.18 -> 0.84-0.96 ms, where the plain packed
-/// GEMM takes 0.95. On Zen 3 (512 KiB L2) the merged inception convs
-/// of the optimised GoogLeNet (`nchwc_pointwise`, one image, filters of
-/// 0.6-0.9 MB): 448 x 196 x 528 1232 -> 1141 us, 296 x 196 x 512 663 ->
-/// 629, 272 x 196 x 512 605 -> 578 with the 1 MiB bound and with 256 KiB.
+/// GEMM takes 0.95. On Zen 3 (512 KiB L2) the optimised GoogLeNet's
+/// merged inception convs (filters of 0.6-0.9 MB; one thread, 6
+/// alternating profiles, the 1 MiB bound against this one): 448 x 196 x
+/// 528 1.062 -> 1.007 ms, 296 x 196 x 512 0.677 -> 0.652.
 pub fn big_filter_floats() -> usize {
     super::l2_bytes() / 4
 }
