@@ -663,7 +663,7 @@ pub mod sig {
 /// Its multiply-adds are exact fused ones in every build (`f32::mul_add`):
 /// compiled without the `fma` target feature each is a call to the
 /// software `fmaf`, so where the CPU has FMA the same code runs compiled
-/// with it ([`sigmoid_fma`]), bitwise the same. The scalar epilogues
+/// with it (`sigmoid_fma`), bitwise the same. The scalar epilogues
 /// (partial and strided GEMM tiles, depthwise row tails) spent over half
 /// of a squeeze-excitation conv's time in `fmaf`: RegNetY-400MF's
 /// 110 -> 440 with Sigmoid at batch 8, 119 -> 34 us.
