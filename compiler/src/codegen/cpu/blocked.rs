@@ -31,8 +31,9 @@ use dnnc_runtime::cpu::{blocked, dwrow, pgemm, AlignedBuf};
 const B: usize = DataLayout::BLOCK;
 
 /// Pixels per task unit of a pointwise conv split by pixels: whole tiles
-/// of every panel width (6 and 4).
-const PIXEL_GROUP: usize = 12;
+/// of every AVX2 panel width (5 and 3 pixels,
+/// `dnnc_runtime::cpu::blocked`'s tiles since they stopped spilling).
+const PIXEL_GROUP: usize = 15;
 
 /// Whether conv `geom` runs on channel-blocked data.
 pub(crate) fn is_blocked(geom: &ConvGeom) -> bool {
@@ -165,7 +166,7 @@ pub(crate) fn lower(
             }
             None => {
                 let groups = pixels.div_ceil(PIXEL_GROUP);
-                let (lo, hi) = e.task_range(groups, "12-pixel groups")?;
+                let (lo, hi) = e.task_range(groups, "15-pixel groups")?;
                 let q0 = e.b.ins().imul_imm_s(lo, PIXEL_GROUP as i64);
                 let q1 = e.b.ins().imul_imm_s(hi, PIXEL_GROUP as i64);
                 let end = e.ci(pixels as i64);
