@@ -92,7 +92,7 @@ pub fn blocked_kernel(geom: &ConvGeom) -> Option<BlockedKernel> {
         && undilated;
     let depthwise = geom.g == geom.c && geom.m == geom.c && undilated;
     let b = DataLayout::BLOCK;
-    let grouped8 = geom.g > 1 && geom.c == geom.g * b && geom.m == geom.g * b && undilated;
+    let grouped8 = geom.g > 1 && geom.c == geom.g * b && geom.m == geom.g * b;
     let winograd = geom.g == 1 && geom.kh == 3 && geom.kw == 3 && p.strides == [1, 1] && undilated;
     if pointwise {
         Some(BlockedKernel::Pointwise)
