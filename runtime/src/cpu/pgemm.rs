@@ -1536,7 +1536,16 @@ impl Gemm {
                         && self.gather.is_none())
                     .then(|| self.next_copied_block(j, k0 + kc, cols.end))
                     .flatten();
-                    for (q, p) in panels.clone().enumerate() {
+                    // AVX2: the strip's whole-panel tiles in one call.
+                    let done = self.column_tiles(
+                        (k0, kc),
+                        ablk,
+                        panels.clone(),
+                        (bpan, ld),
+                        (j, ncols),
+                        (pf, k0 == 0 && j + nr < cols.end),
+                    );
+                    for (q, p) in panels.clone().enumerate().skip(done) {
                         if pf && q + 1 < np {
                             let rows = (kc * q / (np - 1), kc * (q + 1) / (np - 1));
                             self.prefetch_next_strip(bpan, rows);
@@ -1959,6 +1968,66 @@ impl Gemm {
 }
 
 impl Gemm {
+    /// The tiles of the whole (6-row) A panels of `panels` by the
+    /// full-width column strip at `j` (B's block `b`), for k block `(k0,
+    /// kc)` of A's block `ablk`, through one call of the AVX2 column
+    /// kernel (`x86::column_avx2`), with the per-tile loop's C hints and,
+    /// where `pf`, its prefetches of the next strip's rows (`hint`: the
+    /// next strip's C tiles are hinted as the loop hints them); how many
+    /// panels it computed from the first (none where that kernel does not
+    /// apply: another kernel, a partial strip, a strided C or residual).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn column_tiles(
+        &self,
+        (k0, kc): (usize, usize),
+        ablk: *const f32,
+        panels: std::ops::Range<usize>,
+        b: (*const f32, usize),
+        (j, ncols): (usize, usize),
+        (pf, hint): (bool, bool),
+    ) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        {
+            const MR: usize = 6;
+            let p0 = panels.start;
+            let last = k0 + kc == self.k;
+            let te = match &self.ep {
+                Some(ep) if last => Some(tile_ep(ep, p0 * MR, j)),
+                _ => None,
+            };
+            let unit = te.is_none_or(|e| e.res.is_null() || e.res_cs == 1);
+            if self.kern != Kernel::Avx2 || ncols != 16 || self.c_cs != 1 || !unit {
+                return 0;
+            }
+            // Whole panels only; a last one of fewer rows goes the
+            // per-tile way.
+            let whole = (self.m / MR).min(panels.end) - p0.min(self.m / MR);
+            if whole < 2 {
+                return 0;
+            }
+            let first = k0 == 0 && !self.acc;
+            let hint = hint && self.k >= 32;
+            let cp = self.c.offset((p0 * MR) as isize * self.c_rs + j as isize);
+            let next = pf.then(|| (b.0.add(16), self.b_rs, panels.len()));
+            x86::column_avx2(
+                kc,
+                (ablk.add(p0 * kc * MR), kc * MR),
+                b,
+                (cp, self.c_rs),
+                whole,
+                (first, hint),
+                next,
+                te.as_ref(),
+            );
+            whole
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (k0, kc, ablk, panels, b, j, ncols, pf, hint);
+            0
+        }
+    }
+
     /// The first `full` (full-width) column tiles of A panel `p` (its
     /// k block at `a`) from column `jc`, through one call of the AVX2
     /// strip kernel (`x86::strip_avx2`), B's tiles `b = (first, ld,
@@ -3888,6 +3957,61 @@ pub(super) mod x86 {
         rows!(1 2 3 4 5)
     }
 
+    /// The tiles of `panels` consecutive whole 6-row A panels (the
+    /// first at `a.0`, each `a.1` floats past the last) by one 16-column
+    /// strip of B, in one call: C's tiles `c.1` rows apart from `c.0`,
+    /// the epilogue's bias and residual moving with them. The strip-order
+    /// GEMM (`Gemm::run_direct`) otherwise calls the kernel per panel. As
+    /// that loop does, `hint` first hints each tile's successor in the
+    /// next strip for writing, and `next = (b, rs, np)` spreads a
+    /// prefetch of the next strip's `kc` rows (at `b`, `rs` apart) over
+    /// the first `np - 1` panels. Each tile is [`tile_avx2`]'s, so C is
+    /// bitwise that of a call per tile.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn column_avx2(
+        kc: usize,
+        (a, a_step): (*const f32, usize),
+        b: (*const f32, usize),
+        (c, c_rs): (*mut f32, isize),
+        panels: usize,
+        (first, hint): (bool, bool),
+        next: Option<(*const f32, isize, usize)>,
+        ep: Option<&TileEp>,
+    ) {
+        const MR: usize = 6;
+        let mut te = ep.copied();
+        for q in 0..panels {
+            if let Some((nb, rs, np)) = next.filter(|&(_, _, np)| q + 1 < np) {
+                for kk in kc * q / (np - 1)..kc * (q + 1) / (np - 1) {
+                    _mm_prefetch::<_MM_HINT_T1>(nb.offset(kk as isize * rs) as *const i8);
+                }
+            }
+            let cp = c.offset((q * MR) as isize * c_rs);
+            if hint {
+                hint_rows::<true>(cp.add(16), c_rs, MR, 2, |l| 15 * l);
+            }
+            tile_avx2::<MR, 2>(
+                kc,
+                a.add(q * a_step),
+                b,
+                cp,
+                (MR, 16),
+                (c_rs, 1),
+                first,
+                te.as_ref(),
+            );
+            if let Some(e) = te.as_mut() {
+                if !e.bias.is_null() {
+                    e.bias = e.bias.add(MR);
+                }
+                if !e.res.is_null() {
+                    e.res = e.res.offset(MR as isize * e.res_rs);
+                }
+            }
+        }
+    }
+
     /// [`strip_avx2`] for panels of `R` live rows.
     #[allow(clippy::too_many_arguments)]
     #[inline]
@@ -4887,8 +5011,9 @@ mod tests {
 
     /// Rows of full-width tiles go through the AVX2 strip kernel (B in
     /// place with few panels, packed with many; k within one block and
-    /// over two; partial last panels; C accumulated): each against the
-    /// f64 product.
+    /// over two; partial last panels; C accumulated), columns of them in
+    /// the strip order through the column kernel: each against the f64
+    /// product.
     #[test]
     fn strips_of_tiles_match_f64_reference() {
         let pool = two_thread_pool();
@@ -4898,6 +5023,9 @@ mod tests {
                 (40, 70, 300),
                 (200, 70, 24),
                 (200, 64, 300),
+                // Strip order (k from `STRIP_ORDER_MIN_K`), a last
+                // panel of 4 rows: the AVX2 column kernel.
+                (100, 64, 200),
             ] {
                 for acc in [false, true] {
                     let (c, want) = run_case(kern, (m, n, k), false, false, acc, 1, &pool);
