@@ -4511,6 +4511,16 @@ mod tests {
         ((i * s + 3) % 17) as f32 * 0.125 - 1.0
     }
 
+    /// Asserts `c` is within the f64 product `want`'s rounding bound for
+    /// a depth-`k` sum (`1e-4 sqrt(k)` relative, plus as much absolute),
+    /// naming the case `what` when it is not.
+    fn assert_near_f64(c: &[f32], want: &[f64], k: usize, what: &str) {
+        for (q, (x, w)) in c.iter().zip(want).enumerate() {
+            let tol = 1e-4 * (k as f64).sqrt() * (1.0 + w.abs());
+            assert!((*x as f64 - w).abs() <= tol, "{what} [{q}]: {x} vs {w}");
+        }
+    }
+
     /// Runs one case on `kern` at `threads` threads; `tb`: B stored
     /// transposed; `tc`: C stored transposed.
     #[allow(clippy::too_many_arguments)]
@@ -5023,13 +5033,9 @@ mod tests {
                             (false, true, false),
                         ] {
                             let (c, want) = run_case(kern, (m, n, k), tb, tc, acc, 1, &pool);
-                            for (x, w) in c.iter().zip(&want) {
-                                let tol = 1e-4 * (k as f64).sqrt() * (1.0 + w.abs());
-                                assert!(
-                                    (*x as f64 - w).abs() <= tol,
-                                    "{kern:?} m={m} n={n} k={k} tb={tb} tc={tc} acc={acc}: {x} vs {w}"
-                                );
-                            }
+                            let what =
+                                format!("{kern:?} m={m} n={n} k={k} tb={tb} tc={tc} acc={acc}");
+                            assert_near_f64(&c, &want, k, &what);
                         }
                     }
                 }
@@ -5057,13 +5063,7 @@ mod tests {
             ] {
                 for acc in [false, true] {
                     let (c, want) = run_case(kern, (m, n, k), false, false, acc, 1, &pool);
-                    for (q, (x, w)) in c.iter().zip(&want).enumerate() {
-                        let tol = 1e-4 * (k as f64).sqrt() * (1.0 + w.abs());
-                        assert!(
-                            (*x as f64 - w).abs() <= tol,
-                            "{kern:?} {m}x{n}x{k} acc={acc} [{q}]: {x} vs {w}"
-                        );
-                    }
+                    assert_near_f64(&c, &want, k, &format!("{kern:?} {m}x{n}x{k} acc={acc}"));
                 }
             }
         }
@@ -5899,10 +5899,7 @@ mod tests {
                             let what = format!(
                                 "{kern:?} m={m} n={n} k={k} tb={tb} tc={tc} acc={acc} t={threads}"
                             );
-                            for (x, w) in nar.iter().zip(&want) {
-                                let tol = 1e-4 * (k as f64).sqrt() * (1.0 + w.abs());
-                                assert!((*x as f64 - w).abs() <= tol, "{what}: {x} vs {w}");
-                            }
+                            assert_near_f64(&nar, &want, k, &what);
                             assert!(
                                 nar.iter()
                                     .zip(&wide)
