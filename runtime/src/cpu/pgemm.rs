@@ -1970,9 +1970,9 @@ impl Gemm {
 impl Gemm {
     /// The tiles of the A panels of `panels` (whole 6-row panels and the
     /// matrix's partial last one) by the full-width column strip at `j`
-    /// (B's block `b`), for k block `(k0,
-    /// kc)` of A's block `ablk`, through one call of the AVX2 column
-    /// kernel (`x86::column_avx2`), with the per-tile loop's C hints and,
+    /// (B's block `b`), for k block `(k0, kc)` of A's block `ablk`,
+    /// through one call of the AVX2 column kernel (`x86::column_avx2`),
+    /// with the per-tile loop's C hints and,
     /// where `pf`, its prefetches of the next strip's rows (`hint`: the
     /// next strip's C tiles are hinted as the loop hints them); how many
     /// panels it computed from the first (none where that kernel does not
@@ -3936,8 +3936,8 @@ pub(super) mod x86 {
     /// The `tiles` full-width (16-column) tiles of one 6-row A panel
     /// along a row of C, in one call: tile `t` reads B at `b + t *
     /// b_step` (rows `ldb` apart) and writes C from column `16 t`, each
-    /// through [`micro_avx2_w`] (the same FMA chains, so C is bitwise
-    /// that of a call per tile). With a short k a tile is ~150 cycles of
+    /// through [`tile_avx2`], the body of [`micro_avx2_w`] (the same FMA
+    /// chains, so C is bitwise that of a call per tile). With a short k a tile is ~150 cycles of
     /// FMAs, and the per-tile dispatch and setup around each call cost a
     /// third of that (ShuffleNet-V2's 24 -> 58 1x1 conv on 56x56, 58 x
     /// 3136 x 24: 13% of its samples in the tile loop's driver alone).
@@ -4096,10 +4096,10 @@ pub(super) mod x86 {
         tile_avx2::<R, W>(kc, a, b, c, dims, cs, first, ep)
     }
 
-    /// The body of [`micro_avx2_w`], always inlined (into it and into
-    /// [`strip_avx2_r`], whose loop of tiles then keeps each tile's
-    /// accumulators in registers, its full-tile store selected once).
-    /// Callers enable `avx2,fma`.
+    /// The body of [`micro_avx2_w`], always inlined (into it, and into
+    /// [`strip_avx2_r`] and [`column_avx2`], whose loops of tiles then
+    /// keep each tile's accumulators in registers, its full-tile store
+    /// selected once). Callers enable `avx2,fma`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     unsafe fn tile_avx2<const R: usize, const W: usize>(
