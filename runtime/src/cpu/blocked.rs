@@ -1292,44 +1292,40 @@ unsafe fn image(
                 }
                 let block = (o / 8) * out.block;
                 let mut p = c0;
-                // AVX2: each run of equal tiles in one call.
-                #[cfg(target_arch = "x86_64")]
-                if path == Path::Avx2 {
-                    for (n, count) in Tiles::new(c1 - c0, tile).runs() {
-                        let xp = x.add(p * 8 + k0 / 8 * hw * 8);
-                        let yo = block + (p - out.origin) * 8;
-                        let rp = if out.res.is_null() {
-                            out.res
-                        } else {
-                            out.res.add(yo)
-                        };
-                        avx2_tiles(&t, xp, out.y.add(yo), rp, (n, count));
-                        p += n * count;
-                    }
-                    o += width * group;
-                    panel += group;
-                    continue;
-                }
-                for n in Tiles::new(c1 - c0, tile) {
-                    // Tiles of lone panels run only in the first block (`k0` 0).
-                    let xp = x.add(p * 8 + k0 / 8 * hw * 8);
+                // Tile operands from pixel `p`: input, output, residual.
+                let at = |p: usize| {
                     let yo = block + (p - out.origin) * 8;
-                    let yp = out.y.add(yo);
                     let rp = if out.res.is_null() {
                         out.res
                     } else {
                         out.res.add(yo)
                     };
-                    match path {
-                        #[cfg(target_arch = "x86_64")]
-                        Path::Avx512 if group > 1 => avx512_group_tile(&t, group, xp, yp, rp, n),
-                        #[cfg(target_arch = "x86_64")]
-                        Path::Avx512 => avx512_tile(&t, xp, yp, rp, n),
-                        #[cfg(target_arch = "x86_64")]
-                        Path::Avx2 => avx2_tile(&t, xp, yp, rp, n),
-                        _ => portable_tile(&t, xp, yp, rp, n),
+                    (x.add(p * 8 + k0 / 8 * hw * 8), out.y.add(yo), rp)
+                };
+                // Tiles of lone panels run only in the first block (`k0`
+                // 0). Each run of equal tiles is one call on AVX2 (see
+                // `avx2_tiles`), a call per tile on the other paths.
+                for (n, count) in Tiles::new(c1 - c0, tile).runs() {
+                    #[cfg(target_arch = "x86_64")]
+                    if path == Path::Avx2 {
+                        let (xp, yp, rp) = at(p);
+                        avx2_tiles(&t, xp, yp, rp, (n, count));
+                        p += n * count;
+                        continue;
                     }
-                    p += n;
+                    for _ in 0..count {
+                        let (xp, yp, rp) = at(p);
+                        match path {
+                            #[cfg(target_arch = "x86_64")]
+                            Path::Avx512 if group > 1 => {
+                                avx512_group_tile(&t, group, xp, yp, rp, n)
+                            }
+                            #[cfg(target_arch = "x86_64")]
+                            Path::Avx512 => avx512_tile(&t, xp, yp, rp, n),
+                            _ => portable_tile(&t, xp, yp, rp, n),
+                        }
+                        p += n;
+                    }
                 }
                 o += width * group;
                 panel += group;

@@ -1968,6 +1968,25 @@ impl Gemm {
 }
 
 impl Gemm {
+    /// The epilogue of the tile from element `(i, j)` of C in k block
+    /// `(k0, kc)` (none before the last block), when the AVX2 loops of
+    /// tiles (`x86::strip_avx2`, `x86::column_avx2`) can store it: on the
+    /// AVX2 kernel, with C's and the residual's rows unit-stride. `None`
+    /// where they cannot.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_loop_ep(
+        &self,
+        (k0, kc): (usize, usize),
+        (i, j): (usize, usize),
+    ) -> Option<Option<TileEp>> {
+        let te = match &self.ep {
+            Some(ep) if k0 + kc == self.k => Some(tile_ep(ep, i, j)),
+            _ => None,
+        };
+        let unit = te.is_none_or(|e| e.res.is_null() || e.res_cs == 1);
+        (self.kern == Kernel::Avx2 && self.c_cs == 1 && unit).then_some(te)
+    }
+
     /// The tiles of the A panels of `panels` (whole 6-row panels and the
     /// matrix's partial last one) by the full-width column strip at `j`
     /// (B's block `b`), for k block `(k0, kc)` of A's block `ablk`,
@@ -1995,15 +2014,12 @@ impl Gemm {
         {
             const MR: usize = 6;
             let p0 = panels.start;
-            let last = k0 + kc == self.k;
-            let te = match &self.ep {
-                Some(ep) if last => Some(tile_ep(ep, p0 * MR, j)),
-                _ => None,
-            };
-            let unit = te.is_none_or(|e| e.res.is_null() || e.res_cs == 1);
-            if self.kern != Kernel::Avx2 || ncols != 16 || self.c_cs != 1 || !unit {
+            let Some(te) = self
+                .avx2_loop_ep((k0, kc), (p0 * MR, j))
+                .filter(|_| ncols == 16)
+            else {
                 return 0;
-            }
+            };
             let whole = (self.m / MR).min(panels.end) - p0.min(self.m / MR);
             // The matrix's partial last panel, when the range ends with it.
             let tail_rows = if panels.end * MR > self.m && p0 * MR < self.m {
@@ -2054,15 +2070,12 @@ impl Gemm {
     ) -> usize {
         #[cfg(target_arch = "x86_64")]
         {
-            let last = k0 + kc == self.k;
-            let te = match &self.ep {
-                Some(ep) if last => Some(tile_ep(ep, p * 6, jc)),
-                _ => None,
-            };
-            let unit = te.is_none_or(|e| e.res.is_null() || e.res_cs == 1);
-            if self.kern != Kernel::Avx2 || self.c_cs != 1 || !unit || full < 2 {
+            let Some(te) = self
+                .avx2_loop_ep((k0, kc), (p * 6, jc))
+                .filter(|_| full >= 2)
+            else {
                 return 0;
-            }
+            };
             let first = k0 == 0 && !self.acc;
             let hint = k0 == 0 && self.k >= 32;
             let cp = self.c.offset((p * 6) as isize * self.c_rs + jc as isize);
