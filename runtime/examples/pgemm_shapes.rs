@@ -20,6 +20,11 @@
 //! `STRIP_PANELS=P`: the gathered GEMM goes strip by strip up to P
 //! AVX-512 row panels (see `pgemm::gathered_strips`).
 //!
+//! `FC=1`: a fully-connected layer's orientation: B is its input
+//! (`n x k`, the batch rows) read by column stride and C its output
+//! written transposed (`n x m`), A its weights (`SWEEP_MB=64` sweeps them
+//! out of L3 between runs, as a model's other layers do).
+//!
 //! `BRS=S` and `CRS=S` set the row strides of B and C (at least N; e.g.
 //! N rounded up to whole cache lines, to time unaligned rows against
 //! aligned ones).
@@ -58,6 +63,7 @@ fn measure() {
     let warm_c = std::env::var_os("WARM_C").is_some();
     let remote = std::env::var_os("REMOTE").is_some();
     let gathered = std::env::var_os("GATHER").is_some();
+    let fc = std::env::var_os("FC").is_some();
     let hot: usize = std::env::var("HOT")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -169,11 +175,11 @@ fn measure() {
                 n,
                 k,
                 b.as_ptr(),
-                brs as isize,
-                1,
+                if fc { 1 } else { brs as isize },
+                if fc { k as isize } else { 1 },
                 c.as_mut_ptr(),
-                crs as isize,
-                1,
+                if fc { 1 } else { crs as isize },
+                if fc { m as isize } else { 1 },
                 ep,
             )
         };

@@ -158,6 +158,28 @@ impl Kernel {
         }
     }
 
+    /// Rows of A (vector lanes) per [`Layout::Lanes`] panel of this
+    /// kernel's lanes kernel: [`LANES`] (two zmm) for AVX-512,
+    /// [`LANES_AVX2`] (three ymm) for AVX2; 0 where there is none.
+    pub fn lanes(self) -> usize {
+        match self {
+            Kernel::Portable => 0,
+            Kernel::Avx2 => LANES_AVX2,
+            Kernel::Avx512 => LANES,
+        }
+    }
+
+    /// The kernel a [`Layout::Lanes`] buffer is packed for: the best
+    /// one, or the AVX-512 one where that has no lanes kernel (such a
+    /// buffer then is refused at run time, as on any machine without
+    /// the kernel).
+    fn lanes_kernel() -> Kernel {
+        match Kernel::best() {
+            Kernel::Portable => Kernel::Avx512,
+            kern => kern,
+        }
+    }
+
     fn id(self) -> u64 {
         match self {
             Kernel::Portable => 1,
@@ -251,9 +273,10 @@ pub fn packed_bytes(m: usize, k: usize) -> usize {
 pub enum Layout {
     /// `MR`-row panels, k-major (the micro-kernel of [`Kernel::best`]).
     Panels,
-    /// [`LANES`]-row panels, k-major over the whole of k, read by the
-    /// AVX-512 lanes kernel (C tiles of `LANES` rows by up to
-    /// [`LANE_COLS`] columns).
+    /// [`Kernel::lanes`]-row panels, k-major over the whole of k, read
+    /// by a lanes kernel: AVX-512's C tiles of [`LANES`] rows by up to
+    /// [`LANE_COLS`] columns, AVX2's of [`LANES_AVX2`] rows by up to
+    /// [`LANE_COLS_AVX2`] columns.
     Lanes,
 }
 
@@ -275,6 +298,21 @@ pub const LANES: usize = 32;
 /// Columns of C (broadcast B elements) per [`Layout::Lanes`] tile.
 pub const LANE_COLS: usize = 14;
 
+/// Rows of A (lanes) per AVX2 [`Layout::Lanes`] panel: three ymm
+/// registers.
+pub const LANES_AVX2: usize = 24;
+
+/// Columns of C per AVX2 [`Layout::Lanes`] tile: its 4 x 3 accumulators,
+/// three A vectors and a broadcast fill the 16 ymm registers.
+pub const LANE_COLS_AVX2: usize = 4;
+
+/// Most columns for which the AVX2 kernel takes [`Layout::Lanes`]: up to
+/// 8 the panels tile (6 x 16) fills one ymm per row, 6 FMA chains where
+/// its FMA latency (4 cycles at 2 a cycle) wants 8, and a lanes tile
+/// keeps 12. The fully-connected layers at batch 8 ran at 46-52% of the
+/// core's peak in panels.
+pub const LANES_AVX2_MAX_N: usize = 8;
+
 /// The cost of storing one transposed [`Layout::Lanes`] tile, in zmm FMA
 /// issue slots, calibrated on hot GEMMs (`LAYOUT=lanes pgemm_shapes`,
 /// GFLOP/s panels vs lanes): it must exceed ~110 for 384 x 196 x 64 (180
@@ -288,11 +326,11 @@ const LANE_STORE_COST: usize = 128;
 /// Column strips of the lanes kernel over `n` columns in segments of
 /// `seg_len` (`n` itself when B is not gathered): `(count, per_segment)`,
 /// strip `s` described by [`lane_strip`].
-fn lane_strips(n: usize, seg_len: usize) -> (usize, usize) {
-    if seg_len == PAIRED_SEG && n > seg_len {
+fn lane_strips(n: usize, seg_len: usize, tile_cols: usize) -> (usize, usize) {
+    if paired(n, seg_len, tile_cols) {
         return (n.div_ceil(2 * PAIRED_SEG), 1);
     }
-    let per = seg_len.div_ceil(LANE_COLS);
+    let per = seg_len.div_ceil(tile_cols);
     (n.div_ceil(seg_len) * per, per)
 }
 
@@ -303,17 +341,28 @@ fn lane_strips(n: usize, seg_len: usize) -> (usize, usize) {
 /// B ran at 195.
 const PAIRED_SEG: usize = 7;
 
+/// Whether lanes tiles of `tile_cols` columns take segments of
+/// [`PAIRED_SEG`] two at a time (AVX-512's 14-column tiles).
+fn paired(n: usize, seg_len: usize, tile_cols: usize) -> bool {
+    seg_len == PAIRED_SEG && n > seg_len && tile_cols >= 2 * PAIRED_SEG
+}
+
 /// Strip `s` of [`lane_strips`]: its first segment, its first column
 /// within that segment, its width (0 past the end of a partial last
 /// segment), and whether it spans a pair of segments.
-fn lane_strip(s: usize, n: usize, seg_len: usize, per: usize) -> (usize, usize, usize, bool) {
-    if seg_len == PAIRED_SEG && n > seg_len {
+fn lane_strip(
+    s: usize,
+    n: usize,
+    seg_len: usize,
+    (per, tile_cols): (usize, usize),
+) -> (usize, usize, usize, bool) {
+    if paired(n, seg_len, tile_cols) {
         let w = (2 * PAIRED_SEG).min(n - 2 * PAIRED_SEG * s);
         return (2 * s, 0, w, w > PAIRED_SEG);
     }
     let (seg, q) = (s / per, s % per);
-    let j = q * LANE_COLS;
-    let w = LANE_COLS
+    let j = q * tile_cols;
+    let w = tile_cols
         .min(seg_len - j)
         .min(n.saturating_sub(seg * seg_len + j));
     (seg, j, w, false)
@@ -327,7 +376,8 @@ impl Layout {
     /// 1000 x 169 x 512 classifier, 0.7% fewer, ran 0.84 → 0.88 ms in the
     /// model with lanes).
     /// Both sum each element's products in the same order, so the choice
-    /// never changes results. Needs the AVX-512 kernel.
+    /// never changes results. With the AVX2 kernel: lanes for 2 to
+    /// [`LANES_AVX2_MAX_N`] columns.
     pub fn choose(m: usize, n: usize, k: usize) -> Layout {
         Layout::choose_segments(m, n, k, n)
     }
@@ -338,7 +388,7 @@ impl Layout {
     /// (`LANES_COLD_MARGIN`) for `k` past one k block.
     pub fn choose_cold(m: usize, n: usize, k: usize) -> Layout {
         let hot = Layout::choose(m, n, k);
-        if hot != Layout::Lanes || k <= KC || n == 1 {
+        if hot != Layout::Lanes || k <= KC || n == 1 || Kernel::best() != Kernel::Avx512 {
             return hot;
         }
         let (panels, lanes) = fma_slots(m, n, k, n);
@@ -354,6 +404,13 @@ impl Layout {
     /// so each segment has its own tiles (a 7x7 map's rows of 7 columns:
     /// tiles of 7, twice as many stores).
     pub fn choose_segments(m: usize, n: usize, k: usize, seg_len: usize) -> Layout {
+        if Kernel::best() == Kernel::Avx2 && m > 0 && k > 0 && seg_len >= n {
+            return if (2..=LANES_AVX2_MAX_N).contains(&n) {
+                Layout::Lanes
+            } else {
+                Layout::Panels
+            };
+        }
         if Kernel::best() != Kernel::Avx512 || n == 0 || m == 0 || k == 0 || seg_len == 0 {
             return Layout::Panels;
         }
@@ -399,7 +456,7 @@ fn fma_slots(m: usize, n: usize, k: usize, seg_len: usize) -> (usize, usize) {
         _ => 2,
     };
     let panels = rows * (2 * (n / 32) + tail);
-    let tiles = m.div_ceil(LANES) * lane_strips(n, seg_len).0;
+    let tiles = m.div_ceil(LANES) * lane_strips(n, seg_len, LANE_COLS).0;
     let lanes = m.div_ceil(LANES) * 2 * n + tiles * LANE_STORE_COST / k;
     (panels, lanes)
 }
@@ -409,12 +466,16 @@ fn fma_slots(m: usize, n: usize, k: usize, seg_len: usize) -> (usize, usize) {
 pub fn packed_bytes_for(layout: Layout, m: usize, k: usize) -> usize {
     match layout {
         Layout::Panels => packed_bytes(m, k),
-        Layout::Lanes => (HEADER + m.div_ceil(LANES) * LANES * k) * 4,
+        Layout::Lanes => {
+            let lanes = Kernel::lanes_kernel().lanes();
+            (HEADER + m.div_ceil(lanes) * lanes * k) * 4
+        }
     }
 }
 
-/// [`pack_a`] in `layout` ([`Layout::Lanes`] needs the AVX-512 kernel to
-/// run; a call on another machine returns the mismatch error code).
+/// [`pack_a`] in `layout` ([`Layout::Lanes`] is packed for the best
+/// kernel's lanes kernel, AVX-512's or AVX2's; a call on a machine
+/// without it returns the mismatch error code).
 pub fn pack_a_for(
     layout: Layout,
     m: usize,
@@ -427,12 +488,29 @@ pub fn pack_a_for(
     if layout == Layout::Panels {
         return pack_a(m, k, a, a_rs, a_cs, alpha);
     }
-    let len = m.div_ceil(LANES) * LANES * k;
+    pack_lanes_with(Kernel::lanes_kernel(), m, k, a, a_rs, a_cs, alpha)
+}
+
+/// [`pack_a_for`] in [`Layout::Lanes`] for a given kernel's lanes kernel
+/// (tests compare the AVX2 one with its panels kernel on an AVX-512
+/// machine); `kern` must have one ([`Kernel::lanes`] > 0).
+pub fn pack_lanes_with(
+    kern: Kernel,
+    m: usize,
+    k: usize,
+    a: &[f32],
+    a_rs: usize,
+    a_cs: usize,
+    alpha: f32,
+) -> AlignedBuf {
+    let lanes = kern.lanes();
+    assert!(lanes > 0, "the {kern:?} kernel has no lanes layout");
+    let len = m.div_ceil(lanes) * lanes * k;
     let mut buf = AlignedBuf::zeroed((HEADER + len) * 4);
     let hdr = [
         MAGIC,
-        Kernel::Avx512.id(),
-        LANES as u64,
+        kern.id(),
+        lanes as u64,
         KC as u64,
         m as u64,
         k as u64,
@@ -443,11 +521,11 @@ pub fn pack_a_for(
         d.copy_from_slice(&v.to_ne_bytes());
     }
     let data = &mut buf.as_bytes_mut()[HEADER * 4..];
-    for p in 0..m.div_ceil(LANES) {
+    for p in 0..m.div_ceil(lanes) {
         for kk in 0..k {
-            for l in 0..LANES.min(m - p * LANES) {
-                let v = alpha * a[(p * LANES + l) * a_rs + kk * a_cs];
-                let o = ((p * k + kk) * LANES + l) * 4;
+            for l in 0..lanes.min(m - p * lanes) {
+                let v = alpha * a[(p * lanes + l) * a_rs + kk * a_cs];
+                let o = ((p * k + kk) * lanes + l) * 4;
                 data[o..o + 4].copy_from_slice(&v.to_ne_bytes());
             }
         }
@@ -985,10 +1063,13 @@ unsafe fn lanes_call(
     ep: usize,
 ) -> i32 {
     let h = |i: usize| (ap as *const u64).add(i).read();
-    let len = m.div_ceil(LANES) * LANES * k;
-    if !Kernel::Avx512.supported()
-        || h(1) != Kernel::Avx512.id()
-        || h(2) != LANES as u64
+    let kern = match Kernel::from_id(h(1)) {
+        Some(kn) if kn.lanes() > 0 && kn.supported() => kn,
+        _ => return 1,
+    };
+    let lanes = kern.lanes();
+    let len = m.div_ceil(lanes) * lanes * k;
+    if h(2) != lanes as u64
         || h(3) != KC as u64
         || h(4) != m as u64
         || h(5) != k as u64
@@ -1001,6 +1082,7 @@ unsafe fn lanes_call(
         return 0;
     }
     let g = Lanes {
+        kern,
         a: ap.add(HEADER),
         m,
         n,
@@ -1015,8 +1097,8 @@ unsafe fn lanes_call(
         acc: ep == 1,
         ep: (ep > 1).then(|| (ep as *const Epilogue).read()),
     };
-    let panels = m.div_ceil(LANES);
-    let strips = lane_strips(n, g.seg_len()).0;
+    let panels = m.div_ceil(lanes);
+    let strips = lane_strips(n, g.seg_len(), g.tile_cols()).0;
     let tasks = gemm_chunks(m, n, k, gemm_tasks(m, n, k, threads()));
     if tasks <= 1 {
         g.run(0..panels, 0..strips);
@@ -1024,7 +1106,7 @@ unsafe fn lanes_call(
     }
     let split_m = panels >= strips;
     let bounds = if split_m {
-        balanced_bounds(m, LANES, tasks)
+        balanced_bounds(m, lanes, tasks)
     } else {
         balanced_bounds(strips, 1, tasks)
     };
@@ -1033,7 +1115,7 @@ unsafe fn lanes_call(
         // SAFETY: slices write disjoint tiles of C.
         unsafe {
             if split_m {
-                g.run(lo / LANES..hi.div_ceil(LANES), 0..strips);
+                g.run(lo / lanes..hi.div_ceil(lanes), 0..strips);
             } else {
                 g.run(0..panels, lo..hi);
             }
@@ -1045,8 +1127,10 @@ unsafe fn lanes_call(
 
 /// One validated [`Layout::Lanes`] call's operands.
 struct Lanes {
+    /// The kernel whose lanes kernel runs (AVX-512 or AVX2).
+    kern: Kernel,
     /// Packed data (after the header): panel `p`, row `kk` at
-    /// `(p*k + kk) * LANES`.
+    /// `(p*k + kk) * lanes`.
     a: *const f32,
     m: usize,
     n: usize,
@@ -1072,61 +1156,118 @@ unsafe impl Sync for Lanes {}
 impl Lanes {
     /// Computes the tiles of row panels `panels` by column strips
     /// `strips`, panel by panel, so each panel's A (up to `k * 128`
-    /// bytes) is read from memory once and from L2 for its other strips.
+    /// bytes) is read from memory once and from L2 (AVX-512) or L1
+    /// (AVX2, two strips a k block) for its other strips.
     unsafe fn run(&self, panels: std::ops::Range<usize>, strips: std::ops::Range<usize>) {
-        let seg_len = self.seg_len();
-        let per = lane_strips(self.n, seg_len).1;
+        let lanes = self.kern.lanes();
         for p in panels {
-            let i = p * LANES;
-            let rows = LANES.min(self.m - i);
-            for s in strips.clone() {
-                let (seg, jj, cols, paired) = lane_strip(s, self.n, seg_len, per);
-                if cols == 0 {
-                    continue;
+            let i = p * lanes;
+            let rows = lanes.min(self.m - i);
+            let a = self.a.add(p * self.k * lanes);
+            #[cfg(target_arch = "x86_64")]
+            if self.kern == Kernel::Avx2 {
+                // Two strips at a time, each k block of the panel (24 KiB)
+                // read from memory for the first and from L1 for the
+                // second.
+                let mut held = None;
+                for s in strips.clone() {
+                    let Some(t) = self.tile(i, s) else {
+                        continue;
+                    };
+                    match held.take() {
+                        None => held = Some(t),
+                        Some(first) => x86::lanes_group_avx2(
+                            self.k,
+                            a,
+                            (first, Some(t)),
+                            rows,
+                            (self.c_rs, self.c_cs),
+                            self.acc,
+                        ),
+                    }
                 }
-                let j = seg * seg_len + jj;
-                let cp = self
-                    .c
-                    .offset(i as isize * self.c_rs + j as isize * self.c_cs);
-                let te = self.ep.as_ref().map(|e| tile_ep(e, i, j));
-                #[cfg(target_arch = "x86_64")]
-                let src = match &self.gather {
-                    Some(g) if paired => x86::LaneRows::TablePair(
-                        g.base.offset(seg as isize * g.seg_step),
-                        g.row_off,
-                        g.seg_step - PAIRED_SEG as isize,
-                    ),
-                    Some(g) => x86::LaneRows::Table(
-                        g.base.offset(seg as isize * g.seg_step + jj as isize),
-                        g.row_off,
-                    ),
-                    None if self.b_cs == 1 => x86::LaneRows::Strided(self.b.add(j), self.b_rs),
-                    None => x86::LaneRows::StridedCols(
-                        self.b.offset(j as isize * self.b_cs),
-                        self.b_rs,
-                        self.b_cs,
-                    ),
+                if let Some(first) = held {
+                    let cs = (self.c_rs, self.c_cs);
+                    x86::lanes_group_avx2(self.k, a, (first, None), rows, cs, self.acc);
+                }
+                continue;
+            }
+            for s in strips.clone() {
+                let Some(t) = self.tile(i, s) else {
+                    continue;
                 };
                 #[cfg(target_arch = "x86_64")]
                 x86::lanes_tile(
                     self.k,
-                    self.a.add(p * self.k * LANES),
-                    src,
-                    cp,
-                    (rows, cols),
+                    a,
+                    t.src,
+                    t.c,
+                    (rows, t.cols),
                     (self.c_rs, self.c_cs),
                     self.acc,
-                    te.as_ref(),
+                    t.ep.as_ref(),
                 );
                 #[cfg(not(target_arch = "x86_64"))]
-                let _ = (cp, rows, cols, te, paired);
+                let _ = (a, rows, t);
             }
         }
+    }
+
+    /// The tile of rows from `i` by strip `s` (its B rows, C, columns
+    /// and epilogue), or `None` for a strip past a partial last segment.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile(&self, i: usize, s: usize) -> Option<x86::LaneTile> {
+        let seg_len = self.seg_len();
+        let tile_cols = self.tile_cols();
+        let per = lane_strips(self.n, seg_len, tile_cols).1;
+        let (seg, jj, cols, paired) = lane_strip(s, self.n, seg_len, (per, tile_cols));
+        if cols == 0 {
+            return None;
+        }
+        let j = seg * seg_len + jj;
+        let c = self
+            .c
+            .offset(i as isize * self.c_rs + j as isize * self.c_cs);
+        let ep = self.ep.as_ref().map(|e| tile_ep(e, i, j));
+        let src = match &self.gather {
+            Some(g) if paired => x86::LaneRows::TablePair(
+                g.base.offset(seg as isize * g.seg_step),
+                g.row_off,
+                g.seg_step - PAIRED_SEG as isize,
+            ),
+            Some(g) => x86::LaneRows::Table(
+                g.base.offset(seg as isize * g.seg_step + jj as isize),
+                g.row_off,
+            ),
+            None if self.b_cs == 1 => x86::LaneRows::Strided(self.b.add(j), self.b_rs),
+            None => x86::LaneRows::StridedCols(
+                self.b.offset(j as isize * self.b_cs),
+                self.b_rs,
+                self.b_cs,
+            ),
+        };
+        Some(x86::LaneTile { src, c, cols, ep })
+    }
+
+    /// A placeholder off x86-64, where no lanes kernel runs (a lanes
+    /// buffer is refused before any tile).
+    #[cfg(not(target_arch = "x86_64"))]
+    unsafe fn tile(&self, _i: usize, _s: usize) -> Option<()> {
+        None
     }
 
     /// Columns per segment of B (all `n` when B is not gathered).
     fn seg_len(&self) -> usize {
         self.gather.map_or(self.n, |g| g.seg_len)
+    }
+
+    /// Columns per tile of the kernel's lanes kernel.
+    fn tile_cols(&self) -> usize {
+        if self.kern == Kernel::Avx2 {
+            LANE_COLS_AVX2
+        } else {
+            LANE_COLS
+        }
     }
 }
 
@@ -3324,6 +3465,217 @@ pub(super) mod x86 {
             // v[k] and v[8 + k]: rows 0-7 and 8-15 of columns k and k + 8.
             r[k] = _mm512_shuffle_f32x4::<0x88>(a, b);
             r[k + 8] = _mm512_shuffle_f32x4::<0xDD>(a, b);
+        }
+    }
+
+    /// One tile of an AVX2 lanes group ([`lanes_group_avx2`]): where its
+    /// B rows are, its C, its columns (1 to [`super::LANE_COLS_AVX2`]) and
+    /// its epilogue.
+    #[derive(Clone, Copy)]
+    pub(super) struct LaneTile {
+        pub(super) src: LaneRows,
+        pub(super) c: *mut f32,
+        pub(super) cols: usize,
+        pub(super) ep: Option<TileEp>,
+    }
+
+    /// The AVX2 lanes kernel: one or two C tiles of `rows <= 24` rows
+    /// (three ymm lanes) by up to 4 columns, from one packed panel `a`
+    /// (24 floats per k). k runs in `KC` blocks, each block's sums added
+    /// to the tile's running total, the blocks of both tiles in turn, so
+    /// the panel's block (24 KiB) streams from memory for the first tile
+    /// and comes from L1 for the second: a fully-connected layer at batch
+    /// 8 meets its weights once. Every element gets the additions, in the
+    /// order, that [`micro_avx2`] gives it (bitwise the panels layout's
+    /// results). The totals are stored through the epilogue, as vectors
+    /// where C's rows are one float apart (a fully-connected layer's
+    /// transposed output), else element by element.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn lanes_group_avx2(
+        k: usize,
+        a: *const f32,
+        tiles: (LaneTile, Option<LaneTile>),
+        rows: usize,
+        cs: (isize, isize),
+        acc: bool,
+    ) {
+        const L: usize = super::LANES_AVX2;
+        let both = [Some(tiles.0), tiles.1];
+        let mut tot = [[[_mm256_setzero_ps(); 3]; 4]; 2];
+        if acc {
+            for (t, tile) in tot.iter_mut().zip(both.iter().flatten()) {
+                let mut buf = [0f32; L * 4];
+                for j in 0..tile.cols {
+                    for l in 0..rows {
+                        buf[j * L + l] = *tile.c.offset(l as isize * cs.0 + j as isize * cs.1);
+                    }
+                }
+                for (j, col) in t.iter_mut().enumerate() {
+                    for (h, v) in col.iter_mut().enumerate() {
+                        *v = _mm256_loadu_ps(buf.as_ptr().add(j * L + 8 * h));
+                    }
+                }
+            }
+        }
+        let mut k0 = 0;
+        while k0 < k {
+            let kc = KC.min(k - k0);
+            let first = k0 == 0 && !acc;
+            let ab = a.add(k0 * L);
+            for (t, tile) in tot.iter_mut().zip(both.iter().flatten()) {
+                let blk = (kc, ab, k0, first);
+                match tile.src {
+                    LaneRows::Strided(p, rs) => {
+                        lanes_block_cols(StridedRows(p, rs), tile.cols, blk, t)
+                    }
+                    LaneRows::StridedCols(p, rs, c) => {
+                        lanes_block_cols(StridedColRows(p, rs, c), tile.cols, blk, t)
+                    }
+                    LaneRows::Table(p, offs) => {
+                        lanes_block_cols(TableRows(p, offs, k), tile.cols, blk, t)
+                    }
+                    LaneRows::TablePair(p, offs, d) => {
+                        lanes_block_cols(TablePairRows(TableRows(p, offs, k), d), tile.cols, blk, t)
+                    }
+                }
+            }
+            k0 += kc;
+        }
+        for (t, tile) in tot.iter().zip(both.iter().flatten()) {
+            lanes_store_avx2(t, tile, rows, cs);
+        }
+    }
+
+    /// [`lanes_block_avx2`] for a tile of `cols` columns.
+    #[inline(always)]
+    unsafe fn lanes_block_cols<R: RowAt>(
+        b: R,
+        cols: usize,
+        blk: LaneBlock,
+        t: &mut [[__m256; 3]; 4],
+    ) {
+        match cols {
+            1 => lanes_block_avx2::<1, R>(b, blk, t),
+            2 => lanes_block_avx2::<2, R>(b, blk, t),
+            3 => lanes_block_avx2::<3, R>(b, blk, t),
+            4 => lanes_block_avx2::<4, R>(b, blk, t),
+            _ => unreachable!("AVX2 lanes tiles have 1 to 4 columns"),
+        }
+    }
+
+    /// One k block of an AVX2 lanes tile: `kc` steps from `k0`, A's
+    /// block, and whether it is the first.
+    type LaneBlock = (usize, *const f32, usize, bool);
+
+    /// One k block ([`LaneBlock`]) of an AVX2 lanes tile of `N` columns:
+    /// its sums from zero, then the running total `t` set to them
+    /// (`first`) or added to.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn lanes_block_avx2<const N: usize, R: RowAt>(
+        b: R,
+        (kc, a, k0, first): LaneBlock,
+        t: &mut [[__m256; 3]; 4],
+    ) {
+        let mut c = [[_mm256_setzero_ps(); 3]; N];
+        let mut ap = a;
+        for kk in k0..k0 + kc {
+            // B's rows eight ahead, A (which streams from memory for a
+            // model's weights) ~2 KiB ahead, two lines per 96-byte step
+            // (an L2 prefetch 32 or 128 KiB ahead measured no faster).
+            b.prefetch(kk + 8);
+            _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(A_PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(A_PREFETCH + 16) as *const i8);
+            let bp = b.at(kk);
+            let av = [
+                _mm256_loadu_ps(ap),
+                _mm256_loadu_ps(ap.add(8)),
+                _mm256_loadu_ps(ap.add(16)),
+            ];
+            for (j, cj) in c.iter_mut().enumerate() {
+                let bj = _mm256_broadcast_ss(&*b.col(bp, j));
+                for (x, &v) in cj.iter_mut().zip(&av) {
+                    *x = _mm256_fmadd_ps(v, bj, *x);
+                }
+            }
+            ap = ap.add(super::LANES_AVX2);
+        }
+        for (tj, cj) in t.iter_mut().zip(&c) {
+            for (x, &v) in tj.iter_mut().zip(cj) {
+                *x = if first { v } else { _mm256_add_ps(*x, v) };
+            }
+        }
+    }
+
+    /// Stores an AVX2 lanes tile's totals `t` (column `j`'s rows in
+    /// `t[j]`) through its epilogue: each column's rows as vectors when C's
+    /// rows (and the residual's) are one float apart, else element by
+    /// element (the same operations, [`TileEp::apply`]).
+    #[inline(always)]
+    unsafe fn lanes_store_avx2(
+        t: &[[__m256; 3]; 4],
+        tile: &LaneTile,
+        rows: usize,
+        (c_rs, c_cs): (isize, isize),
+    ) {
+        const L: usize = super::LANES_AVX2;
+        let ep = tile.ep.as_ref();
+        if c_rs == 1 && ep.is_none_or(|e| e.res.is_null() || e.res_rs == 1) {
+            for (j, col) in t.iter().enumerate().take(tile.cols) {
+                for (h, &sum) in col.iter().enumerate().take(rows.div_ceil(8)) {
+                    let live = (rows - 8 * h).min(8);
+                    let mut v = sum;
+                    if let Some(e) = ep {
+                        v = lanes_epilogue8(v, e, (8 * h, j), live);
+                    }
+                    store_n(tile.c.offset(j as isize * c_cs).add(8 * h), v, live);
+                }
+            }
+            return;
+        }
+        let mut buf = [0f32; L * 4];
+        for (j, col) in t.iter().enumerate() {
+            for (h, &sum) in col.iter().enumerate() {
+                _mm256_storeu_ps(buf.as_mut_ptr().add(j * L + 8 * h), sum);
+            }
+        }
+        for l in 0..rows {
+            for j in 0..tile.cols {
+                let v = buf[j * L + l];
+                let p = tile.c.offset(l as isize * c_rs + j as isize * c_cs);
+                *p = match ep {
+                    Some(e) => e.apply(l, j, v),
+                    None => v,
+                };
+            }
+        }
+    }
+
+    /// The epilogue of the `live` rows from `r` of lanes tile column `j`
+    /// (bias, residual, clamp, activation: [`epilogue8`]'s operations,
+    /// along rows), the residual's rows one float apart.
+    #[inline(always)]
+    unsafe fn lanes_epilogue8(
+        mut v: __m256,
+        e: &TileEp,
+        (r, j): (usize, usize),
+        live: usize,
+    ) -> __m256 {
+        if !e.bias.is_null() {
+            v = _mm256_add_ps(v, load_n(e.bias.add(r), live));
+        }
+        if !e.res.is_null() {
+            let p = e.res.offset(j as isize * e.res_cs).add(r);
+            v = _mm256_add_ps(v, load_n(p, live));
+        }
+        if e.clamp {
+            let (lo, hi) = (_mm256_set1_ps(e.lo), _mm256_set1_ps(e.hi));
+            v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+        }
+        match e.act {
+            super::ACT_SIGMOID => sigmoid8(v),
+            super::ACT_SILU => _mm256_mul_ps(v, sigmoid8(v)),
+            _ => v,
         }
     }
 
@@ -5576,43 +5928,58 @@ mod tests {
         pool.install(|| with_threads(threads, f))
     }
 
-    /// Whether this machine runs the lanes kernel (else the calling test
+    /// The kernels with a lanes kernel that this machine runs (AVX-512's
+    /// and AVX2's).
+    fn lanes_kernels() -> Vec<Kernel> {
+        [Kernel::Avx512, Kernel::Avx2]
+            .into_iter()
+            .filter(|k| k.supported())
+            .collect()
+    }
+
+    /// Whether this machine runs a lanes kernel (else the calling test
     /// says it is skipped).
     fn lanes_supported() -> bool {
-        let on = Kernel::Avx512.supported();
+        let on = !lanes_kernels().is_empty();
         if !on {
-            eprintln!("skipped: the lanes layout needs AVX-512F, which this machine lacks");
+            eprintln!(
+                "skipped: the lanes layout needs AVX2+FMA or AVX-512F, which this machine lacks"
+            );
         }
         on
     }
 
-    /// Runs `run` (C for a packed A and a thread count) on `a` (`m x k`)
-    /// packed in panels at 1 thread and in lanes at 1 and 2 threads, and
-    /// asserts the lanes results bitwise equal (NaN for NaN).
+    /// Runs `run` (C for a packed A and a thread count) on `a` (`m x k`),
+    /// for each lanes kernel, packed for its panels kernel at 1 thread and
+    /// in its lanes layout at 1 and 2 threads, and asserts the lanes
+    /// results bitwise equal (NaN for NaN).
     fn lanes_equal_panels(
         what: &str,
         (m, k): (usize, usize),
         a: &[f32],
         run: impl Fn(&AlignedBuf, usize) -> Vec<f32>,
     ) {
-        let want = run(&pack_a_with(Kernel::Avx512, m, k, a, k, 1, 1.0), 1);
-        let lanes = pack_a_for(Layout::Lanes, m, k, a, k, 1, 1.0);
-        for threads in [1, 2] {
-            let got = run(&lanes, threads);
-            for (q, (x, w)) in got.iter().zip(&want).enumerate() {
-                assert!(
-                    x.to_bits() == w.to_bits() || (x.is_nan() && w.is_nan()),
-                    "{what} t={threads} at {q}: {x} vs {w}"
-                );
+        for kern in lanes_kernels() {
+            let want = run(&pack_a_with(kern, m, k, a, k, 1, 1.0), 1);
+            let lanes = pack_lanes_with(kern, m, k, a, k, 1, 1.0);
+            for threads in [1, 2] {
+                let got = run(&lanes, threads);
+                for (q, (x, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        x.to_bits() == w.to_bits() || (x.is_nan() && w.is_nan()),
+                        "{what} {kern:?} t={threads} at {q}: {x} vs {w}"
+                    );
+                }
             }
         }
     }
 
     /// The lanes layout against the panels layout, which the other tests
     /// check against f64 references: bitwise equal C for m around the
-    /// 16- and 32-lane boundaries, n around the 14-column tiles, k below,
-    /// at and past one `KC` block; plain, accumulating and with the fused
-    /// epilogue (bias with NaN and -0.0, residual with NaN, clamps), C
+    /// 8-, 16-, 24- and 32-lane boundaries, n around the 4- and 14-column
+    /// tiles, k below, at and past one `KC` block; plain, accumulating and
+    /// with the fused epilogue (bias with NaN and -0.0, residual with NaN,
+    /// clamps, SiLU), C
     /// and R row-major or transposed, B row-major or transposed (read by
     /// its column stride, as a fully-connected layer's batch rows are),
     /// 1 and 2 threads. A header for another shape is the mismatch error.
@@ -5623,8 +5990,8 @@ mod tests {
         }
         let pool = two_thread_pool();
         let mut cases = 0;
-        for m in [1usize, 5, 16, 17, 32, 33, 70] {
-            for n in [2usize, 7, 14, 15, 29, 49] {
+        for m in [1usize, 5, 16, 17, 24, 25, 32, 33, 70] {
+            for n in [2usize, 4, 7, 8, 14, 15, 29, 49] {
                 for k in [1usize, 7, 256, 300, 600] {
                     let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
                     let b: Vec<f32> = (0..k * n).map(|i| val(i, 5)).collect();
@@ -5657,7 +6024,7 @@ mod tests {
                             res_cs: if tc { m as isize } else { 1 },
                             lo: if mode == 2 { 0.0 } else { -0.5 },
                             hi: if mode == 2 { f32::INFINITY } else { 0.25 },
-                            act: ACT_NONE,
+                            act: if mode == 2 { ACT_SILU } else { ACT_NONE },
                             pro: Prologue::NONE,
                         };
                         let epv = match mode {
@@ -5691,7 +6058,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(cases, 7 * 6 * 5 * 6);
+        assert_eq!(cases, 9 * 8 * 5 * 6);
         let (m, n, k) = (40, 9, 20);
         let a: Vec<f32> = (0..m * k).map(|i| val(i, 7)).collect();
         let b = vec![1f32; k * n];
@@ -5845,8 +6212,8 @@ mod tests {
     /// The layout rule on shapes measured both ways (`LAYOUT=lanes
     /// pgemm_shapes`, hot, GFLOP/s panels → lanes): lanes where the panels
     /// kernel wastes lanes on a small map, panels where it wastes none or
-    /// k is too short to pay for the transposed stores; panels always
-    /// without AVX-512.
+    /// k is too short to pay for the transposed stores; without AVX-512,
+    /// lanes only for 2 to 8 columns with AVX2.
     #[test]
     fn layout_rule_follows_the_measured_shapes() {
         let lanes = [
@@ -5879,6 +6246,19 @@ mod tests {
         }
         for (m, n, k) in panels {
             assert_eq!(Layout::choose(m, n, k), Layout::Panels, "{m}x{n}x{k}");
+        }
+        // AVX2: lanes from 2 to 8 columns (batch-8 fully-connected layers,
+        // ResNet-50's 1000 x 8 x 2048 hot: 56 -> 91 GFLOP/s), where the
+        // panels tile keeps 6 FMA chains.
+        if Kernel::best() == Kernel::Avx2 {
+            for n in [2usize, 4, 8] {
+                assert_eq!(Layout::choose(1000, n, 2048), Layout::Lanes, "n = {n}");
+                assert_eq!(Layout::choose_cold(1000, n, 2048), Layout::Lanes, "n = {n}");
+            }
+            for n in [1usize, 9, 16, 49] {
+                assert_eq!(Layout::choose(1000, n, 2048), Layout::Panels, "n = {n}");
+            }
+            assert_eq!(Layout::choose_segments(64, 8, 576, 4), Layout::Panels);
         }
     }
 
