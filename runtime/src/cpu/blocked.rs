@@ -827,11 +827,46 @@ unsafe fn fill_copy(
 /// taps).
 fn window_k_step(path: Path, geo: &IntoBlockedGeom, y: *const f32, ep: &Epilogue) -> usize {
     let taps = geo.taps();
+    let in_place = !ep.res.is_null() && std::ptr::eq(ep.res, y);
     if geo.blocked_input == 1 && deep_k(path, taps, ep.res, y) {
         K_BLOCK
+    } else if geo.blocked_input == 1
+        && path == Path::Avx2
+        && taps > AVX2_WINDOW_K_BLOCK
+        && !in_place
+        && avx2_tile_input_bytes(&geo.conv) > AVX2_WINDOW_TILE_INPUT_BYTES
+    {
+        AVX2_WINDOW_K_BLOCK
     } else {
         taps
     }
+}
+
+/// Taps an AVX2 window tile takes at a time where its input over all taps
+/// passes [`AVX2_WINDOW_TILE_INPUT_BYTES`]: a 16-channel panel's filter
+/// rows for them (16 KiB) stay in L1 while a chunk's tiles pass, and so
+/// does each tile's input for them (blocks of 128 and 512 measured no
+/// faster).
+pub const AVX2_WINDOW_K_BLOCK: usize = 256;
+
+/// Bytes of blocked input one 5-pixel AVX2 window tile of a 16-channel
+/// panel reads over all its taps, past which its taps go in
+/// [`AVX2_WINDOW_K_BLOCK`] blocks: half of L1. Taken whole, a tile whose
+/// input exceeds L1 reads it from L2 for every tap block of eight, next
+/// to the panel's filter. Measured at batch 8 (`window_blocked`, best of
+/// 6 alternating): Inception-v3's 192 -> 192 7x1 on 17x17 (~27 KiB)
+/// 15.05 -> 14.45 ms and 288 -> 384 3x3 stride 2 on 35x35 (~38 KiB)
+/// 56.7 -> 54.7; below it blocks lost 1-4%: its 1x7 (~8 KiB), 5x5
+/// (~9 KiB) and 80 -> 192 3x3 (~7 KiB), GoogLeNet's 3x3 convs at batch 1
+/// (6-8 KiB).
+pub const AVX2_WINDOW_TILE_INPUT_BYTES: usize = 16 << 10;
+
+/// [`AVX2_WINDOW_TILE_INPUT_BYTES`]'s measure: blocks of 8 channels,
+/// times the window's rows, times the columns 5 pixels' windows span,
+/// 32 bytes each.
+fn avx2_tile_input_bytes(g: &Group8Geom) -> usize {
+    let span = (Path::Avx2.tile_pixels(16) - 1) * g.sw + g.kw;
+    g.c / 8 * g.kh * span * 32
 }
 
 /// Most 16-channel panels an AVX-512 window tile takes for rows of `ow`
@@ -1017,14 +1052,16 @@ unsafe fn into_blocked(
                     } else {
                         1
                     };
-                    // Tiles of lone panels take every tap in the first block.
-                    if group == 1 && k0 > 0 {
+                    // Tiles of lone panels take every tap in the first block
+                    // on AVX-512; on AVX2 every tile goes block by block.
+                    let blocks = group > 1 || path == Path::Avx2;
+                    if !blocks && k0 > 0 {
                         o += width;
                         panel += 1;
                         continue;
                     }
                     let mut t = Tile::panel(w, (o, width), (taps, 0), plane * 8, &ep, ymm);
-                    if group > 1 {
+                    if blocks {
                         t.k0 = k0;
                         t.kc = kc;
                     }
@@ -1164,7 +1201,8 @@ unsafe fn avx2_window_tile(t: &Tile, win: &Window, y: *mut f32, res: *const f32,
 
 /// [`avx2_tile_n`] with the input of each tap and pixel at its window
 /// offset: one filter row of the panel and one broadcast per pixel per
-/// tap.
+/// tap, over the tile's k block (from the bias or the partial sums the
+/// block before stored in `y`; the epilogue only after the last).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline(never)]
@@ -1176,8 +1214,16 @@ unsafe fn avx2_window_tile_n<const NP: usize, const NB: usize>(
 ) {
     use std::arch::x86_64::*;
     let mut acc = tile_accumulators!(t, NB);
+    if t.k0 > 0 {
+        // A later k block: the partial sums the previous one stored.
+        for (p, row) in acc.iter_mut().enumerate().take(NP) {
+            for (b, v) in row.iter_mut().enumerate().take(NB) {
+                *v = _mm256_loadu_ps(y.add(b * t.y_stride + p * 8));
+            }
+        }
+    }
     let ps = win.ps;
-    let mut wp = t.w;
+    let mut wp = t.w.add(t.k0 * NB * 8);
     macro_rules! px {
         ($a:expr, $w0:ident, $w1:ident, $w2:ident, $p:literal) => {
             if $p < NP {
@@ -1192,7 +1238,7 @@ unsafe fn avx2_window_tile_n<const NP: usize, const NB: usize>(
             }
         };
     }
-    for kk in 0..t.k {
+    for kk in t.k0..t.k0 + t.kc {
         let a = win.src.offset(*win.offs.add(kk));
         let w0 = _mm256_loadu_ps(wp);
         let w1 = if NB > 1 {
@@ -1216,6 +1262,15 @@ unsafe fn avx2_window_tile_n<const NP: usize, const NB: usize>(
         px!(a, w0, w1, w2, 8);
         px!(a, w0, w1, w2, 9);
         wp = wp.add(NB * 8);
+    }
+    if t.k0 + t.kc < t.k {
+        // Not the last block: the partial sums as they are.
+        for (p, row) in acc.iter().enumerate().take(NP) {
+            for (b, &v) in row.iter().enumerate().take(NB) {
+                _mm256_storeu_ps(y.add(b * t.y_stride + p * 8), v);
+            }
+        }
+        return;
     }
     tile_store!(t, acc, y, res, NP, NB);
 }
@@ -2799,12 +2854,20 @@ mod tests {
                 2,
                 &[],
             ),
-            // 432 taps: in blocks of 128 on AVX-512, in chunks of rows,
-            // the units split mid-chunk.
+            // 432 taps: in blocks of 128 on AVX-512 and 256 on AVX2, in
+            // chunks of rows, the units split mid-chunk.
             (
                 blocked(window_geom((48, 9, 14), 80, (3, 3), (1, 1), [1, 1, 1, 1])),
                 2,
                 &[3, 11][..],
+            ),
+            // A 7x1 of 896 taps in blocks on AVX2 (~18 KiB of input a
+            // tile): rows in place and copied, a chunk of rows split
+            // between calls.
+            (
+                blocked(window_geom((128, 10, 6), 24, (7, 1), (1, 1), [3, 0, 3, 0])),
+                2,
+                &[5, 13][..],
             ),
             // The filter's 96 channels in 6 panels shared into 3 slices
             // (units `slice * 7 + row`), the calls' units crossing slices.
