@@ -9,7 +9,8 @@
 //! Each against the interpreter, and at 2 threads bitwise equal to 1. The
 //! layout rule is checked on each shape first, and the fully-connected
 //! layers' packed weights have the lanes layout's size, so the test cannot
-//! silently run the panels layout instead.
+//! silently run the panels layout instead. With AVX2 as the best kernel,
+//! the fully-connected layers of 2 to 8 batch rows run its lanes kernel.
 
 mod cpu_common;
 
@@ -107,44 +108,85 @@ fn weight_bytes(e: &dnnc_runtime::cpu::Executable) -> usize {
 #[test]
 fn lanes_layout_convs_and_fc_match_the_interpreter() {
     if Kernel::best() != Kernel::Avx512 {
-        eprintln!("skipped: the lanes layout needs AVX-512F, which this machine lacks");
+        eprintln!("skipped: the AVX-512 lanes layout needs AVX-512F, which this machine lacks");
         return;
     }
-    for (i, (body, ins, algo, (m, n, k, seg))) in cases().into_iter().enumerate() {
-        assert_eq!(
-            Layout::choose_segments(m, n, k, seg),
-            Layout::Lanes,
-            "case {i}: the rule no longer picks lanes for {m}x{n}x{k}"
-        );
-        let g = parse(&body);
-        let opts = CpuOptions {
-            conv_algo: algo,
-            ..Default::default()
-        };
-        // F(4x4)'s documented bound (ARCHITECTURE.md, "Accuracy"), else
-        // the default one.
-        let (rtol, atol) = if algo == Some(ConvAlgo::Winograd4) {
-            (2e-4, 2e-4)
-        } else {
-            (1e-4, 1e-5)
-        };
-        check_with(&g, &ins, rtol, atol, &opts);
-        let mut exe = compile_cpu(&g, &opts).expect("compile");
-        if body.contains("Gemm") || body.contains("MatMul") {
-            // The weight alone, packed in lanes (rows padded to 32), plus
-            // the Gemm's bias, unpacked.
-            let bias = if body.contains("%b") { 4 * m } else { 0 };
-            assert_eq!(
-                weight_bytes(&exe),
-                dnnc_runtime::cpu::pgemm::packed_bytes_for(Layout::Lanes, m, k) + bias,
-                "case {i}: the weight is not packed in lanes"
-            );
-        }
-        let one = bits(&exe.run(&ins).expect("run"));
-        exe.set_threads(2).expect("threads");
-        let two = bits(&exe.run(&ins).expect("run"));
-        assert_eq!(one, two, "case {i}: 2 threads differ from 1");
+    for (i, case) in cases().into_iter().enumerate() {
+        check_lanes_case(i, case);
     }
+}
+
+/// The AVX2 kernel's lanes layout (24-row weight panels, 24 x 4 tiles)
+/// on the fully-connected layers of 2 to 8 batch rows it takes: the
+/// batch-8 Gemm with Relu and the batch-3 MatMul above, and a batch-5
+/// Gemm with SiLU-fused bias, each against the interpreter, at 2 threads
+/// bitwise equal to 1, their packed weights of the lanes layout's size.
+#[test]
+fn avx2_lanes_layout_fc_layers_match_the_interpreter() {
+    if Kernel::best() != Kernel::Avx2 {
+        eprintln!(
+            "skipped: the AVX2 lanes kernel is the layout's kernel only where AVX2 is the best one"
+        );
+        return;
+    }
+    let mut fc: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| c.0.contains("Gemm") || c.0.contains("MatMul"))
+        .filter(|c| (2..=8).contains(&c.3 .1))
+        .collect();
+    fc.push((
+        "  input %x: f32[5,300]\n\
+         param %w: f32[70,300] = he(seed=18)\n\
+         param %b: f32[70] = uniform(low=-1, high=1, seed=19)\n\
+         %g = Gemm(%x, %w, %b) {transB=1}\n  %s = Sigmoid(%g)\n  %y = Mul(%g, %s)\n  output %y\n"
+            .into(),
+        vec![("x".into(), rand_f32(&[5, 300], 20, -1.0, 1.0))],
+        None,
+        (70, 5, 300, 5),
+    ));
+    assert_eq!(fc.len(), 3);
+    for (i, case) in fc.into_iter().enumerate() {
+        check_lanes_case(i, case);
+    }
+}
+
+/// One case: the rule picks lanes for its GEMM, the CPU backend matches
+/// the interpreter, a Gemm/MatMul's weight is packed in lanes, and 2
+/// threads give 1's bits.
+fn check_lanes_case(i: usize, (body, ins, algo, (m, n, k, seg)): Case) {
+    assert_eq!(
+        Layout::choose_segments(m, n, k, seg),
+        Layout::Lanes,
+        "case {i}: the rule no longer picks lanes for {m}x{n}x{k}"
+    );
+    let g = parse(&body);
+    let opts = CpuOptions {
+        conv_algo: algo,
+        ..Default::default()
+    };
+    // F(4x4)'s documented bound (ARCHITECTURE.md, "Accuracy"), else the
+    // default one.
+    let (rtol, atol) = if algo == Some(ConvAlgo::Winograd4) {
+        (2e-4, 2e-4)
+    } else {
+        (1e-4, 1e-5)
+    };
+    check_with(&g, &ins, rtol, atol, &opts);
+    let mut exe = compile_cpu(&g, &opts).expect("compile");
+    if body.contains("Gemm") || body.contains("MatMul") {
+        // The weight alone, packed in lanes (rows padded to the kernel's
+        // lanes), plus the Gemm's bias, unpacked.
+        let bias = if body.contains("%b") { 4 * m } else { 0 };
+        assert_eq!(
+            weight_bytes(&exe),
+            dnnc_runtime::cpu::pgemm::packed_bytes_for(Layout::Lanes, m, k) + bias,
+            "case {i}: the weight is not packed in lanes"
+        );
+    }
+    let one = bits(&exe.run(&ins).expect("run"));
+    exe.set_threads(2).expect("threads");
+    let two = bits(&exe.run(&ins).expect("run"));
+    assert_eq!(one, two, "case {i}: 2 threads differ from 1");
 }
 
 /// A conv's `layout=` attribute decides its packed filter's layout, over
