@@ -713,3 +713,56 @@ fn bad_convs_into_the_blocked_layout_are_clear_errors() {
     dnnc_passes::block_channels::block_channels(&mut b).expect("block-channels");
     assert!(!dnnc_ir::text::print(&b).contains("nchw8c"));
 }
+
+/// A bottleneck on blocked data whose last pointwise conv fuses `Add(q,
+/// r)` and Relu: where the residual `r` dies at that conv, the planner
+/// writes the result over it (the one temp in place), not where `r` is
+/// read afterwards, and either way the build matches the interpreter,
+/// two threads bitwise one. A conv whose residual is its own input
+/// (`Add(Conv(r), r)`) must not: its tiles read every input channel of
+/// a pixel after earlier panels wrote theirs.
+#[test]
+fn a_dying_residual_takes_the_blocked_conv_result_in_place() {
+    let body = |tail: &str| {
+        format!(
+            "  input %x: f32[2,16,10,10]
+  param %w0: f32[64,16,1,1] = he(seed=1)
+  param %b0: f32[64] = uniform(low=-0.2, high=0.2, seed=2)
+  param %w1: f32[32,64,1,1] = he(seed=3)
+  param %b1: f32[32] = uniform(low=-0.2, high=0.2, seed=4)
+  param %w2: f32[64,32,1,1] = he(seed=5)
+  param %b2: f32[64] = uniform(low=-0.2, high=0.2, seed=6)
+  param %w3: f32[8,64,1,1] = he(seed=7)
+  param %w4: f32[64,64,1,1] = he(seed=8)
+  %a = Conv2d(%x, %w0, %b0)
+  %ar = Relu(%a)
+  %e = Conv2d(%ar, %w1, %b1)
+  %er = Relu(%e)
+  %q = Conv2d(%er, %w2, %b2)
+  %s = Add(%q, %ar)
+  %y = Relu(%s)
+{tail}"
+        )
+    };
+    let dies = body("  %z = Conv2d(%y, %w3)\n  output %z");
+    // The residual read once more after the fused conv.
+    let lives = body("  %z = Conv2d(%y, %w3)\n  %u = Conv2d(%ar, %w3)\n  output %z, %u");
+    // A residual that is the conv's own input.
+    let own =
+        body("  %p = Conv2d(%y, %w4)\n  %t = Add(%p, %y)\n  %z = Conv2d(%t, %w3)\n  output %z");
+    let mut in_place = Vec::new();
+    for b in [&dies, &lives, &own] {
+        let (_, ins, mut exe) = checked(b, 12);
+        assert!(
+            exe.steps().iter().any(|s| s.name.ends_with(".to_nchw8c")),
+            "not blocked:\n{b}"
+        );
+        exe.set_threads(1).expect("threads");
+        in_place.push(exe.memory().in_place);
+        two_threads_bitwise(&mut exe, &ins, b);
+    }
+    // One temp in place where the residual dies, none where it lives on,
+    // and in the third graph only the first residual conv's (its second
+    // reads its own input as the residual).
+    assert_eq!(in_place, [1, 0, 1]);
+}

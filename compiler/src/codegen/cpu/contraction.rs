@@ -787,8 +787,13 @@ fn pool_bands(g: &Graph, k: &Kernel, geom: &ConvGeom) -> Option<super::conv_pool
 /// Sigmoid and Mul); the last result must be the kernel's only output.
 /// `None`: the generated elementwise epilogue handles the kernel.
 pub(crate) fn match_fused(c: &KCtx<'_>, bias: Option<ValueId>) -> Option<FusedEp> {
-    let g = c.g;
-    let a = *g.node(c.k.nodes[0]).outputs.first()?;
+    match_fused_in(c.g, c.k, bias)
+}
+
+/// [`match_fused`] on the graph and kernel alone (the memory planner asks
+/// it before any code is emitted).
+pub(crate) fn match_fused_in(g: &Graph, k: &Kernel, bias: Option<ValueId>) -> Option<FusedEp> {
+    let a = *g.node(k.nodes[0]).outputs.first()?;
     let ty = &g.value(a).ty;
     if ty.dtype != DType::F32 {
         return None;
@@ -796,9 +801,9 @@ pub(crate) fn match_fused(c: &KCtx<'_>, bias: Option<ValueId>) -> Option<FusedEp
     let (mut cur, mut res, mut clamp, mut act) = (a, None, None, pgemm::ACT_NONE);
     // The value a Sigmoid read: a Mul of it by the Sigmoid's result is SiLU.
     let mut gated: Option<ValueId> = None;
-    for &n in &c.k.nodes[1..] {
+    for &n in &k.nodes[1..] {
         let node = g.node(n);
-        if c.k.outputs.contains(&cur) || node.outputs.len() != 1 || act == pgemm::ACT_SILU {
+        if k.outputs.contains(&cur) || node.outputs.len() != 1 || act == pgemm::ACT_SILU {
             return None;
         }
         match (&node.op, node.inputs.as_slice()) {
@@ -820,7 +825,7 @@ pub(crate) fn match_fused(c: &KCtx<'_>, bias: Option<ValueId>) -> Option<FusedEp
                     (false, true) => x,
                     _ => return None,
                 };
-                if g.value(r).ty != *ty || !c.k.inputs.contains(&r) {
+                if g.value(r).ty != *ty || !k.inputs.contains(&r) {
                     return None;
                 }
                 res = Some(r);
@@ -844,9 +849,9 @@ pub(crate) fn match_fused(c: &KCtx<'_>, bias: Option<ValueId>) -> Option<FusedEp
     }
     let nothing = bias.is_none() && res.is_none() && clamp.is_none() && act == pgemm::ACT_NONE;
     // With an absorbed pool the chain ends at the pool's input.
-    let end = match c.k.pool.first() {
+    let end = match k.pool.first() {
         Some(&p) => g.node(p).inputs.first().copied() == Some(cur),
-        None => c.k.outputs == [cur],
+        None => k.outputs == [cur],
     };
     if !end || nothing {
         return None;

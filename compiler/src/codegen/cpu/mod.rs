@@ -1028,12 +1028,21 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     Ok(exe)
 }
 
-/// Argument pairs `(input, output)` an elementwise kernel may run in
-/// place: both have the loop domain's shape and dtype, so every operand
-/// walks them with identical strides and each point loads all its inputs
-/// before storing (see `elementwise::emit`). Other kernels write outputs
-/// (GEMM results, reductions) before their inputs are fully read.
+/// Argument pairs `(input, output)` a kernel may run in place: an
+/// elementwise kernel's operands of the loop domain's shape and dtype
+/// (every operand walks them with identical strides and each point loads
+/// all its inputs before storing, see `elementwise::emit`), a blocked
+/// pointwise conv's fused residual (`blocked::residual_in_place`). Other
+/// kernels write outputs (GEMM results, reductions) before their inputs
+/// are fully read.
 fn inplace_pairs(g: &Graph, k: &Kernel, arg_of: &HashMap<ValueId, usize>) -> Vec<(usize, usize)> {
+    if k.kind == KernelKind::Contraction {
+        let res = blocked::residual_in_place(g, k);
+        return res
+            .and_then(|r| Some((*arg_of.get(&r)?, *arg_of.get(k.outputs.first()?)?)))
+            .into_iter()
+            .collect();
+    }
     let lowered_elsewhere = k
         .anchor
         .or(k.nodes.first().copied())
