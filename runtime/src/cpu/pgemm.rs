@@ -506,20 +506,7 @@ pub fn pack_lanes_with(
     let lanes = kern.lanes();
     assert!(lanes > 0, "the {kern:?} kernel has no lanes layout");
     let len = m.div_ceil(lanes) * lanes * k;
-    let mut buf = AlignedBuf::zeroed((HEADER + len) * 4);
-    let hdr = [
-        MAGIC,
-        kern.id(),
-        lanes as u64,
-        KC as u64,
-        m as u64,
-        k as u64,
-        len as u64,
-        Layout::Lanes.id(),
-    ];
-    for (d, v) in buf.as_bytes_mut().chunks_exact_mut(8).zip(hdr) {
-        d.copy_from_slice(&v.to_ne_bytes());
-    }
+    let mut buf = packed_buf(kern, lanes, (m, k), len, Layout::Lanes);
     let data = &mut buf.as_bytes_mut()[HEADER * 4..];
     for p in 0..m.div_ceil(lanes) {
         for kk in 0..k {
@@ -529,6 +516,33 @@ pub fn pack_lanes_with(
                 data[o..o + 4].copy_from_slice(&v.to_ne_bytes());
             }
         }
+    }
+    buf
+}
+
+/// A zeroed packed-A buffer of `len` floats after its header: the magic,
+/// the kernel, its rows per panel, `KC`, `m`, `k`, `len` and the layout,
+/// which every call checks against its GEMM.
+fn packed_buf(
+    kern: Kernel,
+    rows: usize,
+    (m, k): (usize, usize),
+    len: usize,
+    layout: Layout,
+) -> AlignedBuf {
+    let mut buf = AlignedBuf::zeroed((HEADER + len) * 4);
+    let hdr = [
+        MAGIC,
+        kern.id(),
+        rows as u64,
+        KC as u64,
+        m as u64,
+        k as u64,
+        len as u64,
+        layout.id(),
+    ];
+    for (d, v) in buf.as_bytes_mut().chunks_exact_mut(8).zip(hdr) {
+        d.copy_from_slice(&v.to_ne_bytes());
     }
     buf
 }
@@ -552,20 +566,7 @@ pub fn pack_a_with(
 ) -> AlignedBuf {
     let mr = kern.mr();
     let len = packed_len(kern, m, k);
-    let mut buf = AlignedBuf::zeroed((HEADER + len) * 4);
-    let hdr = [
-        MAGIC,
-        kern.id(),
-        mr as u64,
-        KC as u64,
-        m as u64,
-        k as u64,
-        len as u64,
-        0,
-    ];
-    for (d, v) in buf.as_bytes_mut().chunks_exact_mut(8).zip(hdr) {
-        d.copy_from_slice(&v.to_ne_bytes());
-    }
+    let mut buf = packed_buf(kern, mr, (m, k), len, Layout::Panels);
     let mut data = vec![0f32; len];
     let mp = m.div_ceil(mr) * mr;
     for k0 in (0..k).step_by(KC) {
