@@ -422,8 +422,14 @@ fn k_step(path: Path, k: usize, pixels: usize, out: &Out) -> usize {
 /// residual). The one rule of the pointwise ([`k_step`]) and window
 /// (`window_k_step`) convs.
 fn deep_k(path: Path, k: usize, res: *const f32, y: *const f32) -> bool {
-    let in_place = !res.is_null() && std::ptr::eq(res, y);
-    path == Path::Avx512 && k >= 384 && !in_place
+    path == Path::Avx512 && k >= 384 && !residual_is_output(res, y)
+}
+
+/// Whether the residual `res` is the output `y` itself: no tile may then
+/// go through its `k` in blocks (a later block would read partial sums
+/// as the residual).
+fn residual_is_output(res: *const f32, y: *const f32) -> bool {
+    !res.is_null() && std::ptr::eq(res, y)
 }
 
 /// Floats of filter from which a pointwise conv's pixels run as one
@@ -827,13 +833,12 @@ unsafe fn fill_copy(
 /// taps).
 fn window_k_step(path: Path, geo: &IntoBlockedGeom, y: *const f32, ep: &Epilogue) -> usize {
     let taps = geo.taps();
-    let in_place = !ep.res.is_null() && std::ptr::eq(ep.res, y);
     if geo.blocked_input == 1 && deep_k(path, taps, ep.res, y) {
         K_BLOCK
     } else if geo.blocked_input == 1
         && path == Path::Avx2
         && taps > AVX2_WINDOW_K_BLOCK
-        && !in_place
+        && !residual_is_output(ep.res, y)
         && avx2_tile_input_bytes(&geo.conv) > AVX2_WINDOW_TILE_INPUT_BYTES
     {
         AVX2_WINDOW_K_BLOCK

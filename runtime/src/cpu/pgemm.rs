@@ -1161,6 +1161,11 @@ impl Lanes {
     /// (AVX2, two strips a k block) for its other strips.
     unsafe fn run(&self, panels: std::ops::Range<usize>, strips: std::ops::Range<usize>) {
         let lanes = self.kern.lanes();
+        // Strips per segment and columns per tile, once for every tile.
+        let cut = (
+            lane_strips(self.n, self.seg_len(), self.tile_cols()).1,
+            self.tile_cols(),
+        );
         for p in panels {
             let i = p * lanes;
             let rows = lanes.min(self.m - i);
@@ -1172,7 +1177,7 @@ impl Lanes {
                 // second.
                 let mut held = None;
                 for s in strips.clone() {
-                    let Some(t) = self.tile(i, s) else {
+                    let Some(t) = self.tile(i, s, cut) else {
                         continue;
                     };
                     match held.take() {
@@ -1194,7 +1199,7 @@ impl Lanes {
                 continue;
             }
             for s in strips.clone() {
-                let Some(t) = self.tile(i, s) else {
+                let Some(t) = self.tile(i, s, cut) else {
                     continue;
                 };
                 #[cfg(target_arch = "x86_64")]
@@ -1215,13 +1220,12 @@ impl Lanes {
     }
 
     /// The tile of rows from `i` by strip `s` (its B rows, C, columns
-    /// and epilogue), or `None` for a strip past a partial last segment.
+    /// and epilogue), or `None` for a strip past a partial last segment;
+    /// `cut`: strips per segment and columns per tile ([`lane_strip`]).
     #[cfg(target_arch = "x86_64")]
-    unsafe fn tile(&self, i: usize, s: usize) -> Option<x86::LaneTile> {
+    unsafe fn tile(&self, i: usize, s: usize, cut: (usize, usize)) -> Option<x86::LaneTile> {
         let seg_len = self.seg_len();
-        let tile_cols = self.tile_cols();
-        let per = lane_strips(self.n, seg_len, tile_cols).1;
-        let (seg, jj, cols, paired) = lane_strip(s, self.n, seg_len, (per, tile_cols));
+        let (seg, jj, cols, paired) = lane_strip(s, self.n, seg_len, cut);
         if cols == 0 {
             return None;
         }
@@ -1253,7 +1257,7 @@ impl Lanes {
     /// A placeholder off x86-64, where no lanes kernel runs (a lanes
     /// buffer is refused before any tile).
     #[cfg(not(target_arch = "x86_64"))]
-    unsafe fn tile(&self, _i: usize, _s: usize) -> Option<()> {
+    unsafe fn tile(&self, _i: usize, _s: usize, _cut: (usize, usize)) -> Option<()> {
         None
     }
 
