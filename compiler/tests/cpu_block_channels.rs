@@ -302,7 +302,10 @@ fn asymmetric_padding_and_rectangular_windows() {
 /// Inception's 5x5, 1x7 and 7x1, a stride-2 3x3 and a stride-2 1x1
 /// projection, a 3x3 the heuristic would run as Winograd set to im2col,
 /// one of 432 taps (in `k` blocks on AVX-512) with a residual, at batch 1
-/// (7 rows: the filter shared into slices for the tasks) and 2.
+/// (7 rows: the filter shared into slices for the tasks) and 2. The
+/// projection runs gathered (the input pixels under its output copied
+/// into a dense blocked map for the pointwise conv's tiles, split as a
+/// pointwise conv is), the others through the window kernel's rows.
 #[test]
 fn dense_window_convs_run_blocked() {
     for n in [1, 2] {
@@ -333,6 +336,20 @@ fn dense_window_convs_run_blocked() {
   output %q"
         );
         run(&body);
+        let (_, _, exe) = checked(&body, 11);
+        let unit = |name: &str| {
+            let step = exe.steps().iter().find(|s| s.name == name);
+            step.map(|s| s.split_units.join(", ")).unwrap_or_default()
+        };
+        for window in ["b6", "c", "d", "e", "f"] {
+            assert_eq!(unit(window), "rows x filter slices", "{window}: {body}");
+        }
+        // `r6` is the projection `p` with the residual add and Relu.
+        let u = unit("r6");
+        assert!(
+            u == "filter panels" || u == "15-pixel groups",
+            "the projection runs gathered, split {u:?}: {body}"
+        );
     }
 }
 
@@ -765,4 +782,53 @@ fn a_dying_residual_takes_the_blocked_conv_result_in_place() {
     // and in the third graph only the first residual conv's (its second
     // reads its own input as the residual).
     assert_eq!(in_place, [1, 0, 1]);
+}
+
+/// Strided 1x1 convs inside a region run gathered: with a bias (read as
+/// the residual of the stride-2 3x3 beside it), and with a Tanh (an
+/// activation the kernel does not apply, so the conv runs a row at a
+/// time with the generic epilogue after each); batches 1 and 3. Against
+/// the interpreter, two threads bitwise one. (The residual fused into a
+/// gathered conv: `dense_window_convs_run_blocked`.)
+#[test]
+fn strided_projections_run_gathered() {
+    for n in [1, 3] {
+        let body = format!(
+            "  input %x: f32[{n},8,14,14]
+  param %w0: f32[32,8,1,1] = he(seed=1)
+  param %wp: f32[64,32,1,1] = he(seed=2)
+  param %bp: f32[64] = uniform(low=-0.2, high=0.2, seed=3)
+  param %w1: f32[64,32,3,3] = he(seed=4)
+  param %wq: f32[48,32,1,1] = he(seed=5)
+  param %w2: f32[16,64,1,1] = he(seed=6)
+  param %w3: f32[16,48,1,1] = he(seed=7)
+  %a = Conv2d(%x, %w0)
+  %ar = Relu(%a)
+  %b = Conv2d(%ar, %w1) {{pads=[1,1,1,1], strides=[2,2]}}
+  %p = Conv2d(%ar, %wp, %bp) {{strides=[2,2]}}
+  %s = Add(%b, %p)
+  %sr = Relu(%s)
+  %q = Conv2d(%ar, %wq) {{strides=[2,2]}}
+  %qt = Tanh(%q)
+  %o1 = Conv2d(%sr, %w2)
+  %o2 = Conv2d(%qt, %w3)
+  output %o1, %o2"
+        );
+        let (_, ins, mut exe) = checked(&body, 5);
+        let unit = |name: &str| {
+            let step = exe
+                .steps()
+                .iter()
+                .find(|s| s.nodes.iter().any(|n| n == name));
+            step.map(|s| s.split_units.join(", ")).unwrap_or_default()
+        };
+        let u = unit("p");
+        assert!(
+            u == "filter panels" || u == "15-pixel groups",
+            "the projection runs gathered, split {u:?}: {body}"
+        );
+        assert_eq!(unit("q"), "rows", "a row at a time: {body}");
+        assert_eq!(unit("b"), "rows x filter slices", "{body}");
+        two_threads_bitwise(&mut exe, &ins, &body);
+    }
 }

@@ -130,7 +130,9 @@ fn main() {
             }
         }
     }
-    assert!(worst < 1e-5, "the two disagree: relative error {worst:e}");
+    // Two orders of summing `k` products: the bound grows as sqrt(k).
+    let bound = 1e-5 * (k as f32 / 1024.0).max(1.0).sqrt();
+    assert!(worst < bound, "the two disagree: relative error {worst:e}");
     let median = |t: &mut Vec<f64>| {
         t.sort_by(f64::total_cmp);
         t[t.len() / 2]

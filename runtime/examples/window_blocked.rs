@@ -3,6 +3,9 @@
 //! 1x7 or strided 3x3 conv inside a blocked region): median of 15 runs
 //! over a batch of `IMGS` images (default 8), in ms and GFLOP/s, with the
 //! units of the call split over `SLICES` filter slices (default 1).
+//! `GATHER=1`: the gathered conv instead (`dnnc_conv_gather_nchw8c`:
+//! the columns of each piece of pixels copied into blocks, then the
+//! pointwise conv's tiles), on the same data, to compare the two.
 //! `GROUPED=1`: a grouped conv of eight channels in and out per group
 //! (RegNet's; `CIN` = `COUT`).
 //!
@@ -10,7 +13,8 @@
 //! (channel counts multiples of 8).
 
 use dnnc_runtime::cpu::blocked::{
-    dnnc_conv_into_nchw8c, pack_filter, pack_grouped_filter, IntoBlockedGeom,
+    dnnc_conv_gather_nchw8c, dnnc_conv_into_nchw8c, pack_filter, pack_grouped_filter, panel_count,
+    IntoBlockedGeom,
 };
 use dnnc_runtime::cpu::group8::Group8Geom;
 use std::time::Instant;
@@ -62,6 +66,11 @@ fn main() {
     let wt: Vec<f32> = (0..m * taps)
         .map(|i| ((i * 7) % 13) as f32 * 0.01)
         .collect();
+    let gather = env("GATHER", 0) == 1;
+    if gather && geo.groups > 1 {
+        eprintln!("window_blocked: GATHER=1 runs convs of one group only");
+        std::process::exit(2);
+    }
     let packed = if geo.groups > 1 {
         pack_grouped_filter(&wt, m, taps)
     } else {
@@ -77,15 +86,29 @@ fn main() {
         let t = Instant::now();
         // SAFETY: the buffers have the geometry's sizes.
         let rc = unsafe {
-            dnnc_conv_into_nchw8c(
-                packed.as_ptr(),
-                x.as_ptr(),
-                y.as_mut_ptr(),
-                &geo,
-                0,
-                units,
-                std::ptr::null(),
-            )
+            if gather {
+                dnnc_conv_gather_nchw8c(
+                    packed.as_ptr(),
+                    x.as_ptr(),
+                    y.as_mut_ptr(),
+                    &geo,
+                    0,
+                    n * oh * ow,
+                    0,
+                    panel_count(m),
+                    std::ptr::null(),
+                )
+            } else {
+                dnnc_conv_into_nchw8c(
+                    packed.as_ptr(),
+                    x.as_ptr(),
+                    y.as_mut_ptr(),
+                    &geo,
+                    0,
+                    units,
+                    std::ptr::null(),
+                )
+            }
         };
         assert_eq!(rc, 0);
         times.push(t.elapsed().as_secs_f64());

@@ -542,7 +542,12 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c(
         };
         let path = Path::best();
         let kstep = k_step(path, k, p1 - p0, &out);
-        image(w, k, m, xi, &out, hw, (p0, p1), (n0, n1), &ep, path, kstep);
+        let inp = In {
+            x: xi,
+            block: hw * 8,
+            origin: 0,
+        };
+        image(w, k, m, &inp, &out, (p0, p1), (n0, n1), &ep, path, kstep);
         q = img * hw + p1;
     }
     0
@@ -583,13 +588,17 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c_band(
     };
     let path = Path::best();
     let kstep = k_step(path, k, p1 - p0, &out);
+    let inp = In {
+        x,
+        block: hw * 8,
+        origin: 0,
+    };
     image(
         w,
         k,
         m,
-        x,
+        &inp,
         &out,
-        hw,
         (p0, p1),
         (0, usize::MAX),
         &ep,
@@ -720,6 +729,171 @@ pub unsafe extern "C" fn dnnc_conv_into_nchw8c(
     ep: *const Epilogue,
 ) -> i32 {
     into_blocked(w, x, y, &*geo, (u0, u1), ep, Path::best())
+}
+
+/// Pixels of one image that a gathered conv ([`dnnc_conv_gather_nchw8c`])
+/// copies into its scratch at a time: the chunk [`image`] would run a
+/// pointwise conv of depth `k` over `hw` pixels in (all of them when the
+/// map is whole, else whole tiles filling an L1-sized chunk), so every
+/// filter panel passes over the gathered pixels as it would over a
+/// pointwise conv's input.
+pub fn gather_piece_pixels(hw: usize, k: usize, m: usize) -> usize {
+    if whole_map(hw, k, m) {
+        hw
+    } else {
+        (CHUNK_FLOATS / k.max(1) / TILE_LCM * TILE_LCM)
+            .max(TILE_LCM)
+            .min(hw)
+    }
+}
+
+/// Why [`dnnc_conv_gather_nchw8c`] does not compute `g`, or `None`: a
+/// 1x1 conv of what [`dnnc_conv_into_nchw8c`] takes with a blocked
+/// input, one group and one filter slice.
+pub fn gather_unfit(g: &IntoBlockedGeom) -> Option<&'static str> {
+    if let Some(why) = into_unfit(g) {
+        Some(why)
+    } else if g.blocked_input != 1 {
+        Some("a gathered conv reads a blocked input")
+    } else if g.groups != 1 || g.slices != 1 {
+        Some("a gathered conv has one group and one filter slice")
+    } else if g.conv.kh != 1 || g.conv.kw != 1 {
+        Some("a gathered conv has a 1x1 filter")
+    } else {
+        None
+    }
+}
+
+thread_local! {
+    /// A thread's gathered pixels ([`dnnc_conv_gather_nchw8c`]), kept
+    /// between calls.
+    static GATHER_COLUMNS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Computes output pixels `q0..q1` (pixel `q` is pixel `q % (oh ow)` of
+/// image `q / (oh ow)`) of the 1x1 conv `geo` (a strided projection:
+/// blocked input, one group) for the filter panels `[n0, n1)`: the input
+/// pixels under a piece of output pixels ([`gather_piece_pixels`]) are
+/// copied to thread scratch as a dense blocked `[c/8][pixels][8]` map
+/// ([`gather_columns`]) and the pointwise conv's tiles
+/// ([`dnnc_conv1x1_nchw8c`]) run over it, `w` packed by [`pack_filter`].
+/// Each output sums its products in the order of
+/// [`dnnc_conv_into_nchw8c`] (bias, then the input channels in order by
+/// FMA), whose bits it gives. The window kernel tiles each output row
+/// apart, and a projection's rows are short (7 pixels on ResNet-50's
+/// last stage): there its stride-2 1x1 convs at batch 8 ran at 55-75%
+/// of the core's peak, the pointwise tiles over the gathered pixels at
+/// 81-88%. Epilogue as for the pointwise conv.
+/// Returns 0, or 1 for a geometry it does not compute ([`gather_unfit`])
+/// or pixels or panels past the last.
+///
+/// # Safety
+/// `w`, `x`, `y`, `geo` (and `ep`'s pointers) must be valid for the
+/// geometry and the images the pixels reach; `y` must not overlap `x`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dnnc_conv_gather_nchw8c(
+    w: *const f32,
+    x: *const f32,
+    y: *mut f32,
+    geo: *const IntoBlockedGeom,
+    q0: usize,
+    q1: usize,
+    n0: usize,
+    n1: usize,
+    ep: *const Epilogue,
+) -> i32 {
+    gathered(w, x, y, &*geo, (q0, q1), (n0, n1), ep, Path::best())
+}
+
+/// [`dnnc_conv_gather_nchw8c`] on `path`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gathered(
+    w: *const f32,
+    x: *const f32,
+    y: *mut f32,
+    geo: &IntoBlockedGeom,
+    (q0, q1): (usize, usize),
+    (n0, n1): (usize, usize),
+    ep: *const Epilogue,
+    path: Path,
+) -> i32 {
+    let g = geo.conv;
+    let hw = g.oh * g.ow;
+    if gather_unfit(geo).is_some() || q1 > geo.n * hw || n1 > panel_count(geo.m) {
+        return 1;
+    }
+    if q0 >= q1 || n0 >= n1 {
+        return 0;
+    }
+    let ep = if ep.is_null() { Epilogue::NONE } else { *ep };
+    let (k, m) = (geo.taps(), geo.m);
+    let piece = gather_piece_pixels(hw, k, m);
+    let mut cols = GATHER_COLUMNS.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    if cols.len() < piece * k {
+        cols.resize(piece * k, 0.0);
+    }
+    let mut q = q0;
+    while q < q1 {
+        let img = q / hw;
+        let (p0, p1) = (q % hw, (q1 - img * hw).min(hw));
+        let xi = x.add(img * g.c * g.h * g.w);
+        let out = Out {
+            y: y.add(img * m * hw),
+            res: if ep.res.is_null() {
+                ep.res
+            } else {
+                ep.res.add(img * m * hw)
+            },
+            block: hw * 8,
+            origin: 0,
+        };
+        let mut c0 = p0;
+        while c0 < p1 {
+            let c1 = (c0 + piece).min(p1);
+            gather_columns(&g, xi, (c0, c1), &mut cols);
+            let inp = In {
+                x: cols.as_ptr(),
+                block: (c1 - c0) * 8,
+                origin: c0,
+            };
+            let kstep = k_step(path, k, c1 - c0, &out);
+            image(w, k, m, &inp, &out, (c0, c1), (n0, n1), &ep, path, kstep);
+            c0 = c1;
+        }
+        q = img * hw + p1;
+    }
+    GATHER_COLUMNS.with(|c| *c.borrow_mut() = cols);
+    0
+}
+
+/// Copies the input pixels under output pixels `[c0, c1)` of one blocked
+/// image `x` (`[C/8][H][W][8]`) of 1x1 conv `g` into `cols` as `[C/8][c1
+/// - c0][8]`, zeros where a pixel falls in the padding.
+unsafe fn gather_columns(
+    g: &Group8Geom,
+    x: *const f32,
+    (c0, c1): (usize, usize),
+    cols: &mut [f32],
+) {
+    let len = c1 - c0;
+    let plane = g.h * g.w * 8;
+    let dst = cols.as_mut_ptr();
+    for p in c0..c1 {
+        let iy = ((p / g.ow) * g.sh) as isize - g.pt as isize;
+        let ix = ((p % g.ow) * g.sw) as isize - g.pl as isize;
+        let d = dst.add((p - c0) * 8);
+        if iy >= 0 && ix >= 0 && (iy as usize) < g.h && (ix as usize) < g.w {
+            let src = x.add((iy as usize * g.w + ix as usize) * 8);
+            for cb in 0..g.c / 8 {
+                std::ptr::copy_nonoverlapping(src.add(cb * plane), d.add(cb * len * 8), 8);
+            }
+        } else {
+            for cb in 0..g.c / 8 {
+                std::ptr::write_bytes(d.add(cb * len * 8), 0, 8);
+            }
+        }
+    }
 }
 
 /// A thread's buffers for window convs, kept between calls (a fresh
@@ -1290,6 +1464,14 @@ struct Out {
     origin: usize,
 }
 
+/// Where [`image`] reads: pixel `p` of input block `b` at `x + b * block
+/// + (p - origin) * 8`.
+struct In {
+    x: *const f32,
+    block: usize,
+    origin: usize,
+}
+
 /// One image's pixels `[p0, p1)`, chunk by chunk; in a chunk the group
 /// tiles go through `k` in blocks of `kstep` input channels ([`k_step`];
 /// `k` for none), the other tiles take all of it in the first block.
@@ -1298,9 +1480,8 @@ unsafe fn image(
     w: *const f32,
     k: usize,
     m: usize,
-    x: *const f32,
+    inp: &In,
     out: &Out,
-    hw: usize,
     (p0, p1): (usize, usize),
     (n0, n1): (usize, usize),
     ep: &Epilogue,
@@ -1345,7 +1526,7 @@ unsafe fn image(
                     panel += 1;
                     continue;
                 }
-                let mut t = Tile::panel(w, (o, width), (k, hw * 8), out.block, ep, path);
+                let mut t = Tile::panel(w, (o, width), (k, inp.block), out.block, ep, path);
                 if group > 1 {
                     t.k0 = k0;
                     t.kc = kc;
@@ -1360,7 +1541,8 @@ unsafe fn image(
                     } else {
                         out.res.add(yo)
                     };
-                    (x.add(p * 8 + k0 / 8 * hw * 8), out.y.add(yo), rp)
+                    let xo = (p - inp.origin) * 8 + k0 / 8 * inp.block;
+                    (inp.x.add(xo), out.y.add(yo), rp)
                 };
                 // Tiles of lone panels run only in the first block (`k0`
                 // 0). Each run of equal tiles is one call on AVX2 (see
@@ -2287,14 +2469,18 @@ mod tests {
             origin: 0,
         };
         let all = (0, usize::MAX);
+        let inp = In {
+            x: x.as_ptr(),
+            block: hw * 8,
+            origin: 0,
+        };
         unsafe {
             image(
                 packed.as_ptr(),
                 k,
                 m,
-                x.as_ptr(),
+                &inp,
                 &out,
-                hw,
                 (0, hw),
                 all,
                 ep,
@@ -2942,6 +3128,213 @@ mod tests {
             "window_convs_on_blocked_inputs_match_the_definition",
             &cases,
         );
+    }
+
+    /// Runs `dnnc_conv_gather_nchw8c` on `n` images of `g` (blocked
+    /// input), the pixels split at `split` and the panels at `panels`,
+    /// on `path`; checks it against the definition and returns the
+    /// result.
+    fn gather_run(
+        g: &IntoBlockedGeom,
+        n: usize,
+        (act, with_res): (u32, bool),
+        (split, panels): (&[usize], &[usize]),
+        path: Path,
+    ) -> Vec<f32> {
+        let g = &IntoBlockedGeom { n, ..*g };
+        let c = g.conv;
+        let (hw_in, taps) = (c.h * c.w, c.kh * c.kw);
+        let x: Vec<f32> = (0..n * c.c * hw_in)
+            .map(|i| ((i * 7919) % 101) as f32 * 0.02 - 1.0)
+            .collect();
+        let mut xin = vec![0f32; x.len()];
+        for (i, v) in x.iter().enumerate() {
+            let (img, ch, p) = (i / (c.c * hw_in), i / hw_in % c.c, i % hw_in);
+            xin[((img * c.c / 8 + ch / 8) * hw_in + p) * 8 + ch % 8] = *v;
+        }
+        let w: Vec<f32> = (0..g.m * c.c * taps)
+            .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
+            .collect();
+        let bias: Vec<f32> = (0..g.m).map(|i| i as f32 * 0.01 - 0.1).collect();
+        let len = n * g.m * c.oh * c.ow;
+        let res: Vec<f32> = (0..len).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
+        let packed = pack_filter(&w, g.m, c.c * taps);
+        let (lo, hi) = (-1.5, 2.0);
+        let ep = test_ep(&bias, (&res, with_res), (lo, hi), act);
+        let mut y = vec![f32::NAN; len];
+        let bounds = |inner: &[usize], end: usize| {
+            let mut b = vec![0];
+            b.extend_from_slice(inner);
+            b.push(end);
+            b
+        };
+        let (qs, ns) = (
+            bounds(split, n * c.oh * c.ow),
+            bounds(panels, panel_count(g.m)),
+        );
+        for q in qs.windows(2) {
+            for pn in ns.windows(2) {
+                let rc = unsafe {
+                    gathered(
+                        packed.as_ptr(),
+                        xin.as_ptr(),
+                        y.as_mut_ptr(),
+                        g,
+                        (q[0], q[1]),
+                        (pn[0], pn[1]),
+                        &ep,
+                        path,
+                    )
+                };
+                assert_eq!(rc, 0);
+            }
+        }
+        let want = window_reference(g, n, (&w, &x, &bias), with_res.then_some(&res[..]));
+        for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+            let b = activate(act, (*b as f32).clamp(lo, hi)) as f64;
+            assert!(
+                (*a as f64 - b).abs() <= 1e-5 + 1e-5 * b.abs(),
+                "{g:?} element {i}: {a} vs {b}"
+            );
+        }
+        // The window kernel on the same data gives the same bits.
+        let mut by_rows = vec![f32::NAN; len];
+        let rows = (0, n * c.oh);
+        let rc = unsafe {
+            into_blocked(
+                packed.as_ptr(),
+                xin.as_ptr(),
+                by_rows.as_mut_ptr(),
+                g,
+                rows,
+                &ep,
+                path,
+            )
+        };
+        assert_eq!(rc, 0);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&y),
+            bits(&by_rows),
+            "{g:?} act {act}: not the window kernel's bits"
+        );
+        y
+    }
+
+    #[test]
+    fn gathered_convs_match_the_definition() {
+        let test = "gathered_convs_match_the_definition";
+        let paths = window_paths(test);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let blocked = |g: IntoBlockedGeom| IntoBlockedGeom {
+            blocked_input: 1,
+            ..g
+        };
+        let cases: [(IntoBlockedGeom, usize, &[usize], &[usize]); 4] = [
+            // A stride-2 projection: the whole map one piece, the pixels
+            // split mid-image, the panels (24 wide, then 16) split too.
+            (
+                blocked(window_geom((32, 9, 9), 56, (1, 1), (2, 2), [0; 4])),
+                2,
+                &[7, 30],
+                &[1],
+            ),
+            // 512 channels in over 225 pixels: L1-sized pieces of 15
+            // pixels, split across images.
+            (
+                blocked(window_geom((512, 29, 29), 16, (1, 1), (2, 2), [0; 4])),
+                2,
+                &[100, 231],
+                &[],
+            ),
+            // Strides 2 and 3, padding: rows and columns in the padding
+            // (bias only).
+            (
+                blocked(window_geom((8, 5, 11), 40, (1, 1), (2, 3), [1, 2, 1, 0])),
+                3,
+                &[13],
+                &[2],
+            ),
+            // One output pixel per image.
+            (
+                blocked(window_geom((16, 3, 3), 8, (1, 1), (3, 3), [0; 4])),
+                3,
+                &[1],
+                &[],
+            ),
+        ];
+        for (g, n, split, panels) in cases {
+            assert!(gather_unfit(&IntoBlockedGeom { n, ..g }).is_none());
+            for mode in [
+                (ACT_NONE, false),
+                (ACT_NONE, true),
+                (ACT_SILU, false),
+                (ACT_SIGMOID, true),
+            ] {
+                let portable = gather_run(&g, n, mode, (split, panels), Path::Portable);
+                for &path in &paths {
+                    let fast = gather_run(&g, n, mode, (split, panels), path);
+                    assert_eq!(
+                        bits(&portable),
+                        bits(&fast),
+                        "{g:?} {mode:?}: {path:?} differs from the portable path"
+                    );
+                }
+            }
+        }
+        // The second case runs in several pieces.
+        let g = cases[1].0.conv;
+        assert!(gather_piece_pixels(g.oh * g.ow, 512, 16) < g.oh * g.ow);
+    }
+
+    #[test]
+    fn gathered_conv_refuses_what_it_does_not_compute() {
+        let good = IntoBlockedGeom {
+            blocked_input: 1,
+            ..window_geom((16, 6, 6), 16, (1, 1), (2, 2), [0; 4])
+        };
+        let (w, x) = (vec![0f32; 16 * 16], vec![0f32; 16 * 36]);
+        let mut y = vec![0f32; 16 * 9];
+        let run = |g: &IntoBlockedGeom, (q0, q1), (n0, n1), y: &mut [f32]| unsafe {
+            dnnc_conv_gather_nchw8c(
+                w.as_ptr(),
+                x.as_ptr(),
+                y.as_mut_ptr(),
+                g,
+                q0,
+                q1,
+                n0,
+                n1,
+                std::ptr::null(),
+            )
+        };
+        for bad in [
+            IntoBlockedGeom {
+                blocked_input: 0,
+                ..good
+            },
+            IntoBlockedGeom { groups: 2, ..good },
+            IntoBlockedGeom { m: 12, ..good },
+            // A window of more than one tap.
+            IntoBlockedGeom {
+                conv: Group8Geom {
+                    kh: 3,
+                    kw: 3,
+                    oh: 2,
+                    ow: 2,
+                    ..good.conv
+                },
+                ..good
+            },
+        ] {
+            assert!(gather_unfit(&bad).is_some(), "{bad:?}");
+            assert_eq!(run(&bad, (0, 1), (0, 1), &mut y), 1, "{bad:?}");
+        }
+        assert!(gather_unfit(&good).is_none());
+        // Pixels past the last (9) and panels past the last (1).
+        assert_eq!(run(&good, (0, 10), (0, 1), &mut y), 1);
+        assert_eq!(run(&good, (0, 9), (0, 2), &mut y), 1);
+        assert_eq!(run(&good, (0, 9), (0, 1), &mut y), 0);
     }
 
     #[test]

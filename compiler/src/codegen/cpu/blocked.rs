@@ -156,8 +156,12 @@ pub(crate) fn lower(
     if !c.k.expansion.is_empty() {
         return lower_rows(e, c, geom).map(|()| vec![ROW_REFUSAL.to_string()]);
     }
-    if kernel(geom) == Some(BlockedKernel::Window) {
+    let gathers = super::into_blocked::gathers(geom);
+    if kernel(geom) == Some(BlockedKernel::Window) && !gathers {
         return super::into_blocked::lower(e, c, geom);
+    }
+    if gathers && !c.k.prologue.is_empty() {
+        return Err("a gathered window conv takes no prologue".into());
     }
     let node = c.g.node(c.k.nodes[0]);
     // The fused epilogue when the kernel's ops fit it (bias, residual,
@@ -172,13 +176,25 @@ pub(crate) fn lower(
     } = conv_epilogue(e, c, geom.m, |_| true)?;
     let y = e.bufs[acc];
     let wp = e.bufs[*c.prep.first().ok_or("missing blocked filter")?];
-    if pointwise(geom) {
+    // A gathered window conv runs the pointwise conv's tiles over its
+    // columns (`c kh kw` deep), split as a pointwise conv is.
+    if pointwise(geom) || gathers {
         let x = e.bufs[c.arg(node.inputs[0])?];
         let desc = ep_desc(e, bias, res.map(|r| (r, (0, 0))), (ep.lo, ep.hi, ep.act));
         let (ow, hw) = (geom.ow as i64, geom.oh * geom.ow);
         let pixels = geom.n * hw;
+        let depth = geom.c * geom.kh * geom.kw;
         let panels = blocked::panel_count(geom.m);
+        let geo = match gathers {
+            true => Some(e.bufs[*c.prep.get(1).ok_or("missing conv geometry")?]),
+            false => None,
+        };
         let call = |e: &mut Emit<'_>, (q0, q1): (Value, Value), (n0, n1): (Value, Value)| {
+            if let Some(geo) = geo {
+                let f = e.gather8c;
+                call_checked(e, f, &[wp, x, y, geo, q0, q1, n0, n1, desc]);
+                return;
+            }
             let args = [
                 wp,
                 e.ci(geom.c as i64),
@@ -198,7 +214,7 @@ pub(crate) fn lower(
         match &spec {
             // A map whose input fits L2 splits by filter panels, a larger
             // one by groups of pixel tiles.
-            None if blocked::whole_map(pixels, geom.c, geom.m) && panels > 1 => {
+            None if blocked::whole_map(pixels, depth, geom.m) && panels > 1 => {
                 let (lo, hi) = e.task_range(panels, "filter panels")?;
                 let all = (e.ci(0), e.ci(pixels as i64));
                 call(e, all, (lo, hi));
@@ -228,7 +244,12 @@ pub(crate) fn lower(
                 err?;
             }
         }
-        return Ok(Vec::new());
+        // Error code 1: the runtime kernel refused the geometry (checked
+        // when the filter was prepared).
+        return Ok(match gathers {
+            true => vec!["the gathered window conv kernel does not compute this geometry".into()],
+            false => Vec::new(),
+        });
     }
     let zero_row = e.bufs[*c.prep.get(1).ok_or("missing padding row")?];
     let cb = geom.c / B;

@@ -42,6 +42,9 @@ pub(crate) struct Emit<'a> {
     /// The conv from a plain input into the blocked layout
     /// (`dnnc_conv_into_nchw8c`), imported.
     pub into8c: FuncRef,
+    /// A window conv on blocked data as gathered columns and the
+    /// pointwise tiles (`dnnc_conv_gather_nchw8c`), imported.
+    pub gather8c: FuncRef,
     /// One output row of one channel block of a blocked depthwise conv
     /// (`dnnc_dw_row_nchw8c`), imported.
     pub dw8c_row: FuncRef,

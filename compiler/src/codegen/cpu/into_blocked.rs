@@ -15,7 +15,9 @@ use super::emit::Emit;
 use super::KCtx;
 use dnnc_ir::op::DataLayout;
 use dnnc_passes::ConvGeom;
-use dnnc_runtime::cpu::blocked::{into_unfit, pack_filter, pack_grouped_filter, IntoBlockedGeom};
+use dnnc_runtime::cpu::blocked::{
+    gather_unfit, into_unfit, pack_filter, pack_grouped_filter, IntoBlockedGeom,
+};
 use dnnc_runtime::cpu::AlignedBuf;
 
 /// Whether conv `geom` reads a plain input and writes a blocked result.
@@ -30,6 +32,29 @@ pub(crate) fn runs(geom: &ConvGeom) -> bool {
 /// 512 stride-2 conv took 0.82 ms against the NCHW GEMM's 0.53.
 const SLICED_ROWS: usize = 32;
 
+/// Whether window conv `geom` inside a blocked region runs gathered
+/// (`dnnc_conv_gather_nchw8c`: the input pixels under each piece of
+/// output pixels copied into a dense blocked map, then the pointwise
+/// conv's tiles) instead of through the window kernel's row tiles: a
+/// strided 1x1 conv of one group (a projection). Both give the same
+/// bits. `window_blocked` at batch 8 (`GATHER=1` against not, 2-3 runs
+/// each), ResNet-50's stride-2 projections: 1024 -> 2048 on 14x14 28.9
+/// -> 18.1 ms, 512 -> 1024 on 28x28 24.6 -> 19.4, 256 -> 512 on 56x56
+/// 22.2 -> 19.8; at batch 1 256 -> 512 on 14x14 0.25-0.27 -> 0.15-0.17,
+/// 128 -> 256 on 28x28 0.154 -> 0.139, 64 -> 128 on 56x56 equal. Windows of more taps stay with the window
+/// kernel: gathered with each block eight channels of one tap, 3x3
+/// stride-2 and 7x1 convs ran 5-15% faster but summed in another order
+/// (a deep test chain then missed the interpreter's bound on one
+/// element); gathered a float at a time in the window kernel's order,
+/// the 7x1 ran 14.5 -> 18.7 ms.
+pub(crate) fn gathers(geom: &ConvGeom) -> bool {
+    geom.p.data == DataLayout::Nchw8c
+        && geom.g == 1
+        && geom.kh == 1
+        && geom.kw == 1
+        && geom.p.strides != [1, 1]
+}
+
 /// The kernel's geometry descriptor of `geom`.
 fn descriptor(geom: &ConvGeom) -> IntoBlockedGeom {
     use dnnc_runtime::cpu::blocked::window_group;
@@ -43,7 +68,8 @@ fn descriptor(geom: &ConvGeom) -> IntoBlockedGeom {
         // window conv: eight channels in and out per group.
         groups: geom.g,
     };
-    if geom.n * geom.oh < SLICED_ROWS {
+    // A gathered conv splits small maps by filter panels itself.
+    if geom.n * geom.oh < SLICED_ROWS && !gathers(geom) {
         d.slices = d.panels().div_ceil(window_group(geom.ow));
     }
     d
@@ -61,14 +87,19 @@ fn unfit(geom: &ConvGeom) -> Option<String> {
 }
 
 /// The prepared buffers: the filter packed as an `m x (c kh kw)` matrix
-/// in panels (a grouped conv's as one 8-channel panel per group), then
-/// the descriptor.
+/// in panels (a grouped conv's as one 8-channel panel per group; a
+/// [`gathers`] conv reads the same), then the descriptor.
 pub(crate) fn prepared(geom: &ConvGeom, w: &[f32]) -> Result<Vec<AlignedBuf>, String> {
     if let Some(why) = unfit(geom) {
         return Err(why);
     }
     let d = descriptor(geom);
-    if let Some(why) = into_unfit(&d) {
+    let why = if gathers(geom) {
+        gather_unfit(&d)
+    } else {
+        into_unfit(&d)
+    };
+    if let Some(why) = why {
         return Err(format!("data={}: {why}", geom.p.data.name()));
     }
     let packed = if d.groups > 1 {

@@ -662,6 +662,14 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let into8c_id = module
         .declare_function("dnnc_conv_into_nchw8c", Linkage::Import, &g8sg)
         .map_err(|e| backend(e.to_string()))?;
+    let mut gather8c_sg = module.make_signature();
+    for t in [ptr, ptr, ptr, ptr, I64, I64, I64, I64, ptr] {
+        gather8c_sg.params.push(AbiParam::new(t));
+    }
+    gather8c_sg.returns.push(AbiParam::new(I32));
+    let gather8c_id = module
+        .declare_function("dnnc_conv_gather_nchw8c", Linkage::Import, &gather8c_sg)
+        .map_err(|e| backend(e.to_string()))?;
     let mut dwsg = module.make_signature();
     for t in [ptr, ptr, ptr, ptr, ptr, ptr, I64, I64] {
         dwsg.params.push(AbiParam::new(t));
@@ -820,6 +828,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let group8 = module.declare_func_in_func(group8_id, &mut ctx.func);
             let dw8 = module.declare_func_in_func(dw8_id, &mut ctx.func);
             let into8c = module.declare_func_in_func(into8c_id, &mut ctx.func);
+            let gather8c = module.declare_func_in_func(gather8c_id, &mut ctx.func);
             let dw8c_row = module.declare_func_in_func(dw8c_row_id, &mut ctx.func);
             let dw8c = module.declare_func_in_func(dw8c_id, &mut ctx.func);
             let maxpool = module.declare_func_in_func(maxpool_id, &mut ctx.func);
@@ -854,6 +863,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 group8,
                 dw8,
                 into8c,
+                gather8c,
                 dw8c_row,
                 dw8c,
                 maxpool,
