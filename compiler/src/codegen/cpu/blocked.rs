@@ -550,6 +550,23 @@ pub(crate) fn takes_expansion(g: &Graph, k: &Kernel) -> bool {
         .is_some_and(|geom| geom.n * geom.c * geom.h * geom.w * 4 >= EXPANSION_MIN_BYTES)
 }
 
+/// Whether pointwise kernel `p` pays to be computed as a depthwise
+/// conv's expansion, a row at a time: its input channels are at most
+/// twice its rows' width, so the filter each expanded row re-reads
+/// (`c_in x c_exp` floats, from L2) is no larger than the row's write and
+/// read back that the fusion saves (`2 x w x c_exp`). Without this bound
+/// every block of at least [`EXPANSION_MIN_BYTES`] fused, which at batch
+/// 8 took in the blocks of 14x14 and 7x7 maps (64-160 channels in); per
+/// block against the unfused build (`--unfused-blocks`, medians of 5-6
+/// alternating profiles, one thread): MobileNet-V2's 14x14 blocks
+/// 0.98-1.17, its 7x7 ones 1.06-1.21, where its 28x28 (32 in) ran
+/// 0.89-0.91 and its 56x56 and 112x112 0.69-0.83; EfficientNet-B0's
+/// SiLU blocks on 14x14 and 7x7 maps 1.01-1.27, those on 28x28 to 112x112
+/// (16-40 in) 0.86-1.01 but its 28x28 40 -> 240 stride-1 block 1.095.
+pub(crate) fn expansion_pays(g: &Graph, p: &Kernel) -> bool {
+    ConvGeom::of_node(g, p.nodes[0]).is_ok_and(|pg| pg.c <= 2 * pg.w)
+}
+
 /// The least expanded tensor (bytes) a depthwise conv computes inside
 /// its kernel. Smaller ones stay in cache between the two kernels, and
 /// the fused kernel's row-by-row expansion re-reads the filter once per
@@ -566,24 +583,24 @@ struct Expansion {
     k: usize,
     /// Its input, `[N, k/8, H, W, 8]`.
     x: Value,
-    /// Its epilogue descriptor (bias and clamp).
+    /// Its epilogue descriptor (bias, clamp, activation).
     ep: Value,
 }
 
 /// The expansion of kernel `c` (a blocked depthwise conv `geom` reading
 /// it), checked: a blocked pointwise conv of `geom.c` output channels
-/// over a map of `geom`'s input size, with at most a bias and a clamp.
+/// over a map of `geom`'s input size, with at most a bias and a clamp, Sigmoid or SiLU.
 fn expansion(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<Expansion, String> {
     let (pw, pgeom, bias) = fused_pointwise(e, c, &c.k.expansion, "expansion")?;
-    let (lo, hi) = super::group::expansion_clamp(c.g, &c.k.expansion)
-        .ok_or("expansion: a blocked pointwise conv and at most a clamp")?;
+    let (lo, hi, act) = super::group::expansion_ep(c.g, &c.k.expansion)
+        .ok_or("expansion: a blocked pointwise conv and at most a clamp, Sigmoid or SiLU")?;
     if (pgeom.m, pgeom.oh, pgeom.ow, pgeom.n) != (geom.c, geom.h, geom.w, geom.n) {
         return Err("expansion: its result is not the depthwise conv's input".into());
     }
     let node = c.g.node(pw);
     let w = e.bufs[*c.prep.get(2).ok_or("missing expansion filter")?];
     let x = e.bufs[c.arg(node.inputs[0])?];
-    let ep = ep_desc(e, bias, None, (lo, hi, pgemm::ACT_NONE));
+    let ep = ep_desc(e, bias, None, (lo, hi, act));
     Ok(Expansion {
         w,
         k: pgeom.c,

@@ -585,15 +585,36 @@ pub(crate) fn clamp_after(g: &Graph, n: NodeId, rest: &[NodeId]) -> Option<(f32,
     }
 }
 
-/// The clamp bounds of an expansion ([`absorb_expansions`]): a
-/// channel-blocked pointwise conv, then at most one Relu or Clip
-/// (constant bounds) of its result. `None` when `nodes` is not that.
-pub(crate) fn expansion_clamp(g: &Graph, nodes: &[NodeId]) -> Option<(f32, f32)> {
+/// The epilogue of an expansion ([`absorb_expansions`]) past its bias:
+/// a channel-blocked pointwise conv, then at most one Relu or Clip
+/// (constant bounds) of its result, or a Sigmoid of it, or a Sigmoid and
+/// the Mul of the conv's result by it (SiLU, EfficientNet's expansions).
+/// `(lo, hi, act)` (a `dnnc_runtime::cpu::pgemm::ACT_*`); `None` when
+/// `nodes` is not that.
+pub(crate) fn expansion_ep(g: &Graph, nodes: &[NodeId]) -> Option<(f32, f32, u32)> {
+    use dnnc_ir::op::{Binary, Unary};
+    use dnnc_runtime::cpu::pgemm::{ACT_NONE, ACT_SIGMOID, ACT_SILU};
     let (&conv, rest) = nodes.split_first()?;
     if !blocked_pointwise(g, conv) {
         return None;
     }
-    clamp_after(g, conv, rest)
+    let out = *g.node(conv).outputs.first()?;
+    let sigmoid_of = |n: NodeId| {
+        let node = g.node(n);
+        matches!(node.op, Op::Unary(Unary::Sigmoid)) && node.inputs == [out]
+    };
+    let all = (f32::NEG_INFINITY, f32::INFINITY);
+    match rest {
+        [s] if sigmoid_of(*s) => Some((all.0, all.1, ACT_SIGMOID)),
+        [s, m] if sigmoid_of(*s) => {
+            let gate = *g.node(*s).outputs.first()?;
+            let node = g.node(*m);
+            let silu = matches!(node.op, Op::Binary(Binary::Mul))
+                && (node.inputs == [out, gate] || node.inputs == [gate, out]);
+            silu.then_some((all.0, all.1, ACT_SILU))
+        }
+        _ => clamp_after(g, conv, rest).map(|(lo, hi)| (lo, hi, ACT_NONE)),
+    }
 }
 
 /// A projection's epilogue ([`absorb_projections`]): a channel-blocked
@@ -628,19 +649,21 @@ pub(crate) fn projection_ep(g: &Graph, nodes: &[NodeId]) -> Option<(Option<Value
 }
 
 /// Moves each channel-blocked pointwise conv kernel (an
-/// [`expansion_clamp`]) whose result only a blocked depthwise conv reads
+/// [`expansion_ep`]) whose result only a blocked depthwise conv reads
 /// into that conv's kernel as its expansion, where `takes(k)` says the
 /// depthwise conv's lowering computes one. The kernel then computes the
 /// expanded rows its output rows need into a ring of rows that stays in
 /// cache: MobileNet-V2's expansions to 96-192 channels on 112x112 and
 /// 56x56 maps wrote 2.4-4.8 MB each, which the depthwise conv read back.
+/// `worth(p)` says whether pointwise kernel `p` pays to be computed so.
 pub(crate) fn absorb_expansions(
     g: &Graph,
     kernels: Vec<Kernel>,
     takes: impl Fn(&Kernel) -> bool,
+    worth: impl Fn(&Kernel) -> bool,
 ) -> Vec<Kernel> {
     absorb(g, kernels, takes, Slot::Expansion, |p| {
-        p.kind == KernelKind::Contraction && expansion_clamp(g, &p.nodes).is_some()
+        p.kind == KernelKind::Contraction && expansion_ep(g, &p.nodes).is_some() && worth(p)
     })
 }
 

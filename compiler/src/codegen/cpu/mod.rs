@@ -334,7 +334,12 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let kernels = if opts.unfused_blocks {
         kernels
     } else {
-        let kernels = group::absorb_expansions(g, kernels, |k| blocked::takes_expansion(g, k));
+        let kernels = group::absorb_expansions(
+            g,
+            kernels,
+            |k| blocked::takes_expansion(g, k),
+            |p| blocked::expansion_pays(g, p),
+        );
         let kernels = group::absorb_projections(g, kernels, |k| blocked::takes_projection(g, k));
         group::absorb_pools(g, kernels, |k, pool| {
             contraction::takes_pool(g, k, pool, opts)
