@@ -844,7 +844,7 @@ mod tests {
     /// What the fused kernels hold: `(expansion, own nodes, projection)`
     /// lengths per kernel, with every block fusable.
     fn fused(g: &Graph) -> Vec<(usize, usize, usize)> {
-        let ks = absorb_expansions(g, kernels(g), |_| true);
+        let ks = absorb_expansions(g, kernels(g), |_| true, |_| true);
         let ks = absorb_projections(g, ks, |k| !k.expansion.is_empty());
         ks.iter()
             .map(|k| (k.expansion.len(), k.nodes.len(), k.projection.len()))
