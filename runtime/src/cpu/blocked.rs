@@ -2868,44 +2868,17 @@ mod tests {
         path: Path,
     ) -> Vec<f32> {
         let g = &IntoBlockedGeom { n, ..*g };
-        let c = g.conv;
-        let x: Vec<f32> = (0..n * c.c * c.h * c.w)
-            .map(|i| ((i * 7919) % 101) as f32 * 0.02 - 1.0)
-            .collect();
-        // `[N, C/8, H, W, 8]` for a blocked input.
-        let xin = if g.blocked_input == 1 {
-            let hw = c.h * c.w;
-            let mut b = vec![0f32; x.len()];
-            for (i, v) in x.iter().enumerate() {
-                let (img, ch, p) = (i / (c.c * hw), i / hw % c.c, i % hw);
-                b[((img * c.c / 8 + ch / 8) * hw + p) * 8 + ch % 8] = *v;
-            }
-            b
-        } else {
-            x.clone()
-        };
-        let w: Vec<f32> = (0..g.m * c.c / g.groups * c.kh * c.kw)
-            .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
-            .collect();
-        let bias: Vec<f32> = (0..g.m).map(|i| i as f32 * 0.01 - 0.1).collect();
-        let len = n * g.m * c.oh * c.ow;
-        let res: Vec<f32> = (0..len).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
-        let packed = if g.groups > 1 {
-            pack_grouped_filter(&w, g.m, g.taps())
-        } else {
-            pack_filter(&w, g.m, c.c * c.kh * c.kw)
-        };
-        let (lo, hi) = (-1.5, 2.0);
-        let ep = test_ep(&bias, (&res, with_res), (lo, hi), act);
-        let mut y = vec![f32::NAN; len];
+        let d = WindowCase::new(g);
+        let ep = d.ep(with_res, act);
+        let mut y = vec![f32::NAN; d.res.len()];
         let mut bounds = vec![0];
         bounds.extend_from_slice(split);
-        bounds.push(g.slices * n * c.oh);
+        bounds.push(g.slices * n * g.conv.oh);
         for s in bounds.windows(2) {
             let rc = unsafe {
                 into_blocked(
-                    packed.as_ptr(),
-                    xin.as_ptr(),
+                    d.packed.as_ptr(),
+                    d.xin.as_ptr(),
                     y.as_mut_ptr(),
                     g,
                     (s[0], s[1]),
@@ -2915,15 +2888,81 @@ mod tests {
             };
             assert_eq!(rc, 0);
         }
-        let want = window_reference(g, n, (&w, &x, &bias), with_res.then_some(&res[..]));
-        for (i, (a, b)) in y.iter().zip(&want).enumerate() {
-            let b = activate(act, (*b as f32).clamp(lo, hi)) as f64;
-            assert!(
-                (*a as f64 - b).abs() <= 1e-5 + 1e-5 * b.abs(),
-                "{g:?} element {i}: {a} vs {b}"
-            );
-        }
+        d.check(g, &y, with_res, act);
         y
+    }
+
+    /// A window conv's test data: the input (NCHW, and as the kernel
+    /// reads it: reordered into blocks where `blocked_input` says so),
+    /// the filter (and packed), the bias, a residual, the clamp.
+    struct WindowCase {
+        x: Vec<f32>,
+        xin: Vec<f32>,
+        w: Vec<f32>,
+        packed: Vec<f32>,
+        bias: Vec<f32>,
+        res: Vec<f32>,
+        clamp: (f32, f32),
+    }
+
+    impl WindowCase {
+        fn new(g: &IntoBlockedGeom) -> WindowCase {
+            let (c, n) = (g.conv, g.n);
+            let x: Vec<f32> = (0..n * c.c * c.h * c.w)
+                .map(|i| ((i * 7919) % 101) as f32 * 0.02 - 1.0)
+                .collect();
+            // `[N, C/8, H, W, 8]` for a blocked input.
+            let xin = if g.blocked_input == 1 {
+                let hw = c.h * c.w;
+                let mut b = vec![0f32; x.len()];
+                for (i, v) in x.iter().enumerate() {
+                    let (img, ch, p) = (i / (c.c * hw), i / hw % c.c, i % hw);
+                    b[((img * c.c / 8 + ch / 8) * hw + p) * 8 + ch % 8] = *v;
+                }
+                b
+            } else {
+                x.clone()
+            };
+            let w: Vec<f32> = (0..g.m * c.c / g.groups * c.kh * c.kw)
+                .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
+                .collect();
+            let packed = if g.groups > 1 {
+                pack_grouped_filter(&w, g.m, g.taps())
+            } else {
+                pack_filter(&w, g.m, c.c * c.kh * c.kw)
+            };
+            let len = n * g.m * c.oh * c.ow;
+            WindowCase {
+                x,
+                xin,
+                w,
+                packed,
+                bias: (0..g.m).map(|i| i as f32 * 0.01 - 0.1).collect(),
+                res: (0..len).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect(),
+                clamp: (-1.5, 2.0),
+            }
+        }
+
+        /// The epilogue: bias, the residual where `with_res`, the
+        /// clamp, `act`.
+        fn ep(&self, with_res: bool, act: u32) -> Epilogue {
+            test_ep(&self.bias, (&self.res, with_res), self.clamp, act)
+        }
+
+        /// Checks result `y` of [`WindowCase::ep`]'s epilogue against
+        /// the definition.
+        fn check(&self, g: &IntoBlockedGeom, y: &[f32], with_res: bool, act: u32) {
+            let res = with_res.then_some(&self.res[..]);
+            let want = window_reference(g, g.n, (&self.w, &self.x, &self.bias), res);
+            let (lo, hi) = self.clamp;
+            for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+                let b = activate(act, (*b as f32).clamp(lo, hi)) as f64;
+                assert!(
+                    (*a as f64 - b).abs() <= 1e-5 + 1e-5 * b.abs(),
+                    "{g:?} element {i}: {a} vs {b}"
+                );
+            }
+        }
     }
 
     /// The AVX paths this machine runs, each checked bitwise against the
@@ -3152,25 +3191,9 @@ mod tests {
     ) -> Vec<f32> {
         let g = &IntoBlockedGeom { n, ..*g };
         let c = g.conv;
-        let (hw_in, taps) = (c.h * c.w, c.kh * c.kw);
-        let x: Vec<f32> = (0..n * c.c * hw_in)
-            .map(|i| ((i * 7919) % 101) as f32 * 0.02 - 1.0)
-            .collect();
-        let mut xin = vec![0f32; x.len()];
-        for (i, v) in x.iter().enumerate() {
-            let (img, ch, p) = (i / (c.c * hw_in), i / hw_in % c.c, i % hw_in);
-            xin[((img * c.c / 8 + ch / 8) * hw_in + p) * 8 + ch % 8] = *v;
-        }
-        let w: Vec<f32> = (0..g.m * c.c * taps)
-            .map(|i| ((i * 31) % 97) as f32 * 0.01 - 0.48)
-            .collect();
-        let bias: Vec<f32> = (0..g.m).map(|i| i as f32 * 0.01 - 0.1).collect();
-        let len = n * g.m * c.oh * c.ow;
-        let res: Vec<f32> = (0..len).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
-        let packed = pack_filter(&w, g.m, c.c * taps);
-        let (lo, hi) = (-1.5, 2.0);
-        let ep = test_ep(&bias, (&res, with_res), (lo, hi), act);
-        let mut y = vec![f32::NAN; len];
+        let d = WindowCase::new(g);
+        let ep = d.ep(with_res, act);
+        let mut y = vec![f32::NAN; d.res.len()];
         let bounds = |inner: &[usize], end: usize| {
             let mut b = vec![0];
             b.extend_from_slice(inner);
@@ -3183,10 +3206,11 @@ mod tests {
         );
         for q in qs.windows(2) {
             for pn in ns.windows(2) {
+                let (w, x) = (d.packed.as_ptr(), d.xin.as_ptr());
                 let rc = unsafe {
                     gathered(
-                        packed.as_ptr(),
-                        xin.as_ptr(),
+                        w,
+                        x,
                         y.as_mut_ptr(),
                         g,
                         (q[0], q[1]),
@@ -3198,28 +3222,11 @@ mod tests {
                 assert_eq!(rc, 0);
             }
         }
-        let want = window_reference(g, n, (&w, &x, &bias), with_res.then_some(&res[..]));
-        for (i, (a, b)) in y.iter().zip(&want).enumerate() {
-            let b = activate(act, (*b as f32).clamp(lo, hi)) as f64;
-            assert!(
-                (*a as f64 - b).abs() <= 1e-5 + 1e-5 * b.abs(),
-                "{g:?} element {i}: {a} vs {b}"
-            );
-        }
+        d.check(g, &y, with_res, act);
         // The window kernel on the same data gives the same bits.
-        let mut by_rows = vec![f32::NAN; len];
-        let rows = (0, n * c.oh);
-        let rc = unsafe {
-            into_blocked(
-                packed.as_ptr(),
-                xin.as_ptr(),
-                by_rows.as_mut_ptr(),
-                g,
-                rows,
-                &ep,
-                path,
-            )
-        };
+        let mut by_rows = vec![f32::NAN; y.len()];
+        let (w, x) = (d.packed.as_ptr(), d.xin.as_ptr());
+        let rc = unsafe { into_blocked(w, x, by_rows.as_mut_ptr(), g, (0, n * c.oh), &ep, path) };
         assert_eq!(rc, 0);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         assert_eq!(
