@@ -161,7 +161,7 @@ pub(crate) fn lower(
         return super::into_blocked::lower(e, c, geom);
     }
     if gathers && !c.k.prologue.is_empty() {
-        return Err("a gathered window conv takes no prologue".into());
+        return Err("a gathered strided 1x1 conv takes no prologue".into());
     }
     let node = c.g.node(c.k.nodes[0]);
     // The fused epilogue when the kernel's ops fit it (bias, residual,
@@ -176,8 +176,8 @@ pub(crate) fn lower(
     } = conv_epilogue(e, c, geom.m, |_| true)?;
     let y = e.bufs[acc];
     let wp = e.bufs[*c.prep.first().ok_or("missing blocked filter")?];
-    // A gathered window conv runs the pointwise conv's tiles over its
-    // columns (`c kh kw` deep), split as a pointwise conv is.
+    // A gathered strided 1x1 conv runs the pointwise conv's tiles over
+    // the input pixels it copies, split as a pointwise conv is.
     if pointwise(geom) || gathers {
         let x = e.bufs[c.arg(node.inputs[0])?];
         let desc = ep_desc(e, bias, res.map(|r| (r, (0, 0))), (ep.lo, ep.hi, ep.act));
@@ -247,7 +247,7 @@ pub(crate) fn lower(
         // Error code 1: the runtime kernel refused the geometry (checked
         // when the filter was prepared).
         return Ok(match gathers {
-            true => vec!["the gathered window conv kernel does not compute this geometry".into()],
+            true => vec!["the gathered 1x1 conv kernel does not compute this geometry".into()],
             false => Vec::new(),
         });
     }
@@ -589,7 +589,8 @@ struct Expansion {
 
 /// The expansion of kernel `c` (a blocked depthwise conv `geom` reading
 /// it), checked: a blocked pointwise conv of `geom.c` output channels
-/// over a map of `geom`'s input size, with at most a bias and a clamp, Sigmoid or SiLU.
+/// over a map of `geom`'s input size, with at most a bias and a clamp,
+/// Sigmoid or SiLU.
 fn expansion(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<Expansion, String> {
     let (pw, pgeom, bias) = fused_pointwise(e, c, &c.k.expansion, "expansion")?;
     let (lo, hi, act) = super::group::expansion_ep(c.g, &c.k.expansion)

@@ -41,12 +41,12 @@ const SLICED_ROWS: usize = 32;
 /// each), ResNet-50's stride-2 projections: 1024 -> 2048 on 14x14 28.9
 /// -> 18.1 ms, 512 -> 1024 on 28x28 24.6 -> 19.4, 256 -> 512 on 56x56
 /// 22.2 -> 19.8; at batch 1 256 -> 512 on 14x14 0.25-0.27 -> 0.15-0.17,
-/// 128 -> 256 on 28x28 0.154 -> 0.139, 64 -> 128 on 56x56 equal. Windows of more taps stay with the window
-/// kernel: gathered with each block eight channels of one tap, 3x3
-/// stride-2 and 7x1 convs ran 5-15% faster but summed in another order
-/// (a deep test chain then missed the interpreter's bound on one
-/// element); gathered a float at a time in the window kernel's order,
-/// the 7x1 ran 14.5 -> 18.7 ms.
+/// 128 -> 256 on 28x28 0.154 -> 0.139, 64 -> 128 on 56x56 equal.
+/// Windows of more taps stay with the window kernel: gathered with each
+/// block eight channels of one tap, 3x3 stride-2 and 7x1 convs ran
+/// 5-15% faster but summed in another order (a deep test chain then
+/// missed the interpreter's bound on one element); gathered a float at
+/// a time in the window kernel's order, the 7x1 ran 14.5 -> 18.7 ms.
 pub(crate) fn gathers(geom: &ConvGeom) -> bool {
     geom.p.data == DataLayout::Nchw8c
         && geom.g == 1
