@@ -732,9 +732,10 @@ pub unsafe extern "C" fn dnnc_conv_into_nchw8c(
 }
 
 /// Pixels of one image that a gathered conv ([`dnnc_conv_gather_nchw8c`])
-/// copies into its scratch at a time: the chunk [`image`] would run a
-/// pointwise conv of depth `k` over `hw` pixels in (all of them when the
-/// map is whole, else whole tiles filling an L1-sized chunk), so every
+/// copies into its scratch at a time: the chunk the pointwise tiles
+/// would run a pointwise conv of depth `k` over `hw` pixels in (all of
+/// them when the map is whole, else whole tiles filling an L1-sized
+/// chunk), so every
 /// filter panel passes over the gathered pixels as it would over a
 /// pointwise conv's input.
 pub fn gather_piece_pixels(hw: usize, k: usize, m: usize) -> usize {
@@ -775,7 +776,7 @@ thread_local! {
 /// blocked input, one group) for the filter panels `[n0, n1)`: the input
 /// pixels under a piece of output pixels ([`gather_piece_pixels`]) are
 /// copied to thread scratch as a dense blocked `[c/8][pixels][8]` map
-/// ([`gather_columns`]) and the pointwise conv's tiles
+/// (`gather_columns`) and the pointwise conv's tiles
 /// ([`dnnc_conv1x1_nchw8c`]) run over it, `w` packed by [`pack_filter`].
 /// Each output sums its products in the order of
 /// [`dnnc_conv_into_nchw8c`] (bias, then the input channels in order by
