@@ -522,35 +522,34 @@ pub unsafe extern "C" fn dnnc_conv1x1_nchw8c(
     ep: *const Epilogue,
 ) -> i32 {
     let ep = if ep.is_null() { Epilogue::NONE } else { *ep };
-    let mut q = q0;
-    while q < q1 {
-        let img = q / hw;
-        let p0 = q % hw;
-        let p1 = (q1 - img * hw).min(hw);
-        let xi = x.add(img * k * hw);
-        let yi = y.add(img * m * hw);
-        let ri = if ep.res.is_null() {
-            std::ptr::null()
-        } else {
-            ep.res.add(img * m * hw)
-        };
-        let out = Out {
-            y: yi,
-            res: ri,
-            block: hw * 8,
-            origin: 0,
-        };
-        let path = Path::best();
+    let path = Path::best();
+    for (img, p0, p1) in image_runs((q0, q1), hw) {
+        let out = Out::of_image(y, ep.res, img, (m, hw));
         let kstep = k_step(path, k, p1 - p0, &out);
         let inp = In {
-            x: xi,
+            x: x.add(img * k * hw),
             block: hw * 8,
             origin: 0,
         };
         image(w, k, m, &inp, &out, (p0, p1), (n0, n1), &ep, path, kstep);
-        q = img * hw + p1;
     }
     0
+}
+
+/// The runs of pixels `[q0, q1)` of a batch of `hw`-pixel images
+/// flattened in order (pixel `q` is pixel `q % hw` of image `q / hw`),
+/// one per image they reach: `(image, p0, p1)`, pixels `[p0, p1)` of it.
+fn image_runs((q0, q1): (usize, usize), hw: usize) -> impl Iterator<Item = (usize, usize, usize)> {
+    let mut q = q0;
+    std::iter::from_fn(move || {
+        if q >= q1 || hw == 0 {
+            return None;
+        }
+        let img = q / hw;
+        let (p0, p1) = (q % hw, (q1 - img * hw).min(hw));
+        q = img * hw + p1;
+        Some((img, p0, p1))
+    })
 }
 
 /// `y = epilogue(w * x)` for the pixels `[p0, p1)` of one image `x:
@@ -834,21 +833,9 @@ unsafe fn gathered(
     if cols.len() < piece * k {
         cols.resize(piece * k, 0.0);
     }
-    let mut q = q0;
-    while q < q1 {
-        let img = q / hw;
-        let (p0, p1) = (q % hw, (q1 - img * hw).min(hw));
+    for (img, p0, p1) in image_runs((q0, q1), hw) {
         let xi = x.add(img * g.c * g.h * g.w);
-        let out = Out {
-            y: y.add(img * m * hw),
-            res: if ep.res.is_null() {
-                ep.res
-            } else {
-                ep.res.add(img * m * hw)
-            },
-            block: hw * 8,
-            origin: 0,
-        };
+        let out = Out::of_image(y, ep.res, img, (m, hw));
         let mut c0 = p0;
         while c0 < p1 {
             let c1 = (c0 + piece).min(p1);
@@ -862,7 +849,6 @@ unsafe fn gathered(
             image(w, k, m, &inp, &out, (c0, c1), (n0, n1), &ep, path, kstep);
             c0 = c1;
         }
-        q = img * hw + p1;
     }
     GATHER_COLUMNS.with(|c| *c.borrow_mut() = cols);
     0
@@ -1463,6 +1449,24 @@ struct Out {
     res: *const f32,
     block: usize,
     origin: usize,
+}
+
+impl Out {
+    /// Image `img` of a batch in `[N, m/8, hw, 8]`, its residual (null
+    /// for none) at the same offsets.
+    ///
+    /// # Safety
+    /// `y` (and `res`, unless null) must address at least `img + 1`
+    /// images.
+    unsafe fn of_image(y: *mut f32, res: *const f32, img: usize, (m, hw): (usize, usize)) -> Out {
+        let at = img * m * hw;
+        Out {
+            y: y.add(at),
+            res: if res.is_null() { res } else { res.add(at) },
+            block: hw * 8,
+            origin: 0,
+        }
+    }
 }
 
 /// Where [`image`] reads: pixel `p` of input block `b` at `x + b * block
