@@ -7,10 +7,12 @@
 //! the columns of each piece of pixels copied into blocks, then the
 //! pointwise conv's tiles), on the same data, to compare the two.
 //! `GROUPED=1`: a grouped conv of eight channels in and out per group
-//! (RegNet's; `CIN` = `COUT`).
+//! (RegNet's; `CIN` = `COUT`). `PLAIN=1`: the input in NCHW, as a stem
+//! feeding a blocked chain reads it (MobileNet-V2's: `3 224 224 32 3 3 2
+//! 1 1`).
 //!
 //! `cargo run --release -p dnnc-runtime --example window_blocked -- CIN H W COUT KH KW STRIDE PAD_H PAD_W`
-//! (channel counts multiples of 8).
+//! (channel counts multiples of 8, but a plain input's).
 
 use dnnc_runtime::cpu::blocked::{
     dnnc_conv_gather_nchw8c, dnnc_conv_into_nchw8c, pack_filter, pack_grouped_filter, panel_count,
@@ -53,7 +55,7 @@ fn main() {
             pl: pw,
         },
         m,
-        blocked_input: 1,
+        blocked_input: usize::from(env("PLAIN", 0) != 1),
         slices: env("SLICES", 1),
         n,
         groups: if env("GROUPED", 0) == 1 { c / 8 } else { 1 },
