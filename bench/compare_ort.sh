@@ -10,7 +10,11 @@
 # or more in its ratio, and more rounds shrink that.
 # OPTIMIZE=1 also times `dnnc bench --optimize` (the pass pipeline, e-graph
 # included, before compiling) in each round, between the two, and adds
-# its median, its per-round ratio to the default build and to onnxruntime.
+# its median, its per-round ratio to the default build and to onnxruntime,
+# and `opt/dnnc_pair`: `dnnc bench --optimize --against-unoptimized` (the
+# two builds in one process, a run of each per iteration in alternating
+# order; the median per-pair ratio, median over the rounds), which a
+# burst on the host cannot tilt as it can the separate runs' ratio.
 # BLOCKS=1 also times the batch-8 blocks of tests/fixtures/blocks (the
 # block types of DenseNet, EfficientNet, Inception-v3, RegNet and
 # ResNet-50, onnxruntime-checked) after the zoo.
@@ -39,7 +43,7 @@ git diff --quiet HEAD 2>/dev/null || head="$head+uncommitted"
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC') dnnc $head, $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# dnnc bench --warmup 3 --iters $ITERS vs ort_reference.py --warmup 3 --runs $ITERS; medians in ms (median of $ROUNDS rounds)"
 if [ "$OPTIMIZE" = 1 ]; then
-  printf '%-20s %7s %10s %10s %10s %12s %10s %9s %9s\n' model threads dnnc_ms ort_ms dnnc/ort dnnc_GFLOP/s opt_ms opt/dnnc opt/ort
+  printf '%-20s %7s %10s %10s %10s %12s %10s %9s %9s %14s\n' model threads dnnc_ms ort_ms dnnc/ort dnnc_GFLOP/s opt_ms opt/dnnc opt/ort opt/dnnc_pair
 else
   printf '%-20s %7s %10s %10s %10s %12s\n' model threads dnnc_ms ort_ms dnnc/ort dnnc_GFLOP/s
 fi
@@ -54,7 +58,7 @@ fi
 for dir in "${DIRS[@]}"; do
   name=$(basename "$dir")
   for t in 1 2; do
-    ds=(); os=(); rs=(); gs=(); ps=(); pd=(); po=()
+    ds=(); os=(); rs=(); gs=(); ps=(); pd=(); po=(); pq=()
     for _ in $(seq "$ROUNDS"); do
       d=$("$DNNC" bench "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --warmup 3 --iters "$ITERS" 2>/dev/null) || continue
       dms=$(sed -n 's/.*median \([0-9.]*\) ms.*/\1/p' <<<"$d")
@@ -62,6 +66,8 @@ for dir in "${DIRS[@]}"; do
       if [ "$OPTIMIZE" = 1 ]; then
         p=$("$DNNC" bench "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --warmup 3 --iters "$ITERS" --optimize 2>/dev/null) || continue
         pms=$(sed -n 's/.*median \([0-9.]*\) ms.*/\1/p' <<<"$p")
+        q=$("$DNNC" bench "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --warmup 3 --iters "$ITERS" --optimize --against-unoptimized 2>/dev/null) || continue
+        pq+=("$(sed -n 's/.*median \([0-9.]*\) over the pairs.*/\1/p' <<<"$q")")
       fi
       o=$("$PY" "$ORT" "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --runs "$ITERS" 2>/dev/null)
       oms=$(sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' <<<"$o")
@@ -84,7 +90,8 @@ for dir in "${DIRS[@]}"; do
       pms=$(printf '%s\n' "${ps[@]}" | median)
       rpd=$(printf '%s\n' "${pd[@]}" | median | awk '{ printf "%.3f", $1 }')
       rpo=$(printf '%s\n' "${po[@]}" | median | awk '{ printf "%.2f", $1 }')
-      printf '%-20s %7s %10s %10s %10s %12s %10s %9s %9s\n' "$name" "$t" "$dms" "$oms" "$ratio" "$gf" "$pms" "$rpd" "$rpo"
+      rpq=$(printf '%s\n' "${pq[@]}" | median | awk '{ printf "%.3f", $1 }')
+      printf '%-20s %7s %10s %10s %10s %12s %10s %9s %9s %14s\n' "$name" "$t" "$dms" "$oms" "$ratio" "$gf" "$pms" "$rpd" "$rpo" "$rpq"
     else
       printf '%-20s %7s %10s %10s %10s %12s\n' "$name" "$t" "$dms" "$oms" "$ratio" "$gf"
     fi

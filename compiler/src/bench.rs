@@ -40,6 +40,10 @@ pub struct BenchConfig {
     /// Idle workers poll for split work (cpu backend, threads > 1; see
     /// `Executable::set_spinning`).
     pub spinning: bool,
+    /// A second build to time against the first, one run of each per
+    /// iteration ([`bench_paired`]): the model as loaded, with its options,
+    /// when the first is the optimised one.
+    pub against: Option<(Graph, crate::codegen::cpu::CpuOptions)>,
 }
 
 /// `dnnc bench --backend gpu`: compile time, then latency of whole runs
@@ -200,6 +204,13 @@ pub fn bench(
         }
         Ok(())
     };
+    if let (Some(e), Some(against)) = (&exe, &cfg.against) {
+        let mut b = crate::cli::compile_for_cpu(&against.0, &against.1, cfg.threads)?;
+        b.set_concurrency(cfg.concurrency);
+        b.set_spinning(cfg.spinning).map_err(DnncError::Usage)?;
+        let loaded_macs = wd::analyze(&against.0).contraction_work();
+        return bench_paired(g, feeds, cfg, (e, &b), (macs, loaded_macs));
+    }
     for _ in 0..cfg.warmup {
         run_once()?;
     }
@@ -308,6 +319,84 @@ pub fn bench(
             e.num_steps()
         );
     }
+    Ok(text)
+}
+
+/// One pair of runs timed: `first` then `second`, seconds each.
+fn time_pair(
+    (first, second): (&Executable, &Executable),
+    feeds: &[(String, Tensor)],
+) -> Result<(f64, f64), DnncError> {
+    let t = Instant::now();
+    first.run(feeds)?;
+    let a = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    second.run(feeds)?;
+    Ok((a, t.elapsed().as_secs_f64()))
+}
+
+/// `dnnc bench --optimize --against-unoptimized`: the optimised build
+/// `a` and the model as loaded `b` timed in one process, a run of each
+/// per iteration in alternating order (a b, b a, ...), so a machine whose
+/// speed drifts (a shared host: bursts of seconds at 0.6x) slows both
+/// alike; reports each one's latency and the median of the per-iteration
+/// ratios `a / b`. Separate `dnnc bench` runs of the two builds read
+/// ratios of 0.94-1.14 on LeNet-5 and ShuffleNet-V2 in one hour.
+fn bench_paired(
+    g: &Graph,
+    feeds: &[(String, Tensor)],
+    cfg: &BenchConfig,
+    (a, b): (&Executable, &Executable),
+    (macs_a, macs_b): (u64, u64),
+) -> Result<String, DnncError> {
+    for _ in 0..cfg.warmup {
+        time_pair((a, b), feeds)?;
+    }
+    let (mut ta, mut tb, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..cfg.iters {
+        let (x, y) = if i % 2 == 0 {
+            time_pair((a, b), feeds)?
+        } else {
+            let (y, x) = time_pair((b, a), feeds)?;
+            (x, y)
+        };
+        ta.push(x);
+        tb.push(y);
+        ratios.push(x / y.max(1e-12));
+    }
+    let (la, lb, r) = (Latency::of(&ta), Latency::of(&tb), Latency::of(&ratios));
+    let ms = |s: f64| s * 1e3;
+    let gflops = |l: &Latency, macs: u64| 2.0 * macs as f64 / l.median.max(1e-12) / 1e9;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "bench `{}` on cpu, {} thread{}: optimised against as loaded, {} warm-up + {} timed pair{} (one run of each, alternating which goes first)",
+        g.name,
+        cfg.threads,
+        if cfg.threads == 1 { "" } else { "s" },
+        cfg.warmup,
+        cfg.iters,
+        if cfg.iters == 1 { "" } else { "s" }
+    );
+    for (name, l, e, macs) in [("optimised", &la, a, macs_a), ("as loaded", &lb, b, macs_b)] {
+        let _ = writeln!(
+            text,
+            "  {name:<10} median {:.3} ms  min {:.3} ms  max {:.3} ms  {:.1} GFLOP/s  {} kernels",
+            ms(l.median),
+            ms(l.min),
+            ms(l.max),
+            gflops(l, macs),
+            e.num_steps()
+        );
+    }
+    let _ = writeln!(
+        text,
+        "  ratio      optimised / as loaded: median {:.3} over the pairs (min {:.3}, max {:.3}); medians' ratio {:.3}",
+        r.median,
+        r.min,
+        r.max,
+        la.median / lb.median.max(1e-12)
+    );
     Ok(text)
 }
 

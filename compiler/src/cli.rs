@@ -210,6 +210,12 @@ pub enum Command {
         /// machine, kinder to an oversubscribed one).
         #[arg(long)]
         no_spin: bool,
+        /// With --optimize: also compile the model as loaded and time
+        /// the two builds in this process, a run of each per iteration in
+        /// alternating order, reporting both latencies and the median
+        /// per-iteration ratio (a host whose speed drifts slows both alike).
+        #[arg(long)]
+        against_unoptimized: bool,
         /// Convolution algorithm choices.
         #[command(flatten)]
         conv: ConvArgs,
@@ -546,10 +552,16 @@ fn execute_command(
             adapter,
             concurrency,
             no_spin,
+            against_unoptimized,
             conv,
         } => {
             if backend != Backend::Cpu && threads != 1 {
                 return Err(DnncError::Usage("--threads needs --backend cpu".into()));
+            }
+            if against_unoptimized && (!conv.optimize || backend != Backend::Cpu) {
+                return Err(DnncError::Usage(
+                    "--against-unoptimized needs --optimize and --backend cpu".into(),
+                ));
             }
             check_adapter_arg(backend, &adapter)?;
             let mut g = load_model(&model)?;
@@ -557,6 +569,18 @@ fn execute_command(
                 bind_weights_file(&mut g, &w, notes)?;
             }
             g.check_weights_bound()?;
+            let against = if against_unoptimized {
+                let mut loaded = g.clone();
+                let plain = ConvArgs {
+                    optimize: false,
+                    ..conv.clone()
+                };
+                optimize_if(&mut loaded, &plain, backend)?;
+                let opts = cpu_options(&loaded, &plain, notes)?;
+                Some((loaded, opts))
+            } else {
+                None
+            };
             optimize_if(&mut g, &conv, backend)?;
             let feeds = gather_inputs(&g, &inputs, notes)?;
             let cfg = crate::bench::BenchConfig {
@@ -576,6 +600,7 @@ fn execute_command(
                 },
                 concurrency: concurrency.into(),
                 spinning: !no_spin,
+                against,
                 cpu_opts: if backend == Backend::Cpu {
                     cpu_options(&g, &conv, notes)?
                 } else {

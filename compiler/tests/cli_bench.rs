@@ -57,6 +57,36 @@ fn bench_prints_every_figure() {
 }
 
 #[test]
+fn bench_against_unoptimized_times_both_builds_in_pairs() {
+    let s = Scratch::new("pairs");
+    let m = s.file("m.dnn", GOOD.as_bytes());
+    let x = s.npy_f32("x.npy", &[1, 2, 8, 8]);
+    let out = succeeds(&dnnc(&[
+        &"bench",
+        &m,
+        &"--input",
+        &x,
+        &"--optimize",
+        &"--against-unoptimized",
+        &"--warmup",
+        &"1",
+        &"--iters",
+        &"4",
+    ]));
+    for needle in [
+        "optimised against as loaded, 1 warm-up + 4 timed pairs",
+        "alternating which goes first",
+        "  optimised  median",
+        "  as loaded  median",
+        "optimised / as loaded: median",
+        "over the pairs",
+        "medians' ratio",
+    ] {
+        assert!(out.contains(needle), "{needle}:\n{out}");
+    }
+}
+
+#[test]
 fn run_with_threads_and_profile() {
     let s = Scratch::new("prof");
     let m = s.file("m.dnn", GOOD.as_bytes());
@@ -128,4 +158,18 @@ fn bad_bench_and_thread_arguments_exit_2() {
         &dnnc(&[&"run", &m, &"--backend", &"interp", &"--threads", &"2"]),
         &["--backend cpu"],
     );
+    for extra in [&[][..], &["--backend", "interp"][..]] {
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> =
+            vec![&"bench", &m, &"--against-unoptimized"];
+        if !extra.is_empty() {
+            args.push(&"--optimize");
+        }
+        for a in extra {
+            args.push(a);
+        }
+        fails_with(
+            &dnnc(&args),
+            &["--against-unoptimized", "--optimize", "--backend cpu"],
+        );
+    }
 }
