@@ -23,23 +23,22 @@ fn succeeds(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[test]
-fn bench_prints_every_figure() {
-    let s = Scratch::new("ok");
+/// `dnnc bench` of [`GOOD`] on its input in scratch directory `dir`,
+/// with `extra` arguments; its output, the run having succeeded.
+fn bench_good(dir: &str, extra: &[&str]) -> String {
+    let s = Scratch::new(dir);
     let m = s.file("m.dnn", GOOD.as_bytes());
     let x = s.npy_f32("x.npy", &[1, 2, 8, 8]);
-    let out = succeeds(&dnnc(&[
-        &"bench",
-        &m,
-        &"--input",
-        &x,
-        &"--threads",
-        &"2",
-        &"--warmup",
-        &"0",
-        &"--iters",
-        &"3",
-    ]));
+    let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"bench", &m, &"--input", &x];
+    for a in extra {
+        args.push(a);
+    }
+    succeeds(&dnnc(&args))
+}
+
+#[test]
+fn bench_prints_every_figure() {
+    let out = bench_good("ok", &["--threads", "2", "--warmup", "0", "--iters", "3"]);
     for needle in [
         "2 threads",
         "median",
@@ -58,21 +57,17 @@ fn bench_prints_every_figure() {
 
 #[test]
 fn bench_against_unoptimized_times_both_builds_in_pairs() {
-    let s = Scratch::new("pairs");
-    let m = s.file("m.dnn", GOOD.as_bytes());
-    let x = s.npy_f32("x.npy", &[1, 2, 8, 8]);
-    let out = succeeds(&dnnc(&[
-        &"bench",
-        &m,
-        &"--input",
-        &x,
-        &"--optimize",
-        &"--against-unoptimized",
-        &"--warmup",
-        &"1",
-        &"--iters",
-        &"4",
-    ]));
+    let out = bench_good(
+        "pairs",
+        &[
+            "--optimize",
+            "--against-unoptimized",
+            "--warmup",
+            "1",
+            "--iters",
+            "4",
+        ],
+    );
     for needle in [
         "optimised against as loaded, 1 warm-up + 4 timed pairs",
         "alternating which goes first",
