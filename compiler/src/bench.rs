@@ -41,7 +41,8 @@ pub struct BenchConfig {
     /// `Executable::set_spinning`).
     pub spinning: bool,
     /// A second build to time against the first, one run of each per
-    /// iteration ([`bench_paired`]): the model as loaded, with its options,
+    /// iteration in alternating order (`dnnc bench --optimize
+    /// --against-unoptimized`): the model as loaded, with its options,
     /// when the first is the optimised one.
     pub against: Option<(Graph, crate::codegen::cpu::CpuOptions)>,
 }
