@@ -4,10 +4,11 @@
 # hits both), then peak RSS of `dnnc run` vs onnxruntime on ResNet-18.
 #
 # Usage: bench/compare_ort.sh [ITERS]   (from the repository root; default 20)
-# ROUNDS=R (default 1) times each model and thread count R times, dnnc and
-# onnxruntime alternating, and prints the medians of the R medians and of
-# the R per-round ratios: on a shared machine one pair can be off by 0.05
-# or more in its ratio, and more rounds shrink that.
+# ROUNDS=R (default 5) times each model and thread count R times, dnnc and
+# onnxruntime alternating (onnxruntime first in every other round), and
+# prints the medians of the R medians and of the R per-round ratios: on a
+# shared machine one pair can be off by 0.2 or more in its ratio (a burst
+# of seconds at 0.6x speed on one side), and more rounds shrink that.
 # OPTIMIZE=1 also times `dnnc bench --optimize` (the pass pipeline, e-graph
 # included, before compiling) in each round, between the two, and adds
 # its median, its per-round ratio to the default build and to onnxruntime,
@@ -28,7 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ITERS=${1:-20}
-ROUNDS=${ROUNDS:-1}
+ROUNDS=${ROUNDS:-5}
 OPTIMIZE=${OPTIMIZE:-0}
 BLOCKS=${BLOCKS:-0}
 MODELS=${MODELS:-../shared/models}
@@ -59,7 +60,12 @@ for dir in "${DIRS[@]}"; do
   name=$(basename "$dir")
   for t in 1 2; do
     ds=(); os=(); rs=(); gs=(); ps=(); pd=(); po=(); pq=()
-    for _ in $(seq "$ROUNDS"); do
+    for r in $(seq "$ROUNDS"); do
+      # Every other round times onnxruntime first, so a drift of the
+      # machine's speed across a round favours neither side.
+      if [ $((r % 2)) = 0 ]; then
+        o=$("$PY" "$ORT" "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --runs "$ITERS" 2>/dev/null)
+      fi
       d=$("$DNNC" bench "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --warmup 3 --iters "$ITERS" 2>/dev/null) || continue
       dms=$(sed -n 's/.*median \([0-9.]*\) ms.*/\1/p' <<<"$d")
       gs+=("$(sed -n 's/.*throughput *\([0-9.]*\) GFLOP.*/\1/p' <<<"$d")")
@@ -69,7 +75,9 @@ for dir in "${DIRS[@]}"; do
         q=$("$DNNC" bench "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --warmup 3 --iters "$ITERS" --optimize --against-unoptimized 2>/dev/null) || continue
         pq+=("$(sed -n 's/.*median \([0-9.]*\) over the pairs.*/\1/p' <<<"$q")")
       fi
-      o=$("$PY" "$ORT" "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --runs "$ITERS" 2>/dev/null)
+      if [ $((r % 2)) = 1 ]; then
+        o=$("$PY" "$ORT" "$dir/model.onnx" --input "$dir/input.npy" --threads "$t" --runs "$ITERS" 2>/dev/null)
+      fi
       oms=$(sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' <<<"$o")
       ds+=("$dms"); os+=("$oms")
       rs+=("$(awk -v a="$dms" -v b="$oms" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }')")
