@@ -3167,6 +3167,10 @@ mod tests {
             groups: g.m / 8,
             ..g
         };
+        // A grouped 3x3 conv of `c` channels in and out (groups of 8) on a
+        // blocked input.
+        let grouped3 =
+            |(c, h, w), s, pads| grouped(blocked(window_geom((c, h, w), c, (3, 3), (s, s), pads)));
         let cases = [
             // Inception's 5x5, padding 2: every row copied whole (the
             // windows reach into the columns' padding).
@@ -3243,71 +3247,14 @@ mod tests {
             // read in place, tiles of 9 and 8) and unpadded (rows of 1 and
             // 4 pixels; more below); stride 2 padded and unpadded; groups
             // shared into slices.
+            (grouped3((48, 9, 13), 1, [1, 1, 1, 1]), 2, &[4, 11][..]),
+            (grouped3((24, 8, 19), 1, [1, 0, 1, 0]), 2, &[3, 10][..]),
+            (grouped3((16, 12, 3), 1, [0; 4]), 1, &[]),
+            (grouped3((16, 3, 6), 1, [0; 4]), 1, &[]),
+            (grouped3((24, 11, 10), 2, [1, 1, 1, 1]), 1, &[3][..]),
+            (grouped3((16, 9, 9), 2, [0; 4]), 2, &[]),
             (
-                grouped(blocked(window_geom(
-                    (48, 9, 13),
-                    48,
-                    (3, 3),
-                    (1, 1),
-                    [1, 1, 1, 1],
-                ))),
-                2,
-                &[4, 11][..],
-            ),
-            (
-                grouped(blocked(window_geom(
-                    (24, 8, 19),
-                    24,
-                    (3, 3),
-                    (1, 1),
-                    [1, 0, 1, 0],
-                ))),
-                2,
-                &[3, 10][..],
-            ),
-            (
-                grouped(blocked(window_geom(
-                    (16, 12, 3),
-                    16,
-                    (3, 3),
-                    (1, 1),
-                    [0; 4],
-                ))),
-                1,
-                &[],
-            ),
-            (
-                grouped(blocked(window_geom((16, 3, 6), 16, (3, 3), (1, 1), [0; 4]))),
-                1,
-                &[],
-            ),
-            (
-                grouped(blocked(window_geom(
-                    (24, 11, 10),
-                    24,
-                    (3, 3),
-                    (2, 2),
-                    [1, 1, 1, 1],
-                ))),
-                1,
-                &[3][..],
-            ),
-            (
-                grouped(blocked(window_geom((16, 9, 9), 16, (3, 3), (2, 2), [0; 4]))),
-                2,
-                &[],
-            ),
-            (
-                sliced(
-                    grouped(blocked(window_geom(
-                        (40, 7, 7),
-                        40,
-                        (3, 3),
-                        (1, 1),
-                        [1, 1, 1, 1],
-                    ))),
-                    3,
-                ),
+                sliced(grouped3((40, 7, 7), 1, [1, 1, 1, 1]), 3),
                 1,
                 &[5, 9][..],
             ),
@@ -3315,13 +3262,7 @@ mod tests {
         // Grouped, unpadded, one 8-channel group on rows of 2 to 20
         // pixels: the row tiles of every size (20: two of 10).
         let mut cases = cases.to_vec();
-        cases.extend([4, 5, 7, 8, 9, 12, 22].map(|w| {
-            (
-                grouped(blocked(window_geom((8, 3, w), 8, (3, 3), (1, 1), [0; 4]))),
-                1,
-                &[][..],
-            )
-        }));
+        cases.extend([4, 5, 7, 8, 9, 12, 22].map(|w| (grouped3((8, 3, w), 1, [0; 4]), 1, &[][..])));
         window_cases(
             "window_convs_on_blocked_inputs_match_the_definition",
             &cases,

@@ -602,141 +602,85 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
     let mut module = JITModule::new(jb);
     let ptr = module.target_config().pointer_type();
 
-    let mut sg = module.make_signature();
-    for t in [I64, I64, I64, ptr, I64, I64, ptr, I64, I64, ptr, I64, I64] {
-        sg.params.push(AbiParam::new(t));
-    }
-    sg.params.push(AbiParam::new(F32));
-    sg.params.push(AbiParam::new(F32));
-    let sgemm_id = module
-        .declare_function("dnnc_sgemm", Linkage::Import, &sg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut psg = module.make_signature();
-    for t in [ptr, I64, I64, I64, ptr, I64, I64, ptr, I64, I64, I64] {
-        psg.params.push(AbiParam::new(t));
-    }
-    psg.returns.push(AbiParam::new(I32));
-    let psgemm_id = module
-        .declare_function("dnnc_sgemm_packed", Linkage::Import, &psg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut gsg = module.make_signature();
-    for t in [ptr, I64, I64, I64, ptr, ptr, I64, I64, I64] {
-        gsg.params.push(AbiParam::new(t));
-    }
-    gsg.returns.push(AbiParam::new(I32));
-    let gsgemm_id = module
-        .declare_function("dnnc_sgemm_packed_gather", Linkage::Import, &gsg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut bsg = module.make_signature();
-    for t in [
-        ptr, I64, I64, I64, I64, ptr, I64, I64, I64, ptr, I64, I64, I64, I64,
-    ] {
-        bsg.params.push(AbiParam::new(t));
-    }
-    bsg.returns.push(AbiParam::new(I32));
-    let bsgemm_id = module
-        .declare_function("dnnc_sgemm_packed_batch", Linkage::Import, &bsg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut csg = module.make_signature();
-    for t in [ptr, I64, I64, ptr, ptr, I64, I64, I64, I64, I64, ptr] {
-        csg.params.push(AbiParam::new(t));
-    }
-    csg.returns.push(AbiParam::new(I32));
-    let conv8c_id = module
-        .declare_function("dnnc_conv1x1_nchw8c", Linkage::Import, &csg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut bandsg = module.make_signature();
-    for t in [ptr, I64, I64, ptr, I64, I64, I64, ptr, I64, ptr] {
-        bandsg.params.push(AbiParam::new(t));
-    }
-    bandsg.returns.push(AbiParam::new(I32));
-    let conv8c_band_id = module
-        .declare_function("dnnc_conv1x1_nchw8c_band", Linkage::Import, &bandsg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut g8sg = module.make_signature();
-    for t in [ptr, ptr, ptr, ptr, I64, I64, ptr] {
-        g8sg.params.push(AbiParam::new(t));
-    }
-    g8sg.returns.push(AbiParam::new(I32));
-    let group8_id = module
-        .declare_function("dnnc_conv_group8", Linkage::Import, &g8sg)
-        .map_err(|e| backend(e.to_string()))?;
-    let dw8_id = module
-        .declare_function("dnnc_conv_dw8", Linkage::Import, &g8sg)
-        .map_err(|e| backend(e.to_string()))?;
-    let into8c_id = module
-        .declare_function("dnnc_conv_into_nchw8c", Linkage::Import, &g8sg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut gather8c_sg = module.make_signature();
-    for t in [ptr, ptr, ptr, ptr, I64, I64, I64, I64, ptr] {
-        gather8c_sg.params.push(AbiParam::new(t));
-    }
-    gather8c_sg.returns.push(AbiParam::new(I32));
-    let gather8c_id = module
-        .declare_function("dnnc_conv_gather_nchw8c", Linkage::Import, &gather8c_sg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut dwsg = module.make_signature();
-    for t in [ptr, ptr, ptr, ptr, ptr, ptr, I64, I64] {
-        dwsg.params.push(AbiParam::new(t));
-    }
-    dwsg.returns.push(AbiParam::new(I32));
-    let dw8c_row_id = module
-        .declare_function("dnnc_dw_row_nchw8c", Linkage::Import, &dwsg)
-        .map_err(|e| backend(e.to_string()))?;
-    let dw8c_id = module
-        .declare_function("dnnc_dw_nchw8c", Linkage::Import, &dwsg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut mpsg = module.make_signature();
-    for t in [ptr, ptr, I64, I64, I64, I64, I64, I64] {
-        mpsg.params.push(AbiParam::new(t));
-    }
-    mpsg.returns.push(AbiParam::new(I32));
-    let maxpool_id = module
-        .declare_function("dnnc_max_pool_3x3s2", Linkage::Import, &mpsg)
-        .map_err(|e| backend(e.to_string()))?;
-    let maxpool1_id = module
-        .declare_function("dnnc_max_pool_3x3s1", Linkage::Import, &mpsg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut wosg = module.make_signature();
-    for t in [ptr, I64, I64, ptr, I64, I64, ptr, F32, F32, F32] {
-        wosg.params.push(AbiParam::new(t));
-    }
-    wosg.returns.push(AbiParam::new(I32));
-    let wino4_out_id = module
-        .declare_function("dnnc_winograd4_out_row", Linkage::Import, &wosg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut wisg = module.make_signature();
-    for t in [ptr, I64, I64, ptr, I64] {
-        wisg.params.push(AbiParam::new(t));
-    }
-    wisg.returns.push(AbiParam::new(I32));
-    let wino4_in_id = module
-        .declare_function("dnnc_winograd4_in_row", Linkage::Import, &wisg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut ubsg = module.make_signature();
-    for t in [ptr, I64, I64, I64, ptr, I64, I64] {
-        ubsg.params.push(AbiParam::new(t));
-    }
-    ubsg.returns.push(AbiParam::new(I32));
-    let unblock_id = module
-        .declare_function("dnnc_unblock_rows", Linkage::Import, &ubsg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut brsg = module.make_signature();
-    for t in [ptr, I64, I64, I64, I64, ptr, I64, ptr, ptr, F32, F32] {
-        brsg.params.push(AbiParam::new(t));
-    }
-    brsg.returns.push(AbiParam::new(I32));
-    let block_rows_id = module
-        .declare_function("dnnc_block_rows", Linkage::Import, &brsg)
-        .map_err(|e| backend(e.to_string()))?;
-    let mut p8sg = module.make_signature();
-    for t in [ptr, ptr, ptr, I64, I64] {
-        p8sg.params.push(AbiParam::new(t));
-    }
-    p8sg.returns.push(AbiParam::new(I32));
-    let pool8c_id = module
-        .declare_function("dnnc_pool_nchw8c", Linkage::Import, &p8sg)
-        .map_err(|e| backend(e.to_string()))?;
+    // The native helpers generated code calls (`native::symbols`); all
+    // but `dnnc_sgemm` return an i32 status.
+    let mut import = |name: &str, params: &[cranelift_codegen::ir::Type], status: bool| {
+        let mut sg = module.make_signature();
+        sg.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+        if status {
+            sg.returns.push(AbiParam::new(I32));
+        }
+        module
+            .declare_function(name, Linkage::Import, &sg)
+            .map_err(|e| backend(e.to_string()))
+    };
+    let sgemm_id = import(
+        "dnnc_sgemm",
+        &[
+            I64, I64, I64, ptr, I64, I64, ptr, I64, I64, ptr, I64, I64, F32, F32,
+        ],
+        false,
+    )?;
+    let psgemm_id = import(
+        "dnnc_sgemm_packed",
+        &[ptr, I64, I64, I64, ptr, I64, I64, ptr, I64, I64, I64],
+        true,
+    )?;
+    let gsgemm_id = import(
+        "dnnc_sgemm_packed_gather",
+        &[ptr, I64, I64, I64, ptr, ptr, I64, I64, I64],
+        true,
+    )?;
+    let bsgemm_id = import(
+        "dnnc_sgemm_packed_batch",
+        &[
+            ptr, I64, I64, I64, I64, ptr, I64, I64, I64, ptr, I64, I64, I64, I64,
+        ],
+        true,
+    )?;
+    let conv8c_id = import(
+        "dnnc_conv1x1_nchw8c",
+        &[ptr, I64, I64, ptr, ptr, I64, I64, I64, I64, I64, ptr],
+        true,
+    )?;
+    let conv8c_band_id = import(
+        "dnnc_conv1x1_nchw8c_band",
+        &[ptr, I64, I64, ptr, I64, I64, I64, ptr, I64, ptr],
+        true,
+    )?;
+    // (w, x, y, geometry, u0, u1, epilogue).
+    let unit_conv = [ptr, ptr, ptr, ptr, I64, I64, ptr];
+    let group8_id = import("dnnc_conv_group8", &unit_conv, true)?;
+    let dw8_id = import("dnnc_conv_dw8", &unit_conv, true)?;
+    let into8c_id = import("dnnc_conv_into_nchw8c", &unit_conv, true)?;
+    let gather8c_id = import(
+        "dnnc_conv_gather_nchw8c",
+        &[ptr, ptr, ptr, ptr, I64, I64, I64, I64, ptr],
+        true,
+    )?;
+    let dw_rows = [ptr, ptr, ptr, ptr, ptr, ptr, I64, I64];
+    let dw8c_row_id = import("dnnc_dw_row_nchw8c", &dw_rows, true)?;
+    let dw8c_id = import("dnnc_dw_nchw8c", &dw_rows, true)?;
+    let pool_rows = [ptr, ptr, I64, I64, I64, I64, I64, I64];
+    let maxpool_id = import("dnnc_max_pool_3x3s2", &pool_rows, true)?;
+    let maxpool1_id = import("dnnc_max_pool_3x3s1", &pool_rows, true)?;
+    let wino4_out_id = import(
+        "dnnc_winograd4_out_row",
+        &[ptr, I64, I64, ptr, I64, I64, ptr, F32, F32, F32],
+        true,
+    )?;
+    let wino4_in_id = import("dnnc_winograd4_in_row", &[ptr, I64, I64, ptr, I64], true)?;
+    let unblock_id = import(
+        "dnnc_unblock_rows",
+        &[ptr, I64, I64, I64, ptr, I64, I64],
+        true,
+    )?;
+    let block_rows_id = import(
+        "dnnc_block_rows",
+        &[ptr, I64, I64, I64, I64, ptr, I64, ptr, ptr, F32, F32],
+        true,
+    )?;
+    let pool8c_id = import("dnnc_pool_nchw8c", &[ptr, ptr, ptr, I64, I64], true)?;
 
     // The kernel ABI: (args, task, tasks) -> i32 (`dnnc_runtime::cpu`).
     let mut ksig = module.make_signature();
