@@ -33,7 +33,7 @@ pub enum Backend {
 }
 
 /// `--conv-algo` and `--conv-algo-for` of `dnnc run` and `dnnc bench`
-/// (cpu backend; see ARCHITECTURE.md, "Convolution algorithms").
+/// (cpu backend; see docs/cpu-backend.md, "Convolution algorithms").
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct ConvArgs {
     /// Force this convolution algorithm wherever it applies (elsewhere the
@@ -104,8 +104,8 @@ pub enum PartitionArg {
 }
 
 /// `--concurrency` of `dnnc run` and `dnnc bench`: how waves of
-/// independent kernels run with `--threads` above 1 (see ARCHITECTURE.md,
-/// "CPU backend").
+/// independent kernels run with `--threads` above 1 (see
+/// docs/cpu-backend.md, "Threads and concurrent waves").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum ConcurrencyArg {
     /// The Work-Depth rule decides per wave.

@@ -296,7 +296,7 @@ fn blocked_winograd_matches_the_interpreter_and_the_plain_layout() {
         let plain = parse(&case.plain());
         let ins = case.inputs(&plain);
         // Against the interpreter's direct conv at the Winograd bound
-        // (the model check's tolerance; ARCHITECTURE.md, "Convolution
+        // (the model check's tolerance; docs/cpu-backend.md, "Convolution
         // algorithms", Accuracy); the interpreter runs the blocked graph's
         // reorders and conv as written.
         check_with(&blocked, &ins, 1e-3, 1e-4, &CpuOptions::default());

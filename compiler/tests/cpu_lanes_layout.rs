@@ -164,7 +164,7 @@ fn check_lanes_case(i: usize, (body, ins, algo, (m, n, k, seg)): Case) {
         conv_algo: algo,
         ..Default::default()
     };
-    // F(4x4)'s documented bound (ARCHITECTURE.md, "Accuracy"), else the
+    // F(4x4)'s documented bound (docs/cpu-backend.md, "Accuracy"), else the
     // default one.
     let (rtol, atol) = if algo == Some(ConvAlgo::Winograd4) {
         (2e-4, 2e-4)

@@ -2,7 +2,7 @@
 //! convolution algorithm forced (where it does not apply, the default is
 //! used, as `conv_plan` reports): the output must match onnxruntime's
 //! `output.npy` within rtol 1e-3, atol 1e-4 — for Winograd F(4x4) too
-//! (measured max errors in ARCHITECTURE.md, "Convolution algorithms").
+//! (measured max errors in docs/cpu-backend.md, "Convolution algorithms").
 //! Release-mode test, ignored in debug builds like `cpu_models.rs`.
 
 mod cpu_common;

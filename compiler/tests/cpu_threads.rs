@@ -75,8 +75,9 @@ fn two_threads_are_bitwise_identical_to_one() {
   output %p",
     );
     let x = vec![("x".to_string(), rand_f32(&[1, 64, 56, 56], 3, -1.0, 1.0))];
-    // The 3x3 conv defaults to Winograd F(4x4): atol 1e-4 (ARCHITECTURE.md,
-    // "Convolution algorithms", for its measured error).
+    // The 3x3 conv defaults to Winograd F(4x4): atol 1e-4
+    // (docs/cpu-backend.md, "Convolution algorithms", for its measured
+    // error).
     check_with(&g, &x, 1e-4, 1e-4, &CpuOptions::default());
     let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
     let one = exe.run(&x).unwrap();

@@ -391,7 +391,8 @@ pub struct BlockOptions {
     /// ran 0.987 and 0.941 of the time with them plain (1 and 2 threads),
     /// SqueezeNet 0.963 and 0.977 (its pointwise convs ~10% faster, the
     /// blocked pools as fast as the plain ones or faster, the Winograd
-    /// transforms ~5% slower; ARCHITECTURE.md, "Channel-blocked chains").
+    /// transforms ~5% slower; docs/cpu-backend.md, "Channel-blocked
+    /// chains").
     pub pools_and_concats: bool,
 }
 

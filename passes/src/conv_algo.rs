@@ -4,7 +4,7 @@
 //! backend, so `dnnc ir --after select-conv-algo` shows the decision and
 //! the CPU backend (which honours the attribute) uses the same function.
 //!
-//! The thresholds are measured on the CPU backend; see ARCHITECTURE.md,
+//! The thresholds are measured on the CPU backend; see docs/cpu-backend.md,
 //! "Convolution algorithms".
 
 use crate::pipeline::{Pass, PassError, PassStats};
@@ -40,7 +40,7 @@ pub fn spectrum_plane_len(hf: usize, wf: usize) -> usize {
 pub const FFT_MAX_SPECTRUM: usize = 256 << 20;
 
 /// Winograd by default needs at least this many input and output channels
-/// per group (measured; see ARCHITECTURE.md, "Convolution algorithms").
+/// per group (measured; see docs/cpu-backend.md, "Convolution algorithms").
 pub const WINO_MIN_CHANNELS: usize = 8;
 
 /// A strided grouped conv of 8-channel groups ([`ConvGeom::grouped8`])
@@ -294,7 +294,8 @@ impl ConvGeom {
         }
     }
 
-    /// The default algorithm (documented heuristic, see ARCHITECTURE.md):
+    /// The default algorithm (documented heuristic, see docs/cpu-backend.md,
+    /// "Convolution algorithms"):
     /// depthwise and pointwise where they apply; direct for grouped convs
     /// of 8-channel groups ([`ConvGeom::grouped8`]; strided ones from
     /// [`GROUP8_STRIDED_MIN_COLS`] output columns); Winograd for 3x3

@@ -1,6 +1,7 @@
 //! GEMM micro-kernel comparison behind the CPU backend's choice (see
-//! ARCHITECTURE.md, "CPU backend"): single-threaded f32 GFLOP/s of the
-//! `matrixmultiply` (through `dnnc_sgemm`) and the `gemm` crate.
+//! docs/cpu-backend.md, "GEMM micro-kernel choice"): single-threaded
+//! f32 GFLOP/s of the `matrixmultiply` (through `dnnc_sgemm`) and the
+//! `gemm` crate.
 //! `cargo run --release -p dnnc-runtime --example gemm_bench`.
 //! Also the packed-weight kernel (`pgemm`), on this machine's best kernel
 //! and on the AVX2 path, over the CNN layer shapes the backend runs, and

@@ -5,8 +5,8 @@
 //! runs of `8 x pixels` floats) instead of `C` rows a plane apart, and
 //! writes each output block's pixels as one contiguous run: on the AMD
 //! EPYC the narrow high-resolution convs of MobileNet-V2 run 10-20%
-//! faster than the NCHW panels kernel (see ARCHITECTURE.md, "Channel-
-//! blocked chains").
+//! faster than the NCHW panels kernel (see docs/cpu-backend.md,
+//! "Channel-blocked chains").
 //!
 //! The filter is packed at compile time by [`pack_filter`]: output
 //! channels in panels of 16 (a last panel of 8), each panel `[k][16]`.

@@ -8,12 +8,13 @@
 /// column stride (`*_cs`) in elements, so transposes are just swapped
 /// strides. With `beta == 0` the old `C` is not read (it may be garbage).
 ///
-/// Wraps `matrixmultiply`'s f32 kernel (see ARCHITECTURE.md, "CPU backend",
-/// for the measured choice). Inside [`with_threads`]`(p > 1, ..)` on a
-/// rayon pool, a call whose work pays for it ([`gemm_tasks`]) is split into
-/// slices of C's rows or columns run concurrently; each element is still
-/// computed by the same kernel with the same summation order, so results
-/// are bitwise identical to one thread.
+/// Wraps `matrixmultiply`'s f32 kernel (see docs/cpu-backend.md, "GEMM
+/// micro-kernel choice", for the measured choice). Inside
+/// [`with_threads`]`(p > 1, ..)` on a rayon pool, a call whose work pays
+/// for it ([`gemm_tasks`]) is split into slices of C's rows or columns run
+/// concurrently; each element is still computed by the same kernel with
+/// the same summation order, so results are bitwise identical to one
+/// thread.
 ///
 /// # Safety
 /// The pointers must address matrices of the given sizes and strides; `C`

@@ -1745,7 +1745,7 @@ impl Gemm {
     /// `j` that a later micro-kernel call stores first (row-major C): a
     /// conv's output at batch 8 is in memory, and each tile's stores
     /// otherwise wait for their lines to be read (see "GEMM micro-kernel
-    /// choice" in ARCHITECTURE.md). Not for the AVX2 kernel's GEMMs of k
+    /// choice" in docs/cpu-backend.md). Not for the AVX2 kernel's GEMMs of k
     /// < 32, whose `6 x 16` tiles compute too briefly to pay for the hints
     /// when C is in cache (96 x 12544 x 16 with C in L3: 5% slower).
     #[inline]
