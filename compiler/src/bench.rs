@@ -406,13 +406,20 @@ fn bench_paired(
 /// total, GFLOP/s (2 x the W-D work of the kernel's contraction nodes /
 /// time), conv algorithm and the ops fused, slowest first.
 pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String {
-    let macs = contraction_macs(g);
+    let analysis = wd::analyze(g);
+    let macs = contraction_macs(&analysis);
+    let nodes: HashMap<&str, &wd::NodeCost> = analysis
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n))
+        .collect();
     let total: Duration = times.iter().map(|t| t.2).sum();
     let total_s = total.as_secs_f64().max(1e-12);
     let mut rows: Vec<(usize, Duration)> = times.iter().map(|t| t.2).enumerate().collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let per_core = dnnc_runtime::cpu::peak::gflops_per_core();
-    let mut cells: Vec<[String; 8]> = Vec::new();
+    let bw_core = dnnc_runtime::cpu::peak::stream_gbs_per_core();
+    let mut cells: Vec<[String; 9]> = Vec::new();
     let mut all_macs = 0u64;
     for (i, d) in rows {
         let Some(step) = exe.steps().get(i) else {
@@ -423,15 +430,21 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         let [ms, share, rate] = time_cells(d.as_secs_f64(), total_s, w);
         let tasks = exe.step_tasks().get(i).copied().unwrap_or(1);
         let gemm_threads = exe.step_gemm_threads().get(i).copied().unwrap_or(1);
+        let cores = tasks.max(gemm_threads).max(1) as f64;
+        let roof = Roof {
+            gflops: per_core * cores,
+            gbs: bw_core * cores,
+        };
         cells.push([
             step.name.clone(),
             ms,
             share,
             rate,
-            peak_share(
+            peak_share(d.as_secs_f64(), w, roof.gflops),
+            roof.share(
                 d.as_secs_f64(),
-                w,
-                per_core * tasks.max(gemm_threads).max(1) as f64,
+                algorithm_work(step.algo.as_deref(), &step.nodes, &nodes).unwrap_or(w),
+                kernel_bytes(g, &step.nodes),
             ),
             // Tasks the kernel ran as, of its split extent (units).
             match (tasks, step.split) {
@@ -448,6 +461,7 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         "share",
         "GFLOP/s",
         "%peak",
+        "%roof",
         "tasks",
         "algo",
         "ops fused",
@@ -468,6 +482,10 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
         "  %peak: the kernel's GFLOP/s against the measured FMA peak of the cores it ran on ({per_core:.1} GFLOP/s a core, register-only loop on {}; a GEMM splitting across q threads or a kernel running as T tasks counts max(q, T) cores)",
         dnnc_ir::isa::cpu_isa().name()
     );
+    let _ = writeln!(
+        out,
+        "  %roof: the kernel's time against its roofline, max(flops / peak, bytes / bandwidth) on those cores, where flops are those of the algorithm that ran (Winograd's transforms and frequency products, a multiply-add each) and bytes are the tensors it reads from and writes to outside itself, once each, and the bandwidth one core's measured stream from memory ({bw_core:.1} GB/s a core); a kernel whose bytes take longer than its flops is bound by memory (a batch-1 fully-connected layer), and one above 100% found its data in cache"
+    );
     if exe.has_concurrency() {
         out.push_str(
             "  (kernels of concurrent waves ran at the same time: their times overlap, and the sum exceeds the run's wall time)\n",
@@ -475,7 +493,7 @@ pub fn render_profile(g: &Graph, exe: &Executable, times: &StepTimes) -> String 
     }
     out.push_str(&table(
         &header,
-        &[false, true, true, true, true, true, false, false],
+        &[false, true, true, true, true, true, true, false, false],
         &cells,
     ));
     if exe.threads() > 1 {
@@ -547,10 +565,99 @@ fn peak_share(s: f64, macs: u64, peak_gflops: f64) -> String {
     }
 }
 
+/// What a kernel's cores can do: the FMA peak and the memory stream,
+/// each the per-core figure times the cores it ran on.
+struct Roof {
+    gflops: f64,
+    gbs: f64,
+}
+
+impl Roof {
+    /// A kernel's roofline time (its flops at the peak or its bytes at
+    /// the bandwidth, whichever takes longer) as a share of the time it
+    /// took: how close it came to what the machine allows for its
+    /// arithmetic intensity. "-" without a time or anything counted.
+    fn share(&self, s: f64, macs: u64, bytes: u64) -> String {
+        let flops_s = 2.0 * macs as f64 / (self.gflops * 1e9);
+        let bytes_s = bytes as f64 / (self.gbs * 1e9);
+        let ideal = flops_s.max(bytes_s);
+        if s > 0.0 && ideal.is_finite() && ideal > 0.0 {
+            format!("{:.0}%", 100.0 * ideal / s)
+        } else {
+            "-".into()
+        }
+    }
+}
+
+/// Bytes a kernel made of graph nodes `nodes` (by name) must move at
+/// least: every value it reads that is computed outside it (activations,
+/// weights) and every value it computes that is read outside it or is a
+/// graph output, each counted once. Names the graph does not hold (a
+/// layout reorder the backend adds) count nothing, so such a kernel's
+/// share reads "-".
+fn kernel_bytes(g: &Graph, nodes: &[String]) -> u64 {
+    use std::collections::HashSet;
+    let ids: HashSet<_> = nodes
+        .iter()
+        .filter_map(|n| g.value_by_name(n))
+        .map(|v| g.value(v).producer)
+        .collect();
+    let mut moved = HashSet::new();
+    for &id in &ids {
+        let node = g.node(id);
+        for &v in &node.inputs {
+            if !ids.contains(&g.value(v).producer) {
+                moved.insert(v);
+            }
+        }
+        for &v in &node.outputs {
+            let outside = g.users(v).iter().any(|(u, _)| !ids.contains(u));
+            if outside || g.outputs().contains(&v) {
+                moved.insert(v);
+            }
+        }
+    }
+    moved
+        .into_iter()
+        .map(|v| g.value(v).ty.size_bytes() as u64)
+        .sum()
+}
+
+/// The multiply-adds a kernel's convolutions do by the algorithm that
+/// ran (`dnnc_passes::cost::conv_work`: Winograd's frequency GEMMs and
+/// transforms, without the filter transforms done at compile time, a unit
+/// counted as one multiply-add), its other contractions' as they are;
+/// `None` where no conv of it has a known algorithm, so the caller keeps
+/// the direct count.
+fn algorithm_work(
+    algo: Option<&str>,
+    kernel: &[String],
+    nodes: &HashMap<&str, &wd::NodeCost>,
+) -> Option<u64> {
+    let algo = algo?;
+    let mut any = false;
+    let mut work = 0u64;
+    for n in kernel.iter().filter_map(|n| nodes.get(n.as_str())) {
+        if n.class != OpClass::Contraction {
+            continue;
+        }
+        let by_algo = n.conv.as_ref().and_then(|c| {
+            // A depthwise kernel's fused expansion is a pointwise conv.
+            let s = &c.shape;
+            let expansion = algo == "depthwise" && s.group == 1 && s.kh * s.kw == 1;
+            let algo = if expansion { "pointwise" } else { algo };
+            dnnc_passes::cost::conv_work(algo, s)
+        });
+        any |= by_algo.is_some();
+        work += by_algo.unwrap_or(n.work);
+    }
+    any.then_some(work)
+}
+
 /// Contraction multiply-adds per node name (Conv2d, MatMul, Gemm, ...),
 /// for GFLOP/s columns.
-fn contraction_macs(g: &Graph) -> HashMap<String, u64> {
-    wd::analyze(g)
+fn contraction_macs(analysis: &wd::Analysis) -> HashMap<String, u64> {
+    analysis
         .nodes
         .iter()
         .filter(|n| n.class == OpClass::Contraction)
@@ -567,7 +674,7 @@ pub fn render_gpu_profile(
     exe: &dnnc_runtime::gpu::GpuExecutable,
     times: &[Duration],
 ) -> String {
-    let macs = contraction_macs(g);
+    let macs = contraction_macs(&wd::analyze(g));
     let kernels = &exe.program().kernels;
     let total_s = times
         .iter()
@@ -686,6 +793,88 @@ mod tests {
         assert_eq!(peak_share(0.1, 1_000_000_000, 40.0), "50%");
         assert_eq!(peak_share(0.1, 0, 40.0), "-");
         assert_eq!(peak_share(0.0, 5, 40.0), "-");
+    }
+
+    #[test]
+    fn the_roof_is_the_slower_of_flops_and_bytes() {
+        let roof = Roof {
+            gflops: 100.0,
+            gbs: 20.0,
+        };
+        // Memory-bound: 2 MFLOP take 20 us at the peak, 4 MB take 200 us
+        // at the bandwidth; in 400 us the kernel is at half its roof.
+        assert_eq!(roof.share(400e-6, 1_000_000, 4_000_000), "50%");
+        // Compute-bound: 2 GFLOP take 20 ms, 1 kB nothing to speak of.
+        assert_eq!(roof.share(40e-3, 1_000_000_000, 1000), "50%");
+        // Faster than the memory roof: its data came from cache.
+        assert_eq!(roof.share(100e-6, 0, 4_000_000), "200%");
+        assert_eq!(roof.share(0.0, 5, 5), "-");
+        assert_eq!(roof.share(1.0, 0, 0), "-");
+    }
+
+    fn model(text: &str) -> Graph {
+        crate::model::load_model_str(text, "m.dnn").unwrap()
+    }
+
+    #[test]
+    fn a_kernel_moves_what_crosses_its_boundary_once() {
+        let g = model(
+            "graph g {
+  input %x: f32[2,64]
+  param %w: f32[64,1000] = he(seed=1)
+  %y = MatMul(%x, %w)
+  %r = Relu(%y)
+  %s = Add(%r, %r)
+  output %s
+}",
+        );
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (x, w, y) = (2 * 64 * 4, 64 * 1000 * 4, 2 * 1000 * 4);
+        // MatMul + Relu: x and w in, r out; y stays inside.
+        assert_eq!(kernel_bytes(&g, &names(&["y", "r"])), x + w + y);
+        // MatMul alone: y leaves it for the Relu.
+        assert_eq!(kernel_bytes(&g, &names(&["y"])), x + w + y);
+        // Add reads r twice but moves it once, and writes the output.
+        assert_eq!(kernel_bytes(&g, &names(&["s"])), 2 * y);
+        // The whole graph: its input, weights and output.
+        assert_eq!(kernel_bytes(&g, &names(&["y", "r", "s"])), x + w + y);
+        // A name the graph does not hold counts nothing.
+        assert_eq!(kernel_bytes(&g, &names(&["y.to_nchw8c"])), 0);
+    }
+
+    #[test]
+    fn a_conv_kernel_counts_the_work_of_its_algorithm() {
+        let g = model(
+            "graph g {
+  input %x: f32[1,64,56,56]
+  param %w: f32[64,64,3,3] = he(seed=1)
+  %c = Conv2d(%x, %w) {pads=[1,1,1,1]}
+  %r = Relu(%c)
+  output %r
+}",
+        );
+        let a = wd::analyze(&g);
+        let nodes: HashMap<&str, &wd::NodeCost> =
+            a.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let kernel = vec!["c".to_string(), "r".to_string()];
+        let direct = 64 * 64 * 9 * 56 * 56;
+        assert_eq!(
+            algorithm_work(Some("im2col"), &kernel, &nodes),
+            Some(direct)
+        );
+        let shape = &nodes["c"].conv.as_ref().unwrap().shape;
+        let wino = dnnc_passes::cost::conv_work("winograd4", shape).unwrap();
+        assert!(wino < direct / 2, "{wino} {direct}");
+        assert_eq!(
+            algorithm_work(Some("winograd4"), &kernel, &nodes),
+            Some(wino)
+        );
+        // No algorithm (a Gemm, a pool): the caller keeps its own count.
+        assert_eq!(algorithm_work(None, &kernel, &nodes), None);
+        assert_eq!(
+            algorithm_work(Some("im2col"), &["r".to_string()], &nodes),
+            None
+        );
     }
 
     #[test]

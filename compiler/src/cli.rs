@@ -770,6 +770,11 @@ fn execute_command(
                 "note: fitted on {}",
                 crate::tune::quality(&layers, &p).line()
             ));
+            notes(&format!(
+                "note: memory bandwidth measured on one core: {:.1} GB/s (a {} MiB stream)",
+                p.bandwidth / 1e9,
+                dnnc_runtime::cpu::peak::STREAM_BYTES >> 20
+            ));
             notes(&match handoffs {
                 Some((split, wave)) => format!(
                     "note: hand-offs measured on 2 threads: {:.2} us per split share, {:.2} us per wave kernel",

@@ -704,6 +704,9 @@ pub fn calibrate(
         p.handoff = split;
         p.wave_handoff = wave;
     }
+    // Measured, not assumed: the rate at which a kernel streams what its
+    // caches do not hold (a batch-1 fully-connected layer's weights).
+    p.bandwidth = dnnc_runtime::cpu::peak::stream_gbs_per_core() * 1e9;
     p.threads = threads;
     p.machine = machine_name();
     Ok(Calibration {

@@ -101,6 +101,8 @@ fn run_with_threads_and_profile() {
         "share",
         "GFLOP/s",
         "%peak",
+        "%roof",
+        "GB/s a core",
         "im2col",
         "Conv2d+Relu",
     ] {

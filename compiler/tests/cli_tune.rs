@@ -222,8 +222,8 @@ fn analyze_measure_puts_predictions_next_to_measurements() {
 
 /// `dnnc calibrate --out` writes a profile that reads back, with a rate
 /// and fixed cost for every algorithm the calibration layers take, a
-/// loop rate for every kernel class and the partition's measured
-/// figures; the run it would print names the layers it fitted on. (Every
+/// loop rate for every kernel class, the measured memory bandwidth and
+/// the partition's measured figures; the run it would print names the layers it fitted on. (Every
 /// algorithm on every layer: ~15 s.)
 #[test]
 #[ignore = "measures the 33 calibration layers with every algorithm (~15 s in release)"]
@@ -257,6 +257,13 @@ fn calibrate_writes_every_rate() {
         (0.0..1.0).contains(&p.error) && p.error != base.error,
         "{p:?}"
     );
+    // The bandwidth is measured too (a stream over 128 MiB), and the file
+    // holds the figure the run reports.
+    let reported = format!(
+        "memory bandwidth measured on one core: {:.1} GB/s (a 128 MiB stream)",
+        p.bandwidth / 1e9
+    );
+    assert!(err.contains(&reported), "{reported}\n{err}");
     if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
         let reported = format!(
             "hand-offs measured on 2 threads: {:.2} us per split share, {:.2} us per wave kernel",

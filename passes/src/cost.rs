@@ -47,7 +47,9 @@ pub struct MachineProfile {
     /// without an entry runs at [`LOOP_RATE`].
     #[serde(default)]
     pub class_rates: BTreeMap<String, f64>,
-    /// Bytes per second a kernel streams from outside its core's caches.
+    /// Bytes per second a kernel streams from outside its core's caches:
+    /// one core's read stream from memory, which `dnnc calibrate`
+    /// measures (a batch-1 fully-connected layer is priced by it).
     pub bandwidth: f64,
     /// Seconds every kernel costs besides its work (call, hand-off).
     pub overhead: f64,

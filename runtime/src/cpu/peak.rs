@@ -33,6 +33,49 @@ pub fn gflops_per_core() -> f64 {
     })
 }
 
+/// Bytes the bandwidth measurement streams: well past the last-level
+/// cache of every machine measured (32 MiB at most), so the reads come
+/// from memory, as an in-model fully-connected layer's weights do once
+/// the layers before it have swept the cache.
+pub const STREAM_BYTES: usize = 128 << 20;
+
+/// One core's sustained read bandwidth from memory in GB/s: the best of
+/// several timed passes summing a buffer of [`STREAM_BYTES`] (written
+/// once first, so the pages exist). Measured once per process (~0.1 s).
+/// It is the roof of a kernel that streams more bytes than it has
+/// arithmetic for, such as a batch-1 fully-connected layer (a
+/// matrix-vector product reads each 4-byte weight for one
+/// multiply-add): `dnnc run --profile` rates such kernels against it,
+/// and `dnnc calibrate` writes it into the cost model's profile.
+pub fn stream_gbs_per_core() -> f64 {
+    static BW: OnceLock<f64> = OnceLock::new();
+    *BW.get_or_init(|| {
+        let words: Vec<u64> = (0..STREAM_BYTES / 8).map(|i| i as u64).collect();
+        (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(stream_sum(std::hint::black_box(&words)));
+                STREAM_BYTES as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9
+            })
+            .fold(0.0, f64::max)
+    })
+}
+
+/// Wrapping sums over independent lanes, which the compiler vectorises:
+/// one add per 8 bytes is far below what a core can do, so the loads
+/// set the pace.
+fn stream_sum(words: &[u64]) -> u64 {
+    let mut lanes = [0u64; 16];
+    let chunks = words.chunks_exact(16);
+    let rest: u64 = chunks.remainder().iter().fold(0, |a, &w| a.wrapping_add(w));
+    for c in chunks {
+        for (l, &w) in lanes.iter_mut().zip(c) {
+            *l = l.wrapping_add(w);
+        }
+    }
+    lanes.iter().fold(rest, |a, &l| a.wrapping_add(l))
+}
+
 /// Runs the loop on the widest vectors in use (`dnnc_ir::isa::cpu_isa`);
 /// returns its FLOP count.
 fn fma_loop() -> f64 {
@@ -105,5 +148,20 @@ mod tests {
         assert!(p.is_finite() && p > 0.0, "{p}");
         // Measured once: the second call returns the same figure.
         assert_eq!(p, super::gflops_per_core());
+    }
+
+    #[test]
+    fn the_measured_bandwidth_is_a_positive_finite_rate() {
+        let b = super::stream_gbs_per_core();
+        assert!(b.is_finite() && b > 0.0, "{b}");
+        assert_eq!(b, super::stream_gbs_per_core());
+    }
+
+    #[test]
+    fn the_stream_sum_reads_every_word() {
+        // 16 lanes plus a remainder of 5: every word counted once.
+        let words: Vec<u64> = (1..=37).collect();
+        assert_eq!(super::stream_sum(&words), 37 * 38 / 2);
+        assert_eq!(super::stream_sum(&[u64::MAX, 2]), 1);
     }
 }
