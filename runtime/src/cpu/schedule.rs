@@ -20,7 +20,7 @@
 //! With `p` threads, `O =` [`TASK_OVERHEAD_MACS`] and per step its work
 //! `W` and the part `S <= W` done by GEMMs that `dnnc_sgemm` splits
 //! ([`Step::work`], [`Step::split_work`]), a step on `q` threads takes
-//! `t(q) = (W - S) + S / s + O (s - 1)` with `s = min(q, max(1, S / 8O))`
+//! `t(q) = (W - S) + S / s + O (s - 1)` with `s = min(q, max(1, S / 4O))`
 //! slices (the rule of [`super::native::gemm_tasks`]). A wave of `k >= 2`
 //! steps costs
 //!
