@@ -110,6 +110,50 @@ fn run_with_threads_and_profile() {
     }
 }
 
+/// The `%peak` and `%roof` cells of kernel `name`'s row in a profile.
+fn shares(prof: &str, name: &str) -> (f64, f64) {
+    let row = prof
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row {name}:\n{prof}"));
+    let pct: Vec<f64> = row
+        .split_whitespace()
+        .filter_map(|c| c.strip_suffix('%')?.parse().ok())
+        .collect();
+    // share, %peak, %roof
+    assert_eq!(pct.len(), 3, "{row}");
+    (pct[1], pct[2])
+}
+
+/// A batch-1 fully-connected layer moves 4 bytes per multiply-add, so its
+/// roof is the memory stream and its `%roof` well above its `%peak` (by
+/// 2 x peak / bandwidth, whatever the times); a conv with 9 x 64
+/// multiply-adds per output is bound by its flops, so the two agree.
+/// Ratios within one report, so no timing enters.
+#[test]
+fn the_profile_rates_a_matrix_vector_product_against_memory() {
+    let s = Scratch::new("roof");
+    let m = s.file(
+        "m.dnn",
+        br#"graph fc {
+  input %x: f32[1,64,14,14]
+  param %w: f32[64,64,3,3] = he(seed=1)
+  %c = Conv2d(%x, %w) {pads=[1,1,1,1], algo=im2col}
+  %r = Relu(%c)
+  %f = Flatten(%r)
+  param %v: f32[12544,256] = he(seed=2)
+  %y = MatMul(%f, %v)
+  output %y
+}
+"#,
+    );
+    let prof = succeeds(&dnnc(&[&"run", &m, &"--profile"]));
+    let (peak, roof) = shares(&prof, "y");
+    assert!(roof > 2.0 * peak.max(1.0), "{prof}");
+    let (peak, roof) = shares(&prof, "r");
+    assert_eq!(peak, roof, "{prof}");
+}
+
 #[test]
 fn analyze_reports_peak_activations() {
     let s = Scratch::new("an");
