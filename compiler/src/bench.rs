@@ -642,11 +642,8 @@ fn algorithm_work(
             continue;
         }
         let by_algo = n.conv.as_ref().and_then(|c| {
-            // A depthwise kernel's fused expansion is a pointwise conv.
-            let s = &c.shape;
-            let expansion = algo == "depthwise" && s.group == 1 && s.kh * s.kw == 1;
-            let algo = if expansion { "pointwise" } else { algo };
-            dnnc_passes::cost::conv_work(algo, s)
+            let algo = crate::tune::conv_algo_in_kernel(algo, &c.shape);
+            dnnc_passes::cost::conv_work(algo, &c.shape)
         });
         any |= by_algo.is_some();
         work += by_algo.unwrap_or(n.work);

@@ -914,11 +914,7 @@ impl StepCosts {
                 continue;
             }
             let conv = nc.conv.as_ref().and_then(|c| {
-                let algo = step.algo.as_deref()?;
-                // A depthwise kernel's fused expansion is a pointwise conv.
-                let expansion =
-                    algo == "depthwise" && c.shape.group == 1 && c.shape.kh * c.shape.kw == 1;
-                let algo = if expansion { "pointwise" } else { algo };
+                let algo = conv_algo_in_kernel(step.algo.as_deref()?, &c.shape);
                 let t = profile.predict_conv(algo, &c.shape)?;
                 Some((profile.conv_fixed(algo, &c.shape), t))
             });
@@ -940,6 +936,16 @@ impl StepCosts {
             }
         }
         (fixed, work, contraction)
+    }
+}
+
+/// The algorithm a conv of shape `s` runs by inside a kernel labelled
+/// `algo`: a depthwise kernel's fused expansion is a pointwise conv.
+pub(crate) fn conv_algo_in_kernel<'a>(algo: &'a str, s: &ConvShape) -> &'a str {
+    if algo == "depthwise" && s.group == 1 && s.kh * s.kw == 1 {
+        "pointwise"
+    } else {
+        algo
     }
 }
 
