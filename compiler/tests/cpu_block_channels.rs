@@ -463,6 +463,90 @@ fn fused_blocks_match_the_interpreter_and_the_unfused_build() {
     }
 }
 
+/// RegNet's block head: a stem, a 1x1 expansion `e` (with `act`), a
+/// grouped 3x3 conv `b` of eight channels a group with stride `s` and
+/// `pads`, `tail` after it (reading `%b`, defining `%t`), then a 1x1
+/// conv.
+fn grouped_chain(
+    n: usize,
+    (c, mid, hw): (usize, usize, usize),
+    (s, pads): (usize, [usize; 4]),
+    (act, tail): (&str, &str),
+) -> String {
+    let [pt, pl, pb, pr] = pads;
+    format!(
+        "  input %x: f32[{n},8,{hw},{hw}]
+  param %w0: f32[{c},8,1,1] = he(seed=1)
+  param %w1: f32[{mid},{c},1,1] = he(seed=3)
+  param %b1: f32[{mid}] = uniform(low=-0.2, high=0.2, seed=4)
+  param %w2: f32[{mid},8,3,3] = he(seed=5)
+  param %b2: f32[{mid}] = uniform(low=-0.2, high=0.2, seed=6)
+  param %wr: f32[{mid},{c},1,1] = he(seed=8)
+  param %w3: f32[{c},{mid},1,1] = he(seed=7)
+  %a = Conv2d(%x, %w0)
+  %e = Conv2d(%a, %w1, %b1)
+{act}
+  %b = Conv2d(%e2, %w2, %b2) {{pads=[{pt},{pl},{pb},{pr}], strides=[{s},{s}], group={g}}}
+{tail}
+  %y = Conv2d(%t, %w3)
+  output %y",
+        g = mid / 8
+    )
+}
+
+/// RegNet's 1x1 conv and the grouped 3x3 conv it feeds run as one kernel
+/// where the expanded map is at least 1 MiB: the expansion a ring of
+/// padded rows at a time, the grouped conv reading its windows there.
+/// Against the interpreter, bitwise equal to the unfused build (the same
+/// tiles in the same order) and at two threads (a task starting
+/// mid-image expands its first window rows again) to one; batch 2
+/// restarts the ring per image. Strides 1 and 2, padding on all sides or
+/// only top and left, the conv's ReLU in registers, a residual added in
+/// the conv's epilogue, a Tanh on the rows after it (the generic
+/// epilogue), the fused build run on an arena of NaNs; under 1 MiB, or
+/// more input channels than twice the map's width, the two convs stay
+/// two kernels.
+#[test]
+fn fused_grouped_blocks_match_the_interpreter_and_the_unfused_build() {
+    const RELU: &str = "  %e2 = Relu(%e)";
+    const CONV_RELU: &str = "  %t = Relu(%b)";
+    const RESIDUAL: &str = "  %r = Conv2d(%a, %wr) {strides=[2,2]}\n  %t = Add(%b, %r)";
+    const TANH: &str = "  %t = Tanh(%b)";
+    for (n, dims, window, ops, fused) in [
+        (1, (16, 64, 64), (2, [1, 1, 1, 1]), (RELU, CONV_RELU), true),
+        (2, (16, 48, 60), (1, [1, 1, 1, 1]), (RELU, CONV_RELU), true),
+        (1, (24, 64, 66), (2, [1, 1, 0, 0]), (CLIP, CONV_RELU), true),
+        (1, (16, 64, 64), (2, [1, 1, 1, 1]), (RELU, RESIDUAL), true),
+        (2, (16, 48, 60), (1, [1, 1, 1, 1]), (RELU, TANH), true),
+        // Under 1 MiB expanded: two kernels.
+        (1, (16, 48, 32), (2, [1, 1, 1, 1]), (RELU, CONV_RELU), false),
+        // 1.6 MB expanded, but 64 channels in on 28x28 maps.
+        (8, (64, 64, 28), (1, [1, 1, 1, 1]), (RELU, CONV_RELU), false),
+    ] {
+        let body = grouped_chain(n, dims, window, ops);
+        let (g, ins, mut exe) = checked(&body, 13);
+        let joint =
+            |s: &dnnc_runtime::cpu::Step| ["e", "b"].iter().all(|v| s.nodes.iter().any(|n| n == v));
+        let fused_steps = exe.steps().iter().filter(|s| joint(s)).count();
+        assert_eq!(fused_steps, usize::from(fused), "{body}");
+        // Every float of the arena a NaN before the runs: the ring's
+        // padding is the kernel's to clear.
+        exe.set_arena_fill(Some(0xFF));
+        let one = two_threads_bitwise(&mut exe, &ins, &body);
+        let unfused = CpuOptions {
+            unfused_blocks: true,
+            ..Default::default()
+        };
+        let plain = compile_cpu(&g, &unfused).expect("compile");
+        assert!(!plain.steps().iter().any(joint));
+        assert_eq!(
+            one,
+            bits(&plain.run(&ins).expect("run")),
+            "unfused:\n{body}"
+        );
+    }
+}
+
 /// Blocked convs the types or the backend reject say why, naming the node.
 #[test]
 fn bad_blocked_convs_are_clear_errors() {

@@ -74,3 +74,41 @@ fn zoo_models_match_onnxruntime_after_the_pipeline() {
         println!("{name} after the pipeline: max abs err {err:.2e}");
     }
 }
+
+/// No kernel of a zoo model reads arena memory that nothing wrote in
+/// the run (the runtime's invariant: kernels write every temp before
+/// reading it, so a reused arena's stale contents are harmless): run on
+/// an arena whose every float is a NaN (`Executable::set_arena_fill`),
+/// one thread and two, each model gives the bits it gives on a zeroed
+/// arena.
+#[test]
+#[ignore = "release-mode numeric test on real models (CI runs it with --include-ignored)"]
+fn zoo_models_read_no_memory_they_did_not_write() {
+    let Some(models) = cpu_common::shared_models() else {
+        return;
+    };
+    let bits = |t: &[dnnc_ir::Tensor]| match &t[0] {
+        dnnc_ir::Tensor::F32(a) => a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        other => panic!("expected f32 output, found {:?}", other.ty()),
+    };
+    for dir in models {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let g = dnnc_compiler::onnx::import_onnx_file(dir.join("model.onnx"))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let x = dnnc_ir::tensor::read_npy(&dir.join("input.npy")).unwrap();
+        let ins = vec![(g.value(g.inputs()[0]).name.clone(), x)];
+        let mut exe =
+            compile_cpu(&g, &CpuOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let clean = bits(&exe.run(&ins).unwrap());
+        for threads in [1, 2] {
+            exe.set_threads(threads).unwrap();
+            // (Also drops the run state the last run left.)
+            exe.set_arena_fill(Some(0xFF));
+            assert!(
+                clean == bits(&exe.run(&ins).unwrap()),
+                "{name}: on an arena of NaNs at {threads} threads the output differs"
+            );
+        }
+        println!("{name}: the same bits on an arena of NaNs");
+    }
+}

@@ -730,6 +730,126 @@ pub unsafe extern "C" fn dnnc_conv_into_nchw8c(
     into_blocked(w, x, y, &*geo, (u0, u1), ep, Path::best())
 }
 
+/// Columns of one row of a grouped window conv's ring
+/// ([`dnnc_conv_group_ring_nchw8c`]): the leading padding, the input
+/// row, and zeros to the last column the windows reach.
+pub fn group_ring_width(g: &Group8Geom) -> usize {
+    copy_width(g).max(g.pl + g.w)
+}
+
+/// Floats of a grouped window conv's ring: `[C/8][kh + 1][width][8]`
+/// ([`group_ring_width`]), `kh` row slots per channel block and a last
+/// one of zeros for the rows in the padding.
+pub fn group_ring_floats(g: &Group8Geom) -> usize {
+    g.c * (g.kh + 1) * group_ring_width(g)
+}
+
+/// Computes output row `u` (`img * oh + oy`) of the grouped window conv
+/// `geo` (one block of eight channels a group, a blocked input) from a
+/// ring of its input rows instead of the input tensor: the kernel of a
+/// grouped conv whose input a fused expansion computes a row at a time
+/// (RegNet's 1x1 conv and the 3x3 grouped conv it feeds), so the
+/// expanded map never goes to memory. The ring is
+/// `[C/8][kh + 1][group_ring_width][8]` ([`group_ring_floats`]): input
+/// row `iy` of a block in one of its `kh` slots, its columns from the
+/// leading padding on, zeros around them, and slot `kh` all zeros;
+/// `slots[ky]` names the slot of the output row's window row `ky` (`kh`
+/// for a row in the padding). The tiles, taps and epilogue are
+/// [`dnnc_conv_into_nchw8c`]'s on the same rows, so the result is its
+/// bits. The descriptor's filter slices are ignored: the call computes
+/// every group of the row. Returns 0, or 1 for a geometry it does not
+/// compute (not grouped, [`into_unfit`]), a row past the last, or a
+/// slot past `kh`.
+///
+/// # Safety
+/// `w` (packed by [`pack_grouped_filter`]), `ring`, `slots` (`kh`
+/// entries), `y`, `geo` (and `ep`'s pointers) must be valid for the
+/// geometry; `y` must not overlap the ring.
+#[no_mangle]
+pub unsafe extern "C" fn dnnc_conv_group_ring_nchw8c(
+    w: *const f32,
+    ring: *const f32,
+    slots: *const usize,
+    y: *mut f32,
+    geo: *const IntoBlockedGeom,
+    u: usize,
+    ep: *const Epilogue,
+) -> i32 {
+    group_ring_row(w, ring, slots, y, &*geo, u, ep, Path::best())
+}
+
+/// [`dnnc_conv_group_ring_nchw8c`] on `path`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn group_ring_row(
+    w: *const f32,
+    ring: *const f32,
+    slots: *const usize,
+    y: *mut f32,
+    geo: &IntoBlockedGeom,
+    u: usize,
+    ep: *const Epilogue,
+    path: Path,
+) -> i32 {
+    let g = geo.conv;
+    if into_unfit(geo).is_some() || !geo.grouped() || u >= geo.n * g.oh {
+        return 1;
+    }
+    let slots = std::slice::from_raw_parts(slots, g.kh);
+    if slots.iter().any(|&s| s > g.kh) {
+        return 1;
+    }
+    let ep = if ep.is_null() { Epilogue::NONE } else { *ep };
+    let ymm = if path == Path::Avx512 {
+        Path::Avx2
+    } else {
+        path
+    };
+    let width = group_ring_width(&g);
+    // Each tap of a group's block, in filter order `[8][kh][kw]`.
+    let taps = geo.taps();
+    let offs: Vec<isize> = (0..taps)
+        .map(|t| {
+            let (ch, ky, kx) = (t / (g.kh * g.kw), t / g.kw % g.kh, t % g.kw);
+            ((slots[ky] * width + kx) * 8 + ch) as isize
+        })
+        .collect();
+    let (img, oy) = (u / g.oh, u % g.oh);
+    let plane = g.oh * g.ow;
+    let yo = img * geo.m * plane + oy * g.ow * 8;
+    let group_rows = g.kw == 3 && g.sw == 1;
+    for group in 0..geo.groups {
+        let o = group * 8;
+        let t = Tile::panel(w, (o, 8), (taps, 0), plane * 8, &ep, ymm);
+        let src = ring.add(group * (g.kh + 1) * width * 8);
+        let mut p = 0;
+        for n in Tiles::new(g.ow, ymm.tile_pixels(8)) {
+            let at = yo + group * plane * 8 + p * 8;
+            let (yp, rp) = (
+                y.add(at),
+                if ep.res.is_null() {
+                    ep.res
+                } else {
+                    ep.res.add(at)
+                },
+            );
+            let win = Window {
+                src: src.add(p * g.sw * 8),
+                offs: offs.as_ptr(),
+                ps: (g.sw * 8) as isize,
+            };
+            match path {
+                #[cfg(target_arch = "x86_64")]
+                Path::Avx2 | Path::Avx512 if group_rows => avx2_group_row_tile(&t, &win, yp, rp, n),
+                #[cfg(target_arch = "x86_64")]
+                Path::Avx2 | Path::Avx512 => avx2_window_tile(&t, &win, yp, rp, n),
+                _ => portable_window_tile(&t, &win, yp, rp, n),
+            }
+            p += n;
+        }
+    }
+    0
+}
+
 /// Pixels of one image that a gathered conv ([`dnnc_conv_gather_nchw8c`])
 /// copies into its scratch at a time: the chunk the pointwise tiles
 /// would run a pointwise conv of depth `k` over `hw` pixels in (all of
@@ -3267,6 +3387,110 @@ mod tests {
             "window_convs_on_blocked_inputs_match_the_definition",
             &cases,
         );
+    }
+
+    /// Output rows of grouped window convs computed from a ring of their
+    /// input rows ([`dnnc_conv_group_ring_nchw8c`], a fused expansion's
+    /// kernel) are bitwise the window kernel's on the input tensor, which
+    /// `window_run` checks against the definition: strides 1 and 2,
+    /// padding on every side, on one side, and none, rows of fewer
+    /// pixels than a tile, a 5x5 window, a residual and each activation.
+    #[test]
+    fn group_ring_rows_are_the_window_kernels_bits() {
+        let grouped = |(c, h, w), (k, s), pads| IntoBlockedGeom {
+            blocked_input: 1,
+            groups: c / 8,
+            ..window_geom((c, h, w), c, (k, k), (s, s), pads)
+        };
+        let cases = [
+            (grouped((48, 9, 13), (3, 1), [1, 1, 1, 1]), 2),
+            (grouped((24, 11, 10), (3, 2), [1, 1, 1, 1]), 2),
+            (grouped((16, 12, 23), (3, 2), [0, 1, 1, 0]), 1),
+            (grouped((16, 9, 9), (3, 2), [0; 4]), 1),
+            (grouped((16, 5, 4), (3, 1), [1, 1, 1, 1]), 1),
+            (grouped((16, 8, 8), (5, 1), [2, 2, 2, 2]), 1),
+        ];
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let mut paths = window_paths("group_ring_rows_are_the_window_kernels_bits");
+        paths.push(Path::Portable);
+        for (g, n) in cases {
+            let g = IntoBlockedGeom { n, ..g };
+            let c = g.conv;
+            let d = WindowCase::new(&g);
+            let width = group_ring_width(&c);
+            for &path in &paths {
+                for (act, with_res) in [(ACT_NONE, false), (ACT_NONE, true), (ACT_SILU, false)] {
+                    let want = window_run(&g, n, act, with_res, &[], path);
+                    let ep = d.ep(with_res, act);
+                    let mut y = vec![f32::NAN; want.len()];
+                    for u in 0..n * c.oh {
+                        let (img, oy) = (u / c.oh, u % c.oh);
+                        // The ring as a fused expansion leaves it: the
+                        // window's rows in slots `iy % kh`, zeros around.
+                        let mut ring = vec![0f32; group_ring_floats(&c)];
+                        let mut slots = vec![c.kh; c.kh];
+                        for (ky, slot) in slots.iter_mut().enumerate() {
+                            let iy = (oy * c.sh + ky) as isize - c.pt as isize;
+                            if iy < 0 || iy as usize >= c.h {
+                                continue;
+                            }
+                            *slot = iy as usize % c.kh;
+                            for cb in 0..c.c / 8 {
+                                let src = ((img * c.c / 8 + cb) * c.h + iy as usize) * c.w * 8;
+                                let dst = ((cb * (c.kh + 1) + *slot) * width + c.pl) * 8;
+                                ring[dst..dst + c.w * 8]
+                                    .copy_from_slice(&d.xin[src..src + c.w * 8]);
+                            }
+                        }
+                        let rc = unsafe {
+                            group_ring_row(
+                                d.packed.as_ptr(),
+                                ring.as_ptr(),
+                                slots.as_ptr(),
+                                y.as_mut_ptr(),
+                                &g,
+                                u,
+                                &ep,
+                                path,
+                            )
+                        };
+                        assert_eq!(rc, 0, "{g:?} row {u}");
+                    }
+                    assert_eq!(bits(&want), bits(&y), "{g:?} act {act} {path:?}");
+                }
+            }
+        }
+    }
+
+    /// The ring kernel refuses what it does not compute instead of
+    /// reading out of bounds: an ungrouped conv, a row past the last, a
+    /// slot past the zero row.
+    #[test]
+    fn group_ring_rows_refuse_bad_calls() {
+        let g = IntoBlockedGeom {
+            blocked_input: 1,
+            groups: 2,
+            ..window_geom((16, 6, 6), 16, (3, 3), (1, 1), [1, 1, 1, 1])
+        };
+        let ring = vec![0f32; group_ring_floats(&g.conv)];
+        let w = vec![0f32; 16 * 72];
+        let mut y = vec![0f32; 16 * 36];
+        let call = |g: &IntoBlockedGeom, u: usize, slots: [usize; 3], y: &mut [f32]| unsafe {
+            dnnc_conv_group_ring_nchw8c(
+                w.as_ptr(),
+                ring.as_ptr(),
+                slots.as_ptr(),
+                y.as_mut_ptr(),
+                g,
+                u,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(call(&g, 5, [3, 0, 1], &mut y), 0);
+        assert_eq!(call(&g, 6, [0, 1, 2], &mut y), 1, "row past the last");
+        assert_eq!(call(&g, 0, [0, 4, 2], &mut y), 1, "slot past the zero row");
+        let dense = IntoBlockedGeom { groups: 1, ..g };
+        assert_eq!(call(&dense, 0, [0, 1, 2], &mut y), 1, "not grouped");
     }
 
     /// Runs `dnnc_conv_gather_nchw8c` on `n` images of `g` (blocked

@@ -329,6 +329,9 @@ pub struct Executable {
     /// (kernels write every temp before reading it, so stale contents are
     /// harmless). Concurrent runs each take their own.
     states: std::sync::Mutex<Vec<RunState>>,
+    /// The byte fresh arenas are filled with instead of zeros
+    /// ([`Executable::set_arena_fill`]).
+    arena_fill: Option<u8>,
 }
 
 /// The executable's worker threads: a persistent rayon pool, so runs do not
@@ -469,6 +472,7 @@ impl Executable {
             spinning: true,
             prepared: Prepared::default(),
             states: Default::default(),
+            arena_fill: None,
         };
         e.prepare();
         e
@@ -596,6 +600,19 @@ impl Executable {
         // Splits pay from less work with hot workers: re-plan.
         self.prepare();
         Ok(())
+    }
+
+    /// Fills every later run's arena (activations and workspaces) with
+    /// `byte` before the run instead of zeros (`None`: zeros), dropping
+    /// the cached run states. Kernels write every temp before they read
+    /// it, so results must not change: with `0xFF` (every float a NaN) a
+    /// test shows that no kernel reads memory nobody wrote, as a ring
+    /// whose padding a kernel forgot to clear would.
+    pub fn set_arena_fill(&mut self, byte: Option<u8>) {
+        self.arena_fill = byte;
+        if let Ok(mut states) = self.states.lock() {
+            states.clear();
+        }
     }
 
     /// Whether split work goes to hot polling workers
@@ -963,6 +980,9 @@ impl Executable {
         }
         let p = &self.prepared;
         let mut arena = AlignedBuf::zeroed(p.arena_bytes);
+        if let Some(byte) = self.arena_fill {
+            arena.as_bytes_mut().fill(byte);
+        }
         let base = arena.as_mut_ptr();
         let args = p
             .args

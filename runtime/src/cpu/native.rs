@@ -341,6 +341,10 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
             super::blocked::dnnc_conv_gather_nchw8c as *const u8,
         ),
         (
+            "dnnc_conv_group_ring_nchw8c",
+            super::blocked::dnnc_conv_group_ring_nchw8c as *const u8,
+        ),
+        (
             "dnnc_unblock_rows",
             super::reblock::dnnc_unblock_rows as *const u8,
         ),

@@ -92,22 +92,24 @@ fn kernel(geom: &ConvGeom) -> Option<BlockedKernel> {
 }
 
 /// The weights a blocked conv kernel takes prepared: the packed filter
-/// (pointwise, [`blocked::pack_filter`]) or the taps per block,
-/// `[C/8][kh * kw][8]` (depthwise), then a row of zeros as wide as an
-/// input row, which a depthwise conv reads for padding rows, then its
-/// expansion's packed filter if it has one.
+/// (pointwise, [`blocked::pack_filter`]), the taps per block,
+/// `[C/8][kh * kw][8]`, then a row of zeros as wide as an input row,
+/// which a depthwise conv reads for padding rows (depthwise), or a
+/// window conv's packed filter and descriptor
+/// (`into_blocked::prepared`); then its expansion's packed filter if it
+/// has one.
 pub(crate) fn prepared(g: &Graph, k: &Kernel, geom: &ConvGeom) -> Result<Vec<AlignedBuf>, String> {
     if let Some(why) = dnnc_passes::block_channels::unfit(geom) {
         return Err(why);
     }
     let w = filter(g, k.nodes[0])?;
-    if kernel(geom) == Some(BlockedKernel::Window) {
-        return super::into_blocked::prepared(geom, &w);
-    }
-    if pointwise(geom) {
+    let mut prep = if kernel(geom) == Some(BlockedKernel::Window) {
+        super::into_blocked::prepared(geom, &w)?
+    } else if pointwise(geom) {
         return Ok(vec![f32_buf(&blocked::pack_filter(&w, geom.m, geom.c))]);
-    }
-    let mut prep = depthwise_prepared(geom, &w);
+    } else {
+        depthwise_prepared(geom, &w)
+    };
     for (part, what) in [(&k.expansion, "expansion"), (&k.projection, "projection")] {
         if let Some(&pw) = part.first() {
             let pgeom = ConvGeom::of_node(g, pw)?;
@@ -152,6 +154,9 @@ pub(crate) fn lower(
 ) -> Result<Vec<String>, String> {
     if let Some(why) = dnnc_passes::block_channels::unfit(geom) {
         return Err(why);
+    }
+    if !c.k.expansion.is_empty() && grouped_window(geom) {
+        return lower_group_rows(e, c, geom).map(|()| vec![GROUP_RING_REFUSAL.to_string()]);
     }
     if !c.k.expansion.is_empty() {
         return lower_rows(e, c, geom).map(|()| vec![ROW_REFUSAL.to_string()]);
@@ -353,6 +358,11 @@ fn lower_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), Str
         Some(e.task_slice(a, e.bufs[a], row_bytes(geom)))
     };
     let exp = expansion(e, c, geom)?;
+    let layout = RingLayout {
+        slot_bytes: geom.w * B * 4,
+        column_bytes: 0,
+        block_floats: geom.kh * geom.w * B,
+    };
     let proj = match row {
         Some(_) => Some(projection(e, c, geom)?),
         None => None,
@@ -360,7 +370,7 @@ fn lower_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), Str
     let (lo_u, hi_u) = e.task_range(geom.n * geom.oh, "rows")?;
     let mut err = Ok(());
     e.for_range(lo_u, hi_u, 1, |e, r| {
-        expand_rows(e, geom, &exp, ring, (r, lo_u));
+        expand_rows(e, geom, &exp, ring, (r, lo_u), &layout);
         let img = e.b.ins().udiv_imm_u(r, geom.oh as i64);
         let t = e.b.ins().imul_imm_s(img, geom.oh as i64);
         let oy = e.b.ins().isub(r, t);
@@ -415,6 +425,80 @@ fn lower_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), Str
     err
 }
 
+/// Error code 1 of a grouped window conv with a fused expansion.
+const GROUP_RING_REFUSAL: &str =
+    "the grouped window conv's ring kernel or pointwise band kernel refused its geometry";
+
+/// A blocked grouped window conv `c` with an expansion (RegNet's 1x1
+/// conv and the grouped 3x3 conv it feeds, as one kernel), walking its
+/// task's share of the `N x OH` output rows in order: each row's new
+/// window rows expanded into the task's ring (zeroed once, so the
+/// padding columns and the last slot, the rows in the padding, stay
+/// zero), then the row of every group computed from the ring
+/// (`blocked::dnnc_conv_group_ring_nchw8c`) with the conv's epilogue,
+/// or the generic epilogue on the row after it. The expanded map never
+/// goes to memory, and the conv reads its windows in place instead of
+/// copying each row's with its padding.
+fn lower_group_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), String> {
+    let RuntimeConvEp {
+        acc,
+        ep,
+        bias,
+        res,
+        spec,
+    } = conv_epilogue(e, c, geom.m, |_| true)?;
+    let desc = ep_desc(e, bias, res.map(|r| (r, (0, 0))), (ep.lo, ep.hi, ep.act));
+    let wp = e.bufs[*c.prep.first().ok_or("missing packed filter")?];
+    let gp = e.bufs[*c.prep.get(1).ok_or("missing conv geometry")?];
+    let y = e.bufs[acc];
+    let bytes = ring_bytes(geom);
+    let a = *c.ws.first().ok_or("missing expansion ring")?;
+    let ring = e.task_slice(a, e.bufs[a], bytes);
+    let cfg = e.cfg;
+    let zero = e.b.ins().iconst(cranelift_codegen::ir::types::I8, 0);
+    let len = e.ci(bytes as i64);
+    e.b.call_memset(cfg, ring, zero, len);
+    let exp = expansion(e, c, geom)?;
+    let width = blocked::group_ring_width(&super::group8::descriptor(geom));
+    let layout = RingLayout {
+        slot_bytes: width * B * 4,
+        column_bytes: geom.p.pads[1] * B * 4,
+        block_floats: (geom.kh + 1) * width * B,
+    };
+    let ss = e.b.create_sized_stack_slot(StackSlotData::new(
+        StackSlotKind::ExplicitSlot,
+        (geom.kh * 8) as u32,
+        3,
+    ));
+    let slots = e.b.ins().stack_addr(I64, ss, 0);
+    let (lo_u, hi_u) = e.task_range(geom.n * geom.oh, "rows")?;
+    let f = e.group_ring8c;
+    let mut err = Ok(());
+    e.for_range(lo_u, hi_u, 1, |e, r| {
+        expand_rows(e, geom, &exp, ring, (r, lo_u), &layout);
+        let img = e.b.ins().udiv_imm_u(r, geom.oh as i64);
+        let t = e.b.ins().imul_imm_s(img, geom.oh as i64);
+        let oy = e.b.ins().isub(r, t);
+        // Each window row's slot, or the zero row's where it falls in the
+        // padding.
+        for ky in 0..geom.kh {
+            let (iy, out) = tap_row(e, geom, oy, ky);
+            let slot = e.b.ins().urem_imm_u(iy, geom.kh as i64);
+            let zero_slot = e.ci(geom.kh as i64);
+            let slot = e.b.ins().select(out, zero_slot, slot);
+            e.b.ins()
+                .store(super::emit::mem(), slot, slots, (ky * 8) as i32);
+        }
+        call_checked(e, f, &[wp, ring, slots, y, gp, r, desc]);
+        if let Some(spec) = &spec {
+            if err.is_ok() {
+                err = row_epilogue(e, spec, geom, r, None);
+            }
+        }
+    });
+    err
+}
+
 /// Bytes of one task's scratch row of a projected depthwise conv `geom`:
 /// one output row of every channel block, `[C/8][OW][8]`.
 pub(crate) fn row_bytes(geom: &ConvGeom) -> usize {
@@ -445,6 +529,28 @@ fn fusable_depthwise(g: &Graph, k: &Kernel) -> Option<ConvGeom> {
     let geom = ConvGeom::of_node(g, k.nodes[0]).ok()?;
     let fits = is_blocked(&geom)
         && blocked_kernel(&geom) == Some(BlockedKernel::Depthwise)
+        && dnnc_passes::block_channels::unfit(&geom).is_none()
+        && k.prologue.is_empty();
+    fits.then_some(geom)
+}
+
+/// Whether blocked conv `geom` is a grouped window conv (eight channels
+/// in and out a group, RegNet's 3x3 convs), whose fused expansion's rows
+/// [`lower_group_rows`] computes it from.
+fn grouped_window(geom: &ConvGeom) -> bool {
+    geom.g > 1
+        && is_blocked(geom)
+        && kernel(geom) == Some(BlockedKernel::Window)
+        && !super::into_blocked::gathers(geom)
+}
+
+/// The geometry of kernel `k`'s anchor if it is a grouped window conv
+/// ([`grouped_window`]) the pass accepts, with no prologue: what a fused
+/// expansion can join (a projection cannot: the squeeze-excitation of
+/// RegNet's blocks sits between the grouped conv and the next 1x1).
+fn fusable_grouped(g: &Graph, k: &Kernel) -> Option<ConvGeom> {
+    let geom = ConvGeom::of_node(g, k.nodes[0]).ok()?;
+    let fits = grouped_window(&geom)
         && dnnc_passes::block_channels::unfit(&geom).is_none()
         && k.prologue.is_empty();
     fits.then_some(geom)
@@ -537,16 +643,24 @@ fn project_row(
 }
 
 /// Bytes of one task's ring of expanded rows: `kh` rows of every
-/// channel block of the depthwise conv `geom`'s input, `[C/8][kh][W][8]`.
+/// channel block of the depthwise conv `geom`'s input, `[C/8][kh][W][8]`,
+/// or a grouped window conv's padded rows and zero row
+/// (`blocked::group_ring_floats`).
 pub(crate) fn ring_bytes(geom: &ConvGeom) -> usize {
-    geom.c * geom.kh * geom.w * 4
+    if grouped_window(geom) {
+        blocked::group_ring_floats(&super::group8::descriptor(geom)) * 4
+    } else {
+        geom.c * geom.kh * geom.w * 4
+    }
 }
 
 /// Whether blocked conv kernel `k` computes an expansion
 /// ([`super::group::absorb_expansions`]): a depthwise conv with a blocked
-/// kernel whose input outgrows a core's L2 ([`EXPANSION_MIN_BYTES`]).
+/// kernel, or a grouped window conv ([`fusable_grouped`]), whose input
+/// outgrows a core's L2 ([`EXPANSION_MIN_BYTES`]).
 pub(crate) fn takes_expansion(g: &Graph, k: &Kernel) -> bool {
     fusable_depthwise(g, k)
+        .or_else(|| fusable_grouped(g, k))
         .is_some_and(|geom| geom.n * geom.c * geom.h * geom.w * 4 >= EXPANSION_MIN_BYTES)
 }
 
@@ -656,16 +770,31 @@ fn call_checked(e: &mut Emit<'_>, f: cranelift_codegen::ir::FuncRef, args: &[Val
     e.fail_if(bad, 1);
 }
 
+/// Where a fused expansion writes its rows in a task's ring: row `iy`
+/// of channel block `b` at `ring + (iy % kh) * slot_bytes + column_bytes
+/// + b * block_floats * 4`.
+struct RingLayout {
+    /// Bytes between consecutive row slots of one channel block.
+    slot_bytes: usize,
+    /// Bytes before a row's first column in its slot (a grouped window
+    /// conv's leading padding).
+    column_bytes: usize,
+    /// Floats between consecutive channel blocks.
+    block_floats: usize,
+}
+
 /// Computes the expanded rows output row `r` (of the `N x OH` rows) needs
 /// that the task's previous row did not, into their ring slots (row `iy`
-/// in slot `iy % kh`): all `kh` tap rows on the task's first row (`lo`)
-/// and an image's first, else those past the previous row's last tap.
+/// in slot `iy % kh`, placed by `layout`): all `kh` tap rows on the
+/// task's first row (`lo`) and an image's first, else those past the
+/// previous row's last tap.
 fn expand_rows(
     e: &mut Emit<'_>,
     geom: &ConvGeom,
     exp: &Expansion,
     ring: Value,
     (r, lo): (Value, Value),
+    layout: &RingLayout,
 ) {
     let (s, pt, kh) = (
         geom.p.strides[0] as i64,
@@ -699,7 +828,8 @@ fn expand_rows(
         let p0 = e.b.ins().imul_imm_s(iy, geom.w as i64);
         let p1 = e.b.ins().iadd_imm_s(p0, geom.w as i64);
         let slot = e.b.ins().urem_imm_u(iy, kh);
-        let off = e.b.ins().imul_imm_s(slot, (geom.w * B * 4) as i64);
+        let off = e.b.ins().imul_imm_s(slot, layout.slot_bytes as i64);
+        let off = e.b.ins().iadd_imm_s(off, layout.column_bytes as i64);
         let yp = e.b.ins().iadd(ring, off);
         let args = [
             exp.w,
@@ -710,7 +840,7 @@ fn expand_rows(
             p0,
             p1,
             yp,
-            e.ci((geom.kh * geom.w * B) as i64),
+            e.ci(layout.block_floats as i64),
             exp.ep,
         ];
         call_band(e, &args);

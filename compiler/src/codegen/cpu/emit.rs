@@ -45,6 +45,10 @@ pub(crate) struct Emit<'a> {
     /// A window conv on blocked data as gathered columns and the
     /// pointwise tiles (`dnnc_conv_gather_nchw8c`), imported.
     pub gather8c: FuncRef,
+    /// One output row of a grouped window conv on blocked data from a
+    /// ring of its input rows (`dnnc_conv_group_ring_nchw8c`, a fused
+    /// expansion's conv), imported.
+    pub group_ring8c: FuncRef,
     /// One output row of one channel block of a blocked depthwise conv
     /// (`dnnc_dw_row_nchw8c`), imported.
     pub dw8c_row: FuncRef,

@@ -658,6 +658,12 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
         &[ptr, ptr, ptr, ptr, I64, I64, I64, I64, ptr],
         true,
     )?;
+    // (w, ring, slots, y, geometry, row, epilogue).
+    let group_ring8c_id = import(
+        "dnnc_conv_group_ring_nchw8c",
+        &[ptr, ptr, ptr, ptr, ptr, I64, ptr],
+        true,
+    )?;
     let dw_rows = [ptr, ptr, ptr, ptr, ptr, ptr, I64, I64];
     let dw8c_row_id = import("dnnc_dw_row_nchw8c", &dw_rows, true)?;
     let dw8c_id = import("dnnc_dw_nchw8c", &dw_rows, true)?;
@@ -778,6 +784,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             let dw8 = module.declare_func_in_func(dw8_id, &mut ctx.func);
             let into8c = module.declare_func_in_func(into8c_id, &mut ctx.func);
             let gather8c = module.declare_func_in_func(gather8c_id, &mut ctx.func);
+            let group_ring8c = module.declare_func_in_func(group_ring8c_id, &mut ctx.func);
             let dw8c_row = module.declare_func_in_func(dw8c_row_id, &mut ctx.func);
             let dw8c = module.declare_func_in_func(dw8c_id, &mut ctx.func);
             let maxpool = module.declare_func_in_func(maxpool_id, &mut ctx.func);
@@ -813,6 +820,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
                 dw8,
                 into8c,
                 gather8c,
+                group_ring8c,
                 dw8c_row,
                 dw8c,
                 maxpool,
