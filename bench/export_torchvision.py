@@ -1,6 +1,6 @@
 """Exports torchvision architectures beyond ../shared/models as the zoo was
 exported (PyTorch's TorchScript exporter, opset 17, seeded random weights),
-at batch 8, each as OUTDIR/<name>/{model.onnx,input.npy,output.npy} with
+at batch 8 (BATCH=N for another), each as OUTDIR/<name>/{model.onnx,input.npy,output.npy} with
 onnxruntime's output as the oracle, for bench/check_models.sh and
 bench/compare_ort.sh (EXTRA=OUTDIR). It also writes output_f64.npy, the
 same network run by PyTorch in float64: the exact answer to within 1e-12,
@@ -15,11 +15,12 @@ Setup once, beside the project (PyPI's torch wheel; ~6 GB with its CUDA
 libraries, which the export does not use):
   python3 -m venv ../torch-venv && ../torch-venv/bin/pip install torch torchvision onnx onnxruntime
 Usage:
-  ../torch-venv/bin/python bench/export_torchvision.py OUTDIR [NAME ...]
+  [BATCH=N] ../torch-venv/bin/python bench/export_torchvision.py OUTDIR [NAME ...]
   (default names: resnet50 densenet121 efficientnet_b0 regnet_y_400mf inception_v3)
 """
 import sys, os, numpy as np, torch, torchvision, onnxruntime as ort
 out = sys.argv[1]
+batch = int(os.environ.get("BATCH", "8"))
 names = sys.argv[2:] or ["resnet50", "densenet121", "efficientnet_b0", "regnet_y_400mf", "inception_v3"]
 unknown = [n for n in names if not callable(getattr(torchvision.models, n, None))]
 if unknown:
@@ -41,7 +42,7 @@ for name in names:
         for _ in range(3):
             m(torch.randn(8, 3, hw, hw))
     m.eval()
-    x = torch.randn(8, 3, hw, hw)
+    x = torch.randn(batch, 3, hw, hw)
     d = os.path.join(out, name); os.makedirs(d, exist_ok=True)
     torch.onnx.export(m, x, os.path.join(d, "model.onnx"), opset_version=17, dynamo=False,
                       input_names=["input"], output_names=["output"])

@@ -664,8 +664,19 @@ pub(crate) fn takes_expansion(g: &Graph, k: &Kernel) -> bool {
         .is_some_and(|geom| geom.n * geom.c * geom.h * geom.w * 4 >= EXPANSION_MIN_BYTES)
 }
 
-/// Whether pointwise kernel `p` pays to be computed as a depthwise
-/// conv's expansion, a row at a time: its input channels are at most
+/// Whether pointwise kernel `p` pays to be computed as kernel `k`'s
+/// expansion, a row at a time. Into a grouped window conv, always (the
+/// expanded map being at least [`EXPANSION_MIN_BYTES`],
+/// [`takes_expansion`]): RegNetY-400MF at batch 8, one thread, 3
+/// alternating profiles, every such block ran faster fused, those the
+/// bound below would refuse too (104 -> 104 on 28x28 2.88-3.05 ->
+/// 2.65-2.72 ms a block, 208 -> 208 on 14x14 2.27-2.51 -> 2.16-2.25,
+/// 208 -> 440 stride 2 from 14x14 3.98-4.14 -> 3.63-3.71), the grouped
+/// conv reading its windows in the ring's padded rows instead of
+/// copying each row; at batch 1 the 7x7 blocks under 1 MiB ran 15%
+/// slower fused (440 -> 440, 0.28-0.30 -> 0.32-0.37 ms; the 774 KB
+/// filter each expanded row re-reads outgrows the L2). Into a depthwise
+/// conv, where its input channels are at most
 /// twice its rows' width, so the filter each expanded row re-reads
 /// (`c_in x c_exp` floats, from L2) is no larger than the row's write and
 /// read back that the fusion saves (`2 x w x c_exp`). Without this bound
@@ -677,7 +688,10 @@ pub(crate) fn takes_expansion(g: &Graph, k: &Kernel) -> bool {
 /// 0.89-0.91 and its 56x56 and 112x112 0.69-0.83; EfficientNet-B0's
 /// SiLU blocks on 14x14 and 7x7 maps 1.01-1.27, those on 28x28 to 112x112
 /// (16-40 in) 0.86-1.01 but its 28x28 40 -> 240 stride-1 block 1.095.
-pub(crate) fn expansion_pays(g: &Graph, p: &Kernel) -> bool {
+pub(crate) fn expansion_pays(g: &Graph, k: &Kernel, p: &Kernel) -> bool {
+    if fusable_grouped(g, k).is_some() {
+        return true;
+    }
     ConvGeom::of_node(g, p.nodes[0]).is_ok_and(|pg| pg.c <= 2 * pg.w)
 }
 

@@ -366,7 +366,7 @@ pub(crate) fn absorb_prologues(
     kernels: Vec<Kernel>,
     takes: impl Fn(&Kernel) -> bool,
 ) -> Vec<Kernel> {
-    absorb(g, kernels, takes, Slot::Prologue, |p| {
+    absorb(g, kernels, takes, Slot::Prologue, |_, p| {
         p.kind == KernelKind::Elementwise && prologue_of(g, &p.nodes).is_some()
     })
 }
@@ -518,7 +518,7 @@ fn absorb(
     mut kernels: Vec<Kernel>,
     takes: impl Fn(&Kernel) -> bool,
     slot: Slot,
-    fits: impl Fn(&Kernel) -> bool,
+    fits: impl Fn(&Kernel, &Kernel) -> bool,
 ) -> Vec<Kernel> {
     let graph_outputs: HashSet<ValueId> = g.outputs().iter().copied().collect();
     let mut gone = vec![false; kernels.len()];
@@ -537,7 +537,7 @@ fn absorb(
             continue;
         };
         let p = &kernels[pi];
-        if gone[pi] || !p.prologue.is_empty() || !p.expansion.is_empty() || !fits(p) {
+        if gone[pi] || !p.prologue.is_empty() || !p.expansion.is_empty() || !fits(k, p) {
             continue;
         }
         let (nodes, mut inputs) = (p.nodes.clone(), p.inputs.clone());
@@ -649,21 +649,22 @@ pub(crate) fn projection_ep(g: &Graph, nodes: &[NodeId]) -> Option<(Option<Value
 }
 
 /// Moves each channel-blocked pointwise conv kernel (an
-/// [`expansion_ep`]) whose result only a blocked depthwise conv reads
-/// into that conv's kernel as its expansion, where `takes(k)` says the
-/// depthwise conv's lowering computes one. The kernel then computes the
-/// expanded rows its output rows need into a ring of rows that stays in
-/// cache: MobileNet-V2's expansions to 96-192 channels on 112x112 and
-/// 56x56 maps wrote 2.4-4.8 MB each, which the depthwise conv read back.
-/// `worth(p)` says whether pointwise kernel `p` pays to be computed so.
+/// [`expansion_ep`]) whose result only a blocked depthwise or grouped
+/// window conv reads into that conv's kernel as its expansion, where
+/// `takes(k)` says the conv's lowering computes one. The kernel then
+/// computes the expanded rows its output rows need into a ring of rows
+/// that stays in cache: MobileNet-V2's expansions to 96-192 channels on
+/// 112x112 and 56x56 maps wrote 2.4-4.8 MB each, which the depthwise
+/// conv read back. `worth(k, p)` says whether pointwise kernel `p` pays
+/// to be computed so inside `k`.
 pub(crate) fn absorb_expansions(
     g: &Graph,
     kernels: Vec<Kernel>,
     takes: impl Fn(&Kernel) -> bool,
-    worth: impl Fn(&Kernel) -> bool,
+    worth: impl Fn(&Kernel, &Kernel) -> bool,
 ) -> Vec<Kernel> {
-    absorb(g, kernels, takes, Slot::Expansion, |p| {
-        p.kind == KernelKind::Contraction && expansion_ep(g, &p.nodes).is_some() && worth(p)
+    absorb(g, kernels, takes, Slot::Expansion, |k, p| {
+        p.kind == KernelKind::Contraction && expansion_ep(g, &p.nodes).is_some() && worth(k, p)
     })
 }
 
@@ -844,7 +845,7 @@ mod tests {
     /// What the fused kernels hold: `(expansion, own nodes, projection)`
     /// lengths per kernel, with every block fusable.
     fn fused(g: &Graph) -> Vec<(usize, usize, usize)> {
-        let ks = absorb_expansions(g, kernels(g), |_| true, |_| true);
+        let ks = absorb_expansions(g, kernels(g), |_| true, |_, _| true);
         let ks = absorb_projections(g, ks, |k| !k.expansion.is_empty());
         ks.iter()
             .map(|k| (k.expansion.len(), k.nodes.len(), k.projection.len()))

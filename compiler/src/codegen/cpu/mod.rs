@@ -338,7 +338,7 @@ pub fn compile_cpu(g: &Graph, opts: &CpuOptions) -> Result<Executable, CodegenEr
             g,
             kernels,
             |k| blocked::takes_expansion(g, k),
-            |p| blocked::expansion_pays(g, p),
+            |k, p| blocked::expansion_pays(g, k, p),
         );
         let kernels = group::absorb_projections(g, kernels, |k| blocked::takes_projection(g, k));
         group::absorb_pools(g, kernels, |k, pool| {
