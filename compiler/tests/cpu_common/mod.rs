@@ -73,7 +73,9 @@ pub fn assert_close(what: &str, got: &Tensor, want: &Tensor, rtol: f32, atol: f3
 }
 
 /// Compiles `g` for the CPU and checks every output against the
-/// interpreter; returns the largest absolute error.
+/// interpreter; returns the largest absolute error. The run's arena
+/// starts with every float a NaN (`Executable::set_arena_fill`), so a
+/// kernel that reads memory nothing wrote fails the check.
 pub fn check_with(
     g: &Graph,
     inputs: &[(String, Tensor)],
@@ -82,7 +84,8 @@ pub fn check_with(
     opts: &CpuOptions,
 ) -> f32 {
     let want = dnnc_runtime::run(g, inputs).expect("interpreter");
-    let exe = compile_cpu(g, opts).unwrap_or_else(|e| panic!("compile {}: {e}", g.name));
+    let mut exe = compile_cpu(g, opts).unwrap_or_else(|e| panic!("compile {}: {e}", g.name));
+    exe.set_arena_fill(Some(0xFF));
     let got = exe.run(inputs).expect("cpu run");
     assert_eq!(got.len(), want.len());
     let mut max = 0.0f32;
