@@ -32,6 +32,11 @@ for name in names:
         kw.update(aux_logits=True, init_weights=True)
     m = getattr(torchvision.models, name)(**kw)
     hw = 299 if name == "inception_v3" else 224
+    # Layers an architecture initialises to zero (ViT's classifier head)
+    # get seeded normal weights, so the output is not a constant.
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.Linear) and not mod.weight.detach().any():
+            torch.nn.init.normal_(mod.weight, std=0.02)
     # BatchNorm statistics from a few random batches (cumulative average),
     # so activations keep a sane scale through the network.
     for mod in m.modules():

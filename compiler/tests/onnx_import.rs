@@ -1350,3 +1350,118 @@ fn imported_shufflenet_prints_and_reparses() {
     let line = text.lines().find(|l| l.contains("Reshape")).unwrap();
     eprintln!("{line}");
 }
+
+/// `Mod` folds at import (torchvision's ViT computes attention shapes
+/// with it): integer mod takes the divisor's sign by default, the
+/// dividend's with `fmod=1`; the folded values reach a graph output.
+/// A Mod of a runtime value, a zero integer divisor, a float Mod
+/// without `fmod=1` and a bad `fmod` are clear errors naming the node.
+#[test]
+fn mod_of_constants_folds_and_bad_mods_are_clear_errors() {
+    let x = || vec![vi("x", DataType::Float, &[2, 3])];
+    let folded = |fmod: i64| {
+        let g = import(&model(
+            13,
+            x(),
+            vec![i64s("a", &[7, -7, 7, -7, 6]), i64s("b", &[3, 3, -3, -3, 3])],
+            vec![
+                node("Mod", "m", &["a", "b"], &["r"], vec![attr_i("fmod", fmod)]),
+                node("Relu", "relu", &["x"], &["y"], vec![]),
+            ],
+            &["y", "r"],
+        ))
+        .unwrap();
+        dnnc_ir::verify(&g).unwrap();
+        let r = g.weights.get("r").unwrap();
+        r.as_i64().unwrap().iter().copied().collect::<Vec<i64>>()
+    };
+    assert_eq!(folded(0), vec![1, 2, -2, -1, 0]);
+    assert_eq!(folded(1), vec![1, -1, 1, -1, 0]);
+    // A float Mod of Constant nodes (f32 initializers are parameters,
+    // which `--weights` may override) with fmod=1 folds as C's fmod,
+    // broadcasting the divisor.
+    let constant = |name: &str, v: &[f32]| {
+        let t = f32s("", &[v.len() as i64], v);
+        node("Constant", name, &[], &[name], vec![attr_t("value", t)])
+    };
+    let g = import(&model(
+        13,
+        x(),
+        vec![],
+        vec![
+            constant("p", &[5.5, -5.5, 2.0]),
+            constant("q", &[2.0]),
+            node("Mod", "m", &["p", "q"], &["r"], vec![attr_i("fmod", 1)]),
+            node("Relu", "relu", &["x"], &["y"], vec![]),
+        ],
+        &["y", "r"],
+    ))
+    .unwrap();
+    let r = g.weights.get("r").unwrap();
+    assert_eq!(
+        r.as_f32().unwrap().iter().copied().collect::<Vec<f32>>(),
+        vec![1.5, -1.5, 0.0]
+    );
+    let r = unsupported_reason(import(&model(
+        13,
+        x(),
+        vec![f32s("two", &[1], &[2.0])],
+        vec![node(
+            "Mod",
+            "runtime_mod",
+            &["x", "two"],
+            &["y"],
+            vec![attr_i("fmod", 1)],
+        )],
+        &["y"],
+    )));
+    assert!(r.contains("Mod of runtime values"), "{r}");
+    for (inits, fmod, want) in [
+        (vec![i64s("a", &[4]), i64s("b", &[0])], 0, "by zero"),
+        (
+            vec![f32s("a", &[1], &[4.0]), f32s("b", &[1], &[3.0])],
+            0,
+            "runtime values",
+        ),
+        (
+            vec![i64s("a", &[4]), i64s("b", &[3])],
+            2,
+            "fmod must be 0 or 1",
+        ),
+    ] {
+        let e = import(&model(
+            13,
+            x(),
+            inits,
+            vec![
+                node(
+                    "Mod",
+                    "bad_mod",
+                    &["a", "b"],
+                    &["r"],
+                    vec![attr_i("fmod", fmod)],
+                ),
+                node("Relu", "relu", &["x"], &["y"], vec![]),
+            ],
+            &["y", "r"],
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("bad_mod") && e.contains(want), "{e}");
+    }
+    let e = import(&model(
+        13,
+        x(),
+        vec![],
+        vec![
+            constant("p", &[4.0]),
+            constant("q", &[3.0]),
+            node("Mod", "float_mod", &["p", "q"], &["r"], vec![]),
+            node("Relu", "relu", &["x"], &["y"], vec![]),
+        ],
+        &["y", "r"],
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("float_mod") && e.contains("fmod=1"), "{e}");
+}

@@ -90,6 +90,53 @@ fn zip_eq<T: PartialEq>(x: &ArrayD<T>, y: &ArrayD<T>) -> Vec<bool> {
     x.iter().zip(y.iter()).map(|(p, q)| p == q).collect()
 }
 
+/// ONNX `Mod` on two constants of one dtype: with `fmod` false (ONNX's
+/// default, integers only) the remainder takes the divisor's sign, as
+/// Python's `%`; with `fmod` true, the dividend's, as C's `fmod` (which
+/// floats require). An integer divisor of zero is an error.
+pub(crate) fn modulo(a: &Tensor, b: &Tensor, fmod: bool) -> Result<Tensor, String> {
+    let shape = broadcast_shapes(a.shape(), b.shape())?;
+    let sh = IxDyn(&shape);
+    let r = match (a, b) {
+        (Tensor::I64(x), Tensor::I64(y)) => {
+            let (x, y) = (bcast(x, &shape)?, bcast(y, &shape)?);
+            let v = x
+                .iter()
+                .zip(y.iter())
+                .map(|(&p, &q)| match (q, fmod) {
+                    (0, _) => Err(format!("integer modulus by zero ({p} mod 0)")),
+                    (_, true) => Ok(p.wrapping_rem(q)),
+                    (_, false) => {
+                        let r = p.wrapping_rem(q);
+                        Ok(if r != 0 && (r < 0) != (q < 0) {
+                            r + q
+                        } else {
+                            r
+                        })
+                    }
+                })
+                .collect::<Result<Vec<i64>, String>>()?;
+            ArrayD::from_shape_vec(sh, v).map(Tensor::I64)
+        }
+        (Tensor::F32(x), Tensor::F32(y)) => {
+            if !fmod {
+                return Err("a floating-point Mod needs fmod=1".into());
+            }
+            let (x, y) = (bcast(x, &shape)?, bcast(y, &shape)?);
+            let v = x.iter().zip(y.iter()).map(|(&p, &q)| p % q).collect();
+            ArrayD::from_shape_vec(sh, v).map(Tensor::F32)
+        }
+        _ => {
+            return Err(format!(
+                "Mod takes two f32 or two int64 operands, found {} and {}",
+                a.dtype(),
+                b.dtype()
+            ))
+        }
+    };
+    r.map_err(|e| e.to_string())
+}
+
 /// ONNX `Where` on constants.
 pub(crate) fn where_(c: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor, String> {
     let Tensor::Bool(c) = c else {

@@ -88,6 +88,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Cast",
     "Equal",
     "Where",
+    "Mod",
     "Less",
     "Greater",
     "Not",
@@ -1240,6 +1241,23 @@ impl Importer {
                     fold::where_(&ts[0], &ts[1], &ts[2])
                 }
                 .map_err(|m| cx.invalid(m))?;
+                self.set_known(&cx.out0()?, r)
+            }
+            "Mod" => {
+                // Folded at import only: exporters emit it on shapes
+                // (torchvision's ViT attention).
+                let fmod = a.int("fmod", 0)?;
+                if !(0..=1).contains(&fmod) {
+                    return Err(cx.invalid(format!("fmod must be 0 or 1, found {fmod}")));
+                }
+                let (x, y) = (cx.req_input(0, "A")?, cx.req_input(1, "B")?);
+                if !self.is_foldable(x) || !self.is_foldable(y) {
+                    unsup!("Mod of runtime values is not supported (dnnc folds Mod of import-time constants only)");
+                }
+                let (Some(tx), Some(ty)) = (self.tensor(x), self.tensor(y)) else {
+                    unsup!("Mod of runtime values is not supported (dnnc folds Mod of import-time constants only)");
+                };
+                let r = fold::modulo(tx, ty, fmod == 1).map_err(|m| cx.invalid(m))?;
                 self.set_known(&cx.out0()?, r)
             }
             "Tile" => {
