@@ -925,3 +925,45 @@ fn lane_sums_add_in_order_at_any_thread_count() {
         assert_eq!(got, want, "{threads} threads");
     }
 }
+
+/// Softmax and LogSoftmax along a contiguous last axis run four lanes at
+/// a time with a scalar tail: rows of 4, 8, 9 and 197 elements (ViT's
+/// attention rows) against the interpreter, with the values that decide
+/// the max and the sum — a NaN in a row (every output NaN, as the
+/// interpreter's), a row of -inf (NaN), -inf entries among finite ones
+/// (zero weight), large logits, a last element far above the rest — and
+/// two threads bitwise one.
+#[test]
+fn softmax_rows_run_in_vectors() {
+    for len in [4usize, 8, 9, 197] {
+        for op in ["Softmax", "LogSoftmax"] {
+            let body = format!("input %x: f32[2,3,{len}]\n%y = {op}(%x) {{axis=-1}}\noutput %y");
+            let g = parse(&body);
+            let mut r = Rng(len as u64);
+            let mut v: Vec<f32> = (0..6 * len).map(|_| r.uniform(-8.0, 8.0)).collect();
+            // Row 1: a NaN in the tail or the vectors; row 2: all -inf;
+            // row 3: -inf entries; row 4: logits near f32's exp range.
+            v[len + len - 1] = f32::NAN;
+            v[2 * len..3 * len].fill(f32::NEG_INFINITY);
+            v[3 * len] = f32::NEG_INFINITY;
+            v[4 * len - 1] = f32::NEG_INFINITY;
+            for x in &mut v[4 * len..5 * len] {
+                *x += 80.0;
+            }
+            // Row 5: its last element so far above the rest that a max
+            // missing it overflows the exponentials.
+            v[6 * len - 1] = 100.0;
+            let ins = vec![("x".to_string(), f32_tensor(&[2, 3, len], v))];
+            check(&g, &ins);
+            let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+            let bits = |t: &[Tensor]| match &t[0] {
+                Tensor::F32(a) => a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                _ => unreachable!(),
+            };
+            exe.set_threads(1).unwrap();
+            let one = bits(&exe.run(&ins).unwrap());
+            exe.set_threads(2).unwrap();
+            assert_eq!(one, bits(&exe.run(&ins).unwrap()), "{body}");
+        }
+    }
+}
