@@ -967,3 +967,46 @@ fn softmax_rows_run_in_vectors() {
         }
     }
 }
+
+/// LayerNormalization over the last axis with a scale and a bias of its
+/// length (a transformer's) runs four lanes at a time with a scalar tail
+/// and splits its rows across threads: rows of 4, 7 and 768 elements,
+/// with and without a bias, a row of large offset values (the variance
+/// of deviations, not of values), and a fused Relu after it, against the
+/// interpreter; two threads bitwise one.
+#[test]
+fn layer_norm_rows_run_in_vectors_and_split() {
+    for l in [4usize, 7, 768] {
+        for (bias, tail) in [(true, ""), (false, "\n%r = Relu(%y)")] {
+            let out = if tail.is_empty() { "%y" } else { "%r" };
+            let (bp, bv) = if bias {
+                (
+                    format!("\nparam %b: f32[{l}] = uniform(low=-1, high=1, seed=2)"),
+                    ", %b",
+                )
+            } else {
+                (String::new(), "")
+            };
+            let body = format!(
+                "input %x: f32[3,50,{l}]\nparam %s: f32[{l}] = uniform(low=0.5, high=1.5, seed=1){bp}\n%y = LayerNormalization(%x, %s{bv}) {{axis=-1, epsilon=1e-5}}{tail}\noutput {out}"
+            );
+            let g = parse(&body);
+            let mut r = Rng(l as u64);
+            let mut v: Vec<f32> = (0..150 * l).map(|_| r.uniform(-3.0, 5.0)).collect();
+            for x in &mut v[..l] {
+                *x += 20.0;
+            }
+            let ins = vec![("x".to_string(), f32_tensor(&[3, 50, l], v))];
+            check(&g, &ins);
+            let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
+            let bits = |t: &[Tensor]| match &t[0] {
+                Tensor::F32(a) => a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                _ => unreachable!(),
+            };
+            exe.set_threads(1).unwrap();
+            let one = bits(&exe.run(&ins).unwrap());
+            exe.set_threads(2).unwrap();
+            assert_eq!(one, bits(&exe.run(&ins).unwrap()), "{body}");
+        }
+    }
+}

@@ -122,7 +122,8 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
             let (nn, ch) = (xs[0], xs[1]);
             let lane: Vec<usize> = xs[2..].to_vec();
             let l: usize = lane.iter().product();
-            normalize(e, nn * ch, l, x, y, *epsilon, |e, o, _j| {
+            let all = (e.ci(0), e.ci((nn * ch) as i64));
+            normalize(e, all, l, x, y, *epsilon, |e, o, _j| {
                 // channel = o % C; per-lane scale and bias are constants.
                 let cc = e.ci(ch as i64);
                 let chn = e.b.ins().urem(o, cc);
@@ -147,8 +148,19 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
                 }
                 None => None,
             };
+            // One normalised axis with a scale and a bias of its length
+            // (a transformer's): four lanes at a time.
+            let rows_ok =
+                lane.len() == 1 && s_str == [1] && bias.as_ref().is_none_or(|(_, b)| b == &[1]);
+            if rows_ok {
+                let (lo, hi) = plane_range(e, outer, "normalised rows", on)?;
+                normalize_rows(e, (lo, hi), l, (x, y), *epsilon, (sc, bias.map(|b| b.0)));
+                finish(e, epi, split)?;
+                return Ok(Vec::new());
+            }
+            let (lo, hi) = plane_range(e, outer, "normalised rows", on)?;
             let lane_c = contiguous(&lane);
-            normalize(e, outer, l, x, y, *epsilon, |e, _o, j| {
+            normalize(e, (lo, hi), l, x, y, *epsilon, |e, _o, j| {
                 // Decompose the flat lane index into the lane's axes.
                 let mut so: Option<Value> = None;
                 let mut bo: Option<Value> = None;
@@ -182,8 +194,17 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
         }
         other => return Err(format!("{} is not a reduction", other.name())),
     }
-    // Fused elementwise epilogue, in place over the result (over this
-    // task's units when the kernel splits).
+    finish(e, epi, split)?;
+    Ok(Vec::new())
+}
+
+/// The fused elementwise epilogue, in place over the result (over this
+/// task's units when the kernel splits).
+fn finish(
+    e: &mut Emit<'_>,
+    epi: Option<super::elementwise::EwSpec<'_>>,
+    split: Option<(usize, usize)>,
+) -> Result<(), String> {
     if let Some(spec) = epi {
         match split.and_then(|(u, per)| unit_prefix(&spec.domain, u, per)) {
             Some(k) => super::elementwise::emit_split(e, &spec, k)?,
@@ -193,7 +214,7 @@ pub(crate) fn lower(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<Vec<String>, Strin
             }
         }
     }
-    Ok(Vec::new())
+    Ok(())
 }
 
 /// The task units of a reduction kernel, if it can split: `(units,
@@ -222,6 +243,11 @@ fn split_units(op: &Op, xs: &[usize], ys: &[usize]) -> Option<(usize, usize)> {
             // Units are lanes; with `inner > 1` a lane is strided, so say
             // "per unit 0" (never a contiguous run) unless inner == 1.
             Some((outer * inner, if inner == 1 { xs[ax] } else { 0 }))
+        }
+        // Rows of the normalised axes, each a contiguous run.
+        Op::LayerNormalization { axis, .. } => {
+            let ax = norm_axis(*axis, xs.len()).ok()?;
+            Some((xs[..ax].iter().product(), xs[ax..].iter().product()))
         }
         _ => None,
     }
@@ -1384,6 +1410,95 @@ fn softmax_rows(
     Ok(())
 }
 
+/// [`normalize`] of rows `lo..hi` of `l` contiguous elements with a
+/// scale and bias of `l` elements each (LayerNormalization over the last
+/// axis, a transformer's), four lanes at a time: the mean as
+/// [`run_reduce`] sums it, the squared deviations in one vector sum (its
+/// lanes then added in order) plus the scalar tail, then each element
+/// `(x - mean) * rstd * scale + bias` as the scalar loop computes it.
+/// Element by element, decomposing each index to find its scale,
+/// ConvNeXt-T's 23 LayerNorms took 13.6 ms at one thread and at two.
+fn normalize_rows(
+    e: &mut Emit<'_>,
+    (lo, hi): (Value, Value),
+    l: usize,
+    (x, y): (Value, Value),
+    eps: f32,
+    (sc, bias): (Value, Option<Value>),
+) {
+    let vecs = l / 4;
+    e.for_range(lo, hi, 1, |e, o| {
+        let base = e.b.ins().imul_imm_s(o, l as i64);
+        let sum = run_reduce(e, x, base, l, ReduceKind::Sum);
+        let inv_n = e.cf(1.0 / l.max(1) as f32);
+        let mean = e.b.ins().fmul(sum, inv_n);
+        let meanv = e.splat(mean);
+        let zero = e.vf(0.0);
+        let acc = e.var(F32X4, zero);
+        e.for_n(vecs, |e, j| {
+            let jj = e.b.ins().imul_imm_s(j, 4);
+            let i = e.b.ins().iadd(base, jj);
+            let v = e.load_v(x, i);
+            let d = e.b.ins().fsub(v, meanv);
+            let sq = e.b.ins().fmul(d, d);
+            let a = e.b.use_var(acc);
+            let nv = e.b.ins().fadd(a, sq);
+            e.b.def_var(acc, nv);
+        });
+        let sums = e.b.use_var(acc);
+        let mut ss = e.b.ins().extractlane(sums, 0);
+        for lane in 1..4u8 {
+            let v = e.b.ins().extractlane(sums, lane);
+            ss = e.b.ins().fadd(ss, v);
+        }
+        for j in vecs * 4..l {
+            let i = e.b.ins().iadd_imm_s(base, j as i64);
+            let v = e.load_f32(x, i);
+            let d = e.b.ins().fsub(v, mean);
+            let sq = e.b.ins().fmul(d, d);
+            ss = e.b.ins().fadd(ss, sq);
+        }
+        let var = e.b.ins().fmul(ss, inv_n);
+        let ep = e.cf(eps);
+        let ve = e.b.ins().fadd(var, ep);
+        let sd = e.b.ins().sqrt(ve);
+        let one = e.cf(1.0);
+        let rstd = e.b.ins().fdiv(one, sd);
+        let rstdv = e.splat(rstd);
+        let zero_v = e.vf(0.0);
+        e.for_n(vecs, |e, j| {
+            let jj = e.b.ins().imul_imm_s(j, 4);
+            let i = e.b.ins().iadd(base, jj);
+            let v = e.load_v(x, i);
+            let d = e.b.ins().fsub(v, meanv);
+            let nrm = e.b.ins().fmul(d, rstdv);
+            let s = e.load_v(sc, jj);
+            let b = match bias {
+                Some(bp) => e.load_v(bp, jj),
+                None => zero_v,
+            };
+            let t = e.b.ins().fmul(nrm, s);
+            let r = e.b.ins().fadd(t, b);
+            e.store_v(r, y, i);
+        });
+        for j in vecs * 4..l {
+            let i = e.b.ins().iadd_imm_s(base, j as i64);
+            let jj = e.ci(j as i64);
+            let v = e.load_f32(x, i);
+            let d = e.b.ins().fsub(v, mean);
+            let nrm = e.b.ins().fmul(d, rstd);
+            let s = e.load_f32(sc, jj);
+            let b = match bias {
+                Some(bp) => e.load_f32(bp, jj),
+                None => e.cf(0.0),
+            };
+            let t = e.b.ins().fmul(nrm, s);
+            let r = e.b.ins().fadd(t, b);
+            e.store_f32(r, y, i);
+        }
+    });
+}
+
 /// LRN across channels: `x / (bias + alpha/size * sum_sq)^beta`.
 fn lrn(e: &mut Emit<'_>, p: &Lrn, xs: &[usize], x: Value, y: Value) -> Result<(), String> {
     let &[n, c, h, w] = xs else {
@@ -1443,14 +1558,14 @@ fn lrn(e: &mut Emit<'_>, p: &Lrn, xs: &[usize], x: Value, y: Value) -> Result<()
 #[allow(clippy::too_many_arguments)]
 fn normalize(
     e: &mut Emit<'_>,
-    lanes: usize,
+    (lo, hi): (Value, Value),
     l: usize,
     x: Value,
     y: Value,
     eps: f32,
     mut affine: impl FnMut(&mut Emit<'_>, Value, Value) -> (Value, Value),
 ) {
-    e.for_n(lanes, |e, o| {
+    e.for_range(lo, hi, 1, |e, o| {
         let base = e.b.ins().imul_imm_s(o, l as i64);
         let sum = run_reduce(e, x, base, l, ReduceKind::Sum);
         let inv_n = e.cf(1.0 / l.max(1) as f32);
