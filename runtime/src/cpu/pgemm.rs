@@ -703,6 +703,117 @@ pub const ACT_NONE: u32 = 0;
 pub const ACT_SIGMOID: u32 = 1;
 /// [`Epilogue::act`]: `v * sigmoid(v)` (SiLU, EfficientNet's activation).
 pub const ACT_SILU: u32 = 2;
+/// [`Epilogue::act`]: GELU as the exporters write it, `(v * (erf(v /
+/// sqrt 2) + 1)) * 0.5` ([`gelu`]: the code generator's `erf`, operation
+/// for operation). Only the AVX2 and portable panels kernels apply it
+/// ([`act_supported`]).
+pub const ACT_GELU: u32 = 3;
+
+/// Whether the packed GEMM applies activation `act` on `kern` in
+/// `layout`: [`ACT_GELU`] only on the AVX2 (and portable) panels kernels;
+/// a call that asks for it elsewhere is refused (error 1), never run
+/// without it.
+pub fn act_supported(act: u32, kern: Kernel, layout: Layout) -> bool {
+    act != ACT_GELU || (kern != Kernel::Avx512 && layout == Layout::Panels)
+}
+
+/// The constants of the code generator's f32x4 `exp` and `erf`
+/// (`codegen::cpu::math`), which [`gelu`] and the AVX2 `gelu8` repeat
+/// operation for operation; one definition for both.
+#[allow(missing_docs)]
+pub mod erf {
+    /// `exp`'s clamp bounds of its argument.
+    pub const EXP_HI: f32 = 88.722_84;
+    pub const EXP_LO: f32 = -103.972_08;
+    /// `ln 2` in two parts (`exp`'s range reduction).
+    pub const LN2_HI: f32 = 0.693_359_4;
+    pub const LN2_LO: f32 = -2.121_944_4e-4;
+    /// `erf`'s Maclaurin series in `x^2` for `|x| <` [`SMALL`], Horner
+    /// order, times `2/sqrt(pi) x`.
+    pub const SERIES: [f32; 7] = [
+        1.0 / 9360.0,
+        -1.0 / 1320.0,
+        1.0 / 216.0,
+        -1.0 / 42.0,
+        1.0 / 10.0,
+        -1.0 / 3.0,
+        1.0,
+    ];
+    /// Abramowitz-Stegun 7.1.26: `t = 1 / (1 + T |x|)` and its polynomial.
+    pub const T: f32 = 0.327_591_1;
+    pub const AS: [f32; 5] = [
+        1.061_405_4,
+        -1.453_152_1,
+        1.421_413_8,
+        -0.284_496_74,
+        0.254_829_6,
+    ];
+    /// Below this `|x|` the series, above it A&S.
+    pub const SMALL: f32 = 0.75;
+}
+
+/// Horner `c[0] x^(n-1) + ... + c[n-1]`, a rounded multiply then a
+/// rounded add per step (the code generator's `poly`).
+#[inline(always)]
+fn horner(x: f32, c: &[f32]) -> f32 {
+    let mut acc = c[0];
+    for &k in &c[1..] {
+        acc = acc * x + k;
+    }
+    acc
+}
+
+/// The code generator's f32x4 `exp`, one lane (non-NaN `x`; a NaN never
+/// reaches it from [`erf_exact`]'s result).
+#[inline(always)]
+fn exp_exact(x: f32) -> f32 {
+    let xc = x.min(erf::EXP_HI).max(erf::EXP_LO);
+    let n = (xc * std::f32::consts::LOG2_E).round_ties_even();
+    let r = xc - n * erf::LN2_HI;
+    let r = r - n * erf::LN2_LO;
+    let p = horner(r, &sig::P);
+    let p = p * (r * r);
+    let p = p + r;
+    let p = p + 1.0;
+    let ni = n as i32;
+    let n1 = ni >> 1;
+    let n2 = ni - n1;
+    let p1 = f32::from_bits(((n1 + 127) as u32) << 23);
+    let p2 = f32::from_bits(((n2 + 127) as u32) << 23);
+    let y = p * p1 * p2;
+    if x > erf::EXP_HI {
+        f32::INFINITY
+    } else {
+        y
+    }
+}
+
+/// The code generator's f32x4 `erf`, one lane.
+#[inline(always)]
+fn erf_exact(x: f32) -> f32 {
+    let ax = x.abs();
+    let z = x * x;
+    let p = horner(z, &erf::SERIES) * std::f32::consts::FRAC_2_SQRT_PI;
+    let small = p * x;
+    let t = 1.0 / (ax * erf::T + 1.0);
+    let q = horner(t, &erf::AS) * t;
+    let q = q * exp_exact(-z);
+    let big = f32::from_bits((1.0 - q).to_bits() | (x.to_bits() & 0x8000_0000));
+    let r = if ax < erf::SMALL { small } else { big };
+    if x.is_nan() {
+        x
+    } else {
+        r
+    }
+}
+
+/// GELU ([`ACT_GELU`]): `(v * (erf(v / sqrt 2) + 1)) * 0.5`, bitwise the
+/// generated elementwise code for the exported
+/// `Div(sqrt 2) -> Erf -> Add(1) -> Mul(v) -> Mul(0.5)` chain.
+#[inline]
+pub fn gelu(v: f32) -> f32 {
+    v * (erf_exact(v / std::f32::consts::SQRT_2) + 1.0) * 0.5
+}
 
 /// The constants of [`sigmoid`]: clamp bounds of `v`, `-log2(e)`, the
 /// rounding magic `1.5 * 2^23 + 127`, the two-part `ln 2` and the
@@ -792,6 +903,7 @@ pub(crate) fn activate(act: u32, v: f32) -> f32 {
     match act {
         ACT_SIGMOID => sigmoid(v),
         ACT_SILU => v * sigmoid(v),
+        ACT_GELU => gelu(v),
         _ => v,
     }
 }
@@ -936,11 +1048,19 @@ unsafe fn packed_call(
     ep: usize,
 ) -> i32 {
     let h = |i: usize| (ap as *const u64).add(i).read();
+    let act = if ep > 1 {
+        (ep as *const Epilogue).read().act
+    } else {
+        ACT_NONE
+    };
     if h(0) == MAGIC && h(7) == Layout::Lanes.id() {
+        if !act_supported(act, Kernel::best(), Layout::Lanes) {
+            return 1;
+        }
         return lanes_call(ap, (m, n, k), (b, b_rs, b_cs, gather), (c, c_rs, c_cs), ep);
     }
     let kern = match Kernel::from_id(h(1)) {
-        Some(kn) if h(0) == MAGIC && kn.supported() => kn,
+        Some(kn) if h(0) == MAGIC && kn.supported() && act_supported(act, kn, Layout::Panels) => kn,
         _ => return 1,
     };
     if h(2) != kern.mr() as u64
@@ -3680,6 +3800,7 @@ pub(super) mod x86 {
         match e.act {
             super::ACT_SIGMOID => sigmoid8(v),
             super::ACT_SILU => _mm256_mul_ps(v, sigmoid8(v)),
+            super::ACT_GELU => gelu8(v),
             _ => v,
         }
     }
@@ -4088,6 +4209,70 @@ pub(super) mod x86 {
     /// compare-and-blend picks NaN lanes out at the end: on the AMD EPYC
     /// the blend doubled a sigmoid's cost (8 lanes: 25 -> 12 ns; SiLU
     /// 16 -> 13 ns), its result waiting on the division's long chain.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn horner8(x: __m256, c: &[f32]) -> __m256 {
+        let mut acc = _mm256_set1_ps(c[0]);
+        for &k in &c[1..] {
+            acc = _mm256_add_ps(_mm256_mul_ps(acc, x), _mm256_set1_ps(k));
+        }
+        acc
+    }
+
+    /// [`super::gelu`] on eight lanes: the same operations (no fused
+    /// multiply-adds, as the generated code has none), so bitwise the
+    /// scalar version and the generated elementwise chain.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(in crate::cpu) unsafe fn gelu8(v: __m256) -> __m256 {
+        use super::erf;
+        let x = _mm256_div_ps(v, _mm256_set1_ps(std::f32::consts::SQRT_2));
+        let sign = _mm256_set1_ps(-0.0);
+        let ax = _mm256_andnot_ps(sign, x);
+        let z = _mm256_mul_ps(x, x);
+        let p = _mm256_mul_ps(
+            horner8(z, &erf::SERIES),
+            _mm256_set1_ps(std::f32::consts::FRAC_2_SQRT_PI),
+        );
+        let small = _mm256_mul_ps(p, x);
+        let one = _mm256_set1_ps(1.0);
+        let t = _mm256_add_ps(_mm256_mul_ps(ax, _mm256_set1_ps(erf::T)), one);
+        let t = _mm256_div_ps(one, t);
+        let q = _mm256_mul_ps(horner8(t, &erf::AS), t);
+        // exp(-z), as `exp_exact` (its argument is never NaN here).
+        let nz = _mm256_xor_ps(z, sign);
+        let hi = _mm256_set1_ps(erf::EXP_HI);
+        let xc = _mm256_max_ps(_mm256_min_ps(nz, hi), _mm256_set1_ps(erf::EXP_LO));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        let r = _mm256_sub_ps(xc, _mm256_mul_ps(n, _mm256_set1_ps(erf::LN2_HI)));
+        let r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(erf::LN2_LO)));
+        let e = _mm256_mul_ps(horner8(r, &super::sig::P), _mm256_mul_ps(r, r));
+        let e = _mm256_add_ps(_mm256_add_ps(e, r), one);
+        let ni = _mm256_cvttps_epi32(n);
+        let n1 = _mm256_srai_epi32::<1>(ni);
+        let n2 = _mm256_sub_epi32(ni, n1);
+        let bias = _mm256_set1_epi32(127);
+        let p1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
+        let p2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
+        let ez = _mm256_mul_ps(_mm256_mul_ps(e, p1), p2);
+        let ez = _mm256_blendv_ps(
+            ez,
+            _mm256_set1_ps(f32::INFINITY),
+            _mm256_cmp_ps::<_CMP_GT_OQ>(nz, hi),
+        );
+        let q = _mm256_mul_ps(q, ez);
+        let big = _mm256_or_ps(_mm256_sub_ps(one, q), _mm256_and_ps(x, sign));
+        let r = _mm256_blendv_ps(
+            big,
+            small,
+            _mm256_cmp_ps::<_CMP_LT_OQ>(ax, _mm256_set1_ps(erf::SMALL)),
+        );
+        let r = _mm256_blendv_ps(r, x, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x));
+        _mm256_mul_ps(_mm256_mul_ps(v, _mm256_add_ps(r, one)), _mm256_set1_ps(0.5))
+    }
+
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub(in crate::cpu) unsafe fn sigmoid8(v: __m256) -> __m256 {
@@ -4581,6 +4766,7 @@ pub(super) mod x86 {
         match e.act {
             super::ACT_SIGMOID => sigmoid8(v),
             super::ACT_SILU => _mm256_mul_ps(v, sigmoid8(v)),
+            super::ACT_GELU => gelu8(v),
             _ => v,
         }
     }
@@ -4661,6 +4847,7 @@ pub(super) mod x86 {
                     v = match e.act {
                         super::ACT_SIGMOID => sigmoid8(v),
                         super::ACT_SILU => _mm256_mul_ps(v, sigmoid8(v)),
+                        super::ACT_GELU => gelu8(v),
                         _ => v,
                     };
                 }
@@ -5693,6 +5880,85 @@ mod tests {
         assert_eq!(sigmoid(f32::NEG_INFINITY), sigmoid(-1e30));
         assert!(sigmoid(f32::NEG_INFINITY) < 1e-37);
         assert!(sigmoid(f32::NAN).is_nan());
+    }
+
+    /// The epilogue's [`gelu`] against `x (1 + erf(x / sqrt 2)) / 2` in
+    /// f64: within erf's 1.5e-7 times `|x|` plus 1e-6 relative from -12
+    /// to 12 and at the extremes; NaN for NaN, the limits at the infinities;
+    /// the AVX2 `gelu8` bitwise the scalar version, lane by lane, across
+    /// the series/rational switch and the extremes.
+    #[test]
+    fn gelu_matches_f64_and_its_vector_form_bitwise() {
+        let mut xs: Vec<f32> = (-24_000..=24_000).map(|i| i as f32 * 0.0005).collect();
+        xs.extend([
+            1e-30, -1e-30, 0.0, -0.0, 1.0606601, -1.0606601, 1.0606602, 30.0, -30.0, 1e30, -1e30,
+        ]);
+        for &x in &xs {
+            let xd = x as f64;
+            let want = xd * 0.5 * (1.0 + libm_erf(xd / std::f64::consts::SQRT_2));
+            let got = gelu(x) as f64;
+            // erf's error (A&S 7.1.26: 1.5e-7) times |x| / 2, and f32
+            // rounding of the result.
+            assert!(
+                (got - want).abs() <= 1.5e-7 * xd.abs() + 1e-6 * want.abs() + 1e-37,
+                "gelu({x}) = {got}, want {want}"
+            );
+        }
+        assert!(gelu(f32::NAN).is_nan());
+        assert_eq!(gelu(f32::INFINITY), f32::INFINITY);
+        #[cfg(target_arch = "x86_64")]
+        if Kernel::best() != Kernel::Portable {
+            xs.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
+            for chunk in xs.chunks(8) {
+                let mut lanes = [0f32; 8];
+                lanes[..chunk.len()].copy_from_slice(chunk);
+                let mut out = [0f32; 8];
+                unsafe {
+                    use std::arch::x86_64::*;
+                    let v = x86::gelu8(_mm256_loadu_ps(lanes.as_ptr()));
+                    _mm256_storeu_ps(out.as_mut_ptr(), v);
+                }
+                for (x, y) in lanes.iter().zip(out) {
+                    assert_eq!(gelu(*x).to_bits(), y.to_bits(), "gelu8({x})");
+                }
+            }
+        }
+        // Only the AVX2 and portable panels kernels apply it.
+        assert!(act_supported(ACT_GELU, Kernel::Avx2, Layout::Panels));
+        assert!(!act_supported(ACT_GELU, Kernel::Avx512, Layout::Panels));
+        assert!(!act_supported(ACT_GELU, Kernel::Avx2, Layout::Lanes));
+        assert!(act_supported(ACT_SILU, Kernel::Avx512, Layout::Lanes));
+    }
+
+    /// `erf` in f64 to ~1e-15: its Maclaurin-type series
+    /// `2/sqrt(pi) e^(-x^2) sum (2x^2)^n x / (2n+1)!!` below 3, `1 -
+    /// erfc` by its continued fraction above.
+    fn libm_erf(x: f64) -> f64 {
+        // Series for |x| < 3, continued fraction beyond: both to ~1e-15.
+        let ax = x.abs();
+        let r = if ax < 3.0 {
+            let mut sum = ax;
+            let mut term = ax;
+            let x2 = ax * ax;
+            let mut n = 0.0;
+            loop {
+                n += 1.0;
+                term *= 2.0 * x2 / (2.0 * n + 1.0);
+                sum += term;
+                if term <= 1e-17 * sum || n > 400.0 {
+                    break;
+                }
+            }
+            2.0 / std::f64::consts::PI.sqrt() * (-x2).exp() * sum
+        } else {
+            // erfc by Lentz's continued fraction.
+            let mut f = 0.0f64;
+            for n in (1..=60).rev() {
+                f = (n as f64 / 2.0) / (ax + f);
+            }
+            1.0 - (-ax * ax).exp() / std::f64::consts::PI.sqrt() / (ax + f)
+        };
+        r.copysign(x)
     }
 
     /// A prologue on B's rows (B as strides, or gathered through a row

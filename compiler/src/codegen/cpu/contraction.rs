@@ -1141,9 +1141,29 @@ pub(crate) fn epilogue<'g>(
     acc: usize,
     extra: Option<(ValueId, Vec<usize>, f32)>,
 ) -> Result<Option<elementwise::EwSpec<'g>>, String> {
-    let a = c.g.node(c.k.nodes[0]).outputs[0];
+    epilogue_from(c, acc, extra, 0)
+}
+
+/// [`epilogue`] of the kernel's nodes after its first `skip` fused ones
+/// (which the GEMM applied as it stored: `acc` then holds the last one's
+/// value).
+fn epilogue_after<'g>(
+    c: &KCtx<'g>,
+    acc: usize,
+    skip: usize,
+) -> Result<Option<elementwise::EwSpec<'g>>, String> {
+    epilogue_from(c, acc, None, skip)
+}
+
+fn epilogue_from<'g>(
+    c: &KCtx<'g>,
+    acc: usize,
+    extra: Option<(ValueId, Vec<usize>, f32)>,
+    skip: usize,
+) -> Result<Option<elementwise::EwSpec<'g>>, String> {
+    let a = c.g.node(c.k.nodes[skip]).outputs[0];
     let domain = c.g.value(a).ty.shape.clone();
-    let rest = &c.k.nodes[1..];
+    let rest = &c.k.nodes[1 + skip..];
     let acc_is_out = c.k.outputs.contains(&a) && c.arg(a)? == acc;
     if rest.is_empty() && extra.is_none() && acc_is_out {
         return Ok(None);
@@ -1174,6 +1194,87 @@ pub(crate) fn epilogue<'g>(
         &c.k.outputs,
     )?;
     Ok(Some(spec))
+}
+
+/// The nodes after a MatMul by a weight B that its packed GEMM applies
+/// as it stores (`Cᵀ = Bᵀ Aᵀ`, so a bias per output feature is a bias
+/// per GEMM row): a bias Add of `n` floats, then optionally the GELU
+/// the exporters write (`Div(sqrt 2) -> Erf -> Add(1) -> Mul(x) ->
+/// Mul(0.5)`, [`pgemm::ACT_GELU`], whose native code repeats the
+/// generated code's operations, so the result is the unfused build's
+/// bits). Returns the bias, the activation and how many nodes that is;
+/// `None` where the kernel's first node after the MatMul is no such
+/// bias, an intermediate value is read outside the chain, or the packed
+/// kernel would not apply the activation (AVX-512, the lanes layout,
+/// a matrix-vector product).
+fn matmul_epilogue(
+    g: &Graph,
+    k: &Kernel,
+    gp: &GemmPack,
+    rows: usize,
+) -> Option<(ValueId, u32, usize)> {
+    let scalar = |v: ValueId| -> Option<f32> {
+        let t = g.weight(v).ok()?;
+        match t.as_ref() {
+            dnnc_ir::Tensor::F32(a) if a.len() == 1 => a.iter().next().copied(),
+            _ => None,
+        }
+    };
+    // The other operand of binary node `n` whose one operand is `cur`.
+    let other = |n: dnnc_ir::NodeId, op: Binary, cur: ValueId| -> Option<ValueId> {
+        let node = g.node(n);
+        match (&node.op, node.inputs.as_slice()) {
+            (Op::Binary(b), &[x, y]) if *b == op && x == cur && y != cur => Some(y),
+            (Op::Binary(b), &[x, y]) if *b == op && y == cur && x != cur => Some(x),
+            _ => None,
+        }
+    };
+    // Whether `v` is read only by node `next` and is no kernel output.
+    let private = |v: ValueId, next: dnnc_ir::NodeId| {
+        !k.outputs.contains(&v) && g.users(v).iter().all(|&(u, _)| u == next)
+    };
+    let rest = &k.nodes[1..];
+    let out = |n: dnnc_ir::NodeId| g.node(n).outputs[0];
+    let a = out(k.nodes[0]);
+    let (&add, after) = rest.split_first()?;
+    let bias = other(add, Binary::Add, a)?;
+    let bt = &g.value(bias).ty;
+    let bias_ok = bt.dtype == DType::F32
+        && bt.shape.last() == Some(&gp.m)
+        && bt.shape.iter().product::<usize>() == gp.m
+        && g.weight(bias).is_ok()
+        && g.value(out(add)).ty == g.value(a).ty
+        && private(a, add);
+    if !bias_ok {
+        return None;
+    }
+    let layout = gemm_layout(g, k, gp);
+    let gelu_ok = rows > 1
+        && pgemm::act_supported(pgemm::ACT_GELU, pgemm::Kernel::best(), layout)
+        && layout == pgemm::Layout::Panels;
+    let x = out(add);
+    let chain = after.get(..5).filter(|_| gelu_ok).and_then(|ch| {
+        let (div, erf, add1, mul, half) = (ch[0], ch[1], ch[2], ch[3], ch[4]);
+        let d = other(div, Binary::Div, x).filter(|_| g.node(div).inputs[0] == x)?;
+        (scalar(d)? == std::f32::consts::SQRT_2).then_some(())?;
+        let en = g.node(erf);
+        matches!((&en.op, en.inputs.as_slice()), (Op::Unary(Unary::Erf), &[v]) if v == out(div))
+            .then_some(())?;
+        (scalar(other(add1, Binary::Add, out(erf))?)? == 1.0).then_some(())?;
+        (other(mul, Binary::Mul, out(add1))? == x).then_some(())?;
+        (scalar(other(half, Binary::Mul, out(mul))?)? == 0.5).then_some(())?;
+        let readers_ok = g.users(x).iter().all(|&(u, _)| u == div || u == mul)
+            && !k.outputs.contains(&x)
+            && private(out(div), erf)
+            && private(out(erf), add1)
+            && private(out(add1), mul)
+            && private(out(mul), half);
+        readers_ok.then_some(())
+    });
+    Some(match chain {
+        Some(()) => (bias, pgemm::ACT_GELU, 6),
+        None => (bias, pgemm::ACT_NONE, 1),
+    })
 }
 
 fn lower_gemm(
@@ -1288,7 +1389,16 @@ fn lower_matmul(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<(), String> {
         // A weight B (k x n, no batch): the batch of A folds into its rows;
         // Cᵀ (n x batch*m) = Bᵀ · Aᵀ.
         let bm = batch.iter().product::<usize>() * m;
-        sgemm_packed(
+        // Its bias and GELU applied as the GEMM stores, where it can.
+        let fused = matmul_epilogue(c.g, c.k, gp, bm);
+        let mode = match fused {
+            Some((bias, act, _)) => {
+                let bias = e.bufs[c.arg(bias)?];
+                ep_desc(e, Some(bias), None, (f32::NEG_INFINITY, f32::INFINITY, act))
+            }
+            None => e.ci(0),
+        };
+        sgemm_packed_ep(
             e,
             (gp.m, bm, k),
             *ap,
@@ -1296,9 +1406,10 @@ fn lower_matmul(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<(), String> {
             (1, k as i64),
             out,
             (1, n as i64),
-            false,
+            mode,
         );
-        if let Some(spec) = epilogue(c, acc, None)? {
+        let skip = fused.map_or(0, |f| f.2);
+        if let Some(spec) = epilogue_after(c, acc, skip)? {
             let sub = SubDomain::full(&spec.domain);
             elementwise::emit(e, &spec, &sub)?;
         }
