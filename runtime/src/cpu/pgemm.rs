@@ -767,7 +767,7 @@ fn horner(x: f32, c: &[f32]) -> f32 {
 /// reaches it from [`erf_exact`]'s result).
 #[inline(always)]
 fn exp_exact(x: f32) -> f32 {
-    let xc = x.min(erf::EXP_HI).max(erf::EXP_LO);
+    let xc = x.clamp(erf::EXP_LO, erf::EXP_HI);
     let n = (xc * std::f32::consts::LOG2_E).round_ties_even();
     let r = xc - n * erf::LN2_HI;
     let r = r - n * erf::LN2_LO;
