@@ -12,6 +12,9 @@
 use super::emit::Emit;
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
+/// `exp`'s and `erf`'s constants, shared with the packed GEMM's native
+/// GELU (`pgemm::gelu`), which repeats these functions' operations.
+use dnnc_runtime::cpu::pgemm::erf as C;
 
 /// Horner evaluation `c[0] * x^(n-1) + ... + c[n-1]`.
 fn poly(e: &mut Emit<'_>, x: Value, c: &[f32]) -> Value {
@@ -45,15 +48,15 @@ fn ldexp(e: &mut Emit<'_>, x: Value, n: Value) -> Value {
 
 /// `e^x`.
 pub(crate) fn exp(e: &mut Emit<'_>, x: Value) -> Value {
-    let hi = e.vf(88.722_84);
-    let lo = e.vf(-103.972_08);
+    let hi = e.vf(C::EXP_HI);
+    let lo = e.vf(C::EXP_LO);
     let xc = e.b.ins().fmin(x, hi);
     let xc = e.b.ins().fmax(xc, lo);
     let log2e = e.vf(std::f32::consts::LOG2_E);
     let t = e.b.ins().fmul(xc, log2e);
     let n = e.b.ins().nearest(t);
-    let c1 = e.vf(0.693_359_4);
-    let c2 = e.vf(-2.121_944_4e-4);
+    let c1 = e.vf(C::LN2_HI);
+    let c2 = e.vf(C::LN2_LO);
     let a = e.b.ins().fmul(n, c1);
     let r = e.b.ins().fsub(xc, a);
     let a = e.b.ins().fmul(n, c2);
@@ -289,39 +292,17 @@ pub(crate) fn erf(e: &mut Emit<'_>, x: Value) -> Value {
     let ax = e.b.ins().fabs(x);
     // Series: 2/sqrt(pi) * x * (1 - x^2/3 + x^4/10 - x^6/42 + x^8/216 - x^10/1320 + x^12/9360)
     let z = e.b.ins().fmul(x, x);
-    let p = poly(
-        e,
-        z,
-        &[
-            1.0 / 9360.0,
-            -1.0 / 1320.0,
-            1.0 / 216.0,
-            -1.0 / 42.0,
-            1.0 / 10.0,
-            -1.0 / 3.0,
-            1.0,
-        ],
-    );
+    let p = poly(e, z, &C::SERIES);
     let c = e.vf(std::f32::consts::FRAC_2_SQRT_PI);
     let p = e.b.ins().fmul(p, c);
     let small = e.b.ins().fmul(p, x);
     // A&S 7.1.26 on |x|.
-    let pc = e.vf(0.327_591_1);
+    let pc = e.vf(C::T);
     let t = e.b.ins().fmul(ax, pc);
     let one = e.vf(1.0);
     let t = e.b.ins().fadd(t, one);
     let t = e.b.ins().fdiv(one, t);
-    let q = poly(
-        e,
-        t,
-        &[
-            1.061_405_4,
-            -1.453_152_1,
-            1.421_413_8,
-            -0.284_496_74,
-            0.254_829_6,
-        ],
-    );
+    let q = poly(e, t, &C::AS);
     let q = e.b.ins().fmul(q, t);
     let nz = e.b.ins().fneg(z);
     let ez = exp(e, nz);
@@ -333,7 +314,7 @@ pub(crate) fn erf(e: &mut Emit<'_>, x: Value) -> Value {
     let bi = e.as_int(big);
     let bi = e.b.ins().bor(bi, s);
     let big = e.as_float(bi);
-    let lim = e.vf(0.75);
+    let lim = e.vf(C::SMALL);
     let r = e.fsel(FloatCC::LessThan, ax, lim, small, big);
     e.fsel(FloatCC::Unordered, x, x, x, r)
 }
