@@ -5,7 +5,7 @@
 //! one implementation of each function.
 //!
 //! Accuracy targets the interpreter at rtol 1e-4 / atol 1e-5 (measured in
-//! `compiler/tests/cpu_math.rs`); special values follow libm where it is
+//! `compiler/tests/cpu_ops.rs`, `transcendentals_over_wide_ranges`); special values follow libm where it is
 //! cheap: `exp(+inf) = inf`, `exp(-inf) ~ 0`, `log(0) = -inf`,
 //! `log(x < 0) = NaN`, NaN propagates.
 
