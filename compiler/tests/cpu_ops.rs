@@ -926,6 +926,20 @@ fn lane_sums_add_in_order_at_any_thread_count() {
     }
 }
 
+/// Compiles `g` and asserts its first output at two threads is bitwise
+/// the one at one thread (`what` names the case).
+fn two_threads_bitwise(g: &Graph, ins: &[(String, Tensor)], what: &str) {
+    let mut exe = compile_cpu(g, &CpuOptions::default()).unwrap();
+    let bits = |t: &[Tensor]| match &t[0] {
+        Tensor::F32(a) => a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        _ => unreachable!(),
+    };
+    exe.set_threads(1).unwrap();
+    let one = bits(&exe.run(ins).unwrap());
+    exe.set_threads(2).unwrap();
+    assert_eq!(one, bits(&exe.run(ins).unwrap()), "{what}");
+}
+
 /// Softmax and LogSoftmax along a contiguous last axis run four lanes at
 /// a time with a scalar tail: rows of 4, 8, 9 and 197 elements (ViT's
 /// attention rows) against the interpreter, with the values that decide
@@ -955,15 +969,7 @@ fn softmax_rows_run_in_vectors() {
             v[6 * len - 1] = 100.0;
             let ins = vec![("x".to_string(), f32_tensor(&[2, 3, len], v))];
             check(&g, &ins);
-            let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
-            let bits = |t: &[Tensor]| match &t[0] {
-                Tensor::F32(a) => a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                _ => unreachable!(),
-            };
-            exe.set_threads(1).unwrap();
-            let one = bits(&exe.run(&ins).unwrap());
-            exe.set_threads(2).unwrap();
-            assert_eq!(one, bits(&exe.run(&ins).unwrap()), "{body}");
+            two_threads_bitwise(&g, &ins, &body);
         }
     }
 }
@@ -998,15 +1004,7 @@ fn layer_norm_rows_run_in_vectors_and_split() {
             }
             let ins = vec![("x".to_string(), f32_tensor(&[3, 50, l], v))];
             check(&g, &ins);
-            let mut exe = compile_cpu(&g, &CpuOptions::default()).unwrap();
-            let bits = |t: &[Tensor]| match &t[0] {
-                Tensor::F32(a) => a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                _ => unreachable!(),
-            };
-            exe.set_threads(1).unwrap();
-            let one = bits(&exe.run(&ins).unwrap());
-            exe.set_threads(2).unwrap();
-            assert_eq!(one, bits(&exe.run(&ins).unwrap()), "{body}");
+            two_threads_bitwise(&g, &ins, &body);
         }
     }
 }

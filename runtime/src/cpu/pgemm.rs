@@ -4792,37 +4792,11 @@ pub(super) mod x86 {
         ep: Option<&TileEp>,
     ) {
         for h in 0..W {
-            let mut r8 = [_mm256_setzero_ps(); 8];
+            let mut col = [_mm256_setzero_ps(); 8];
             for (r, row) in acc.iter().enumerate() {
-                r8[r] = row[h];
+                col[r] = row[h];
             }
-            let t = |a: usize, b: usize, hi: bool| {
-                if hi {
-                    _mm256_unpackhi_ps(r8[a], r8[b])
-                } else {
-                    _mm256_unpacklo_ps(r8[a], r8[b])
-                }
-            };
-            let (t0, t1, t2, t3) = (t(0, 1, false), t(0, 1, true), t(2, 3, false), t(2, 3, true));
-            let (t4, t5, t6, t7) = (t(4, 5, false), t(4, 5, true), t(6, 7, false), t(6, 7, true));
-            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-            let col = [
-                _mm256_permute2f128_ps::<0x20>(u0, u4),
-                _mm256_permute2f128_ps::<0x20>(u1, u5),
-                _mm256_permute2f128_ps::<0x20>(u2, u6),
-                _mm256_permute2f128_ps::<0x20>(u3, u7),
-                _mm256_permute2f128_ps::<0x31>(u0, u4),
-                _mm256_permute2f128_ps::<0x31>(u1, u5),
-                _mm256_permute2f128_ps::<0x31>(u2, u6),
-                _mm256_permute2f128_ps::<0x31>(u3, u7),
-            ];
+            crate::cpu::dw8::x86::transpose8(&mut col);
             for (jj, &sum) in col.iter().enumerate() {
                 let j = 8 * h + jj;
                 if j >= cols {

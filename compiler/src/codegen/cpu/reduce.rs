@@ -1283,6 +1283,17 @@ fn softmax(
     Ok(())
 }
 
+/// The four lanes of f32x4 `v` added in lane order: the partial sums of
+/// [`softmax_rows`] and [`normalize_rows`].
+fn lane_sum(e: &mut Emit<'_>, v: Value) -> Value {
+    let mut sum = e.b.ins().extractlane(v, 0);
+    for lane in 1..4u8 {
+        let l = e.b.ins().extractlane(v, lane);
+        sum = e.b.ins().fadd(sum, l);
+    }
+    sum
+}
+
 /// `max(a, v)` as the interpreter's softmax takes it (`f32::max`: a
 /// NaN operand ignored), on scalars or lane-wise on f32x4s.
 fn softmax_max(e: &mut Emit<'_>, a: Value, v: Value, lanes: bool) -> Value {
@@ -1357,11 +1368,7 @@ fn softmax_rows(
             e.b.def_var(vs, nv);
         });
         let sums = e.b.use_var(vs);
-        let mut sum = e.b.ins().extractlane(sums, 0);
-        for lane in 1..4u8 {
-            let v = e.b.ins().extractlane(sums, lane);
-            sum = e.b.ins().fadd(sum, v);
-        }
+        let mut sum = lane_sum(e, sums);
         for j in vecs * 4..len {
             let k = tail(e, j);
             let v = e.load_f32(x, k);
@@ -1446,11 +1453,7 @@ fn normalize_rows(
             e.b.def_var(acc, nv);
         });
         let sums = e.b.use_var(acc);
-        let mut ss = e.b.ins().extractlane(sums, 0);
-        for lane in 1..4u8 {
-            let v = e.b.ins().extractlane(sums, lane);
-            ss = e.b.ins().fadd(ss, v);
-        }
+        let mut ss = lane_sum(e, sums);
         for j in vecs * 4..l {
             let i = e.b.ins().iadd_imm_s(base, j as i64);
             let v = e.load_f32(x, i);
