@@ -805,14 +805,16 @@ unsafe fn group_ring_row(
         path
     };
     let width = group_ring_width(&g);
-    // Each tap of a group's block, in filter order `[8][kh][kw]`.
+    // Each tap of a group's block, in filter order `[8][kh][kw]`, in the
+    // thread's window scratch (no allocation per row).
     let taps = geo.taps();
-    let offs: Vec<isize> = (0..taps)
-        .map(|t| {
-            let (ch, ky, kx) = (t / (g.kh * g.kw), t / g.kw % g.kh, t % g.kw);
-            ((slots[ky] * width + kx) * 8 + ch) as isize
-        })
-        .collect();
+    let mut scratch = WINDOW_SCRATCH.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    let offs = &mut scratch.padded;
+    offs.clear();
+    offs.extend((0..taps).map(|t| {
+        let (ch, ky, kx) = (t / (g.kh * g.kw), t / g.kw % g.kh, t % g.kw);
+        ((slots[ky] * width + kx) * 8 + ch) as isize
+    }));
     let (img, oy) = (u / g.oh, u % g.oh);
     let plane = g.oh * g.ow;
     let yo = img * geo.m * plane + oy * g.ow * 8;
@@ -847,6 +849,7 @@ unsafe fn group_ring_row(
             p += n;
         }
     }
+    WINDOW_SCRATCH.with(|c| *c.borrow_mut() = scratch);
     0
 }
 

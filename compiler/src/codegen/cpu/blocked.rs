@@ -440,17 +440,13 @@ const GROUP_RING_REFUSAL: &str =
 /// goes to memory, and the conv reads its windows in place instead of
 /// copying each row's with its padding.
 fn lower_group_rows(e: &mut Emit<'_>, c: &KCtx<'_>, geom: &ConvGeom) -> Result<(), String> {
-    let RuntimeConvEp {
-        acc,
-        ep,
-        bias,
-        res,
+    let super::group8::WindowCall {
+        wp,
+        gp,
+        y,
+        desc,
         spec,
-    } = conv_epilogue(e, c, geom.m, |_| true)?;
-    let desc = ep_desc(e, bias, res.map(|r| (r, (0, 0))), (ep.lo, ep.hi, ep.act));
-    let wp = e.bufs[*c.prep.first().ok_or("missing packed filter")?];
-    let gp = e.bufs[*c.prep.get(1).ok_or("missing conv geometry")?];
-    let y = e.bufs[acc];
+    } = super::group8::window_call(e, c, geom, |_| true)?;
     let bytes = ring_bytes(geom);
     let a = *c.ws.first().ok_or("missing expansion ring")?;
     let ring = e.task_slice(a, e.bufs[a], bytes);

@@ -96,18 +96,14 @@ pub(crate) fn lower_window_call(
         return Err("a window kernel's conv takes no prologue".into());
     }
     let node = c.g.node(c.k.nodes[0]);
-    let RuntimeConvEp {
-        acc,
-        ep,
-        bias,
-        res,
+    let WindowCall {
+        wp,
+        gp,
+        y,
+        desc,
         spec,
-    } = conv_epilogue(e, c, geom.m, takes)?;
-    let desc = ep_desc(e, bias, res.map(|r| (r, (0, 0))), (ep.lo, ep.hi, ep.act));
-    let wp = e.bufs[*c.prep.first().ok_or("missing packed filter")?];
-    let gp = e.bufs[*c.prep.get(1).ok_or("missing conv geometry")?];
+    } = window_call(e, c, geom, takes)?;
     let x = e.bufs[c.arg(node.inputs[0])?];
-    let y = e.bufs[acc];
     let (lo, hi) = match spec {
         None => e.task_range(units, unit)?,
         Some(_) => (e.ci(0), e.ci(units as i64)),
@@ -123,6 +119,48 @@ pub(crate) fn lower_window_call(
     // Error code 1: the runtime kernel refused the geometry (checked when
     // the filter was prepared, so only a corrupted descriptor reaches it).
     Ok(vec![refusal.to_string()])
+}
+
+/// What every call of a window kernel takes, built once per kernel: the
+/// packed filter and descriptor ([`window_buffers`]), the result buffer,
+/// the fused epilogue's descriptor and the generic epilogue (the ops
+/// `takes` leaves to it), if any.
+pub(crate) struct WindowCall<'g> {
+    /// The packed filter.
+    pub wp: cranelift_codegen::ir::Value,
+    /// The geometry descriptor.
+    pub gp: cranelift_codegen::ir::Value,
+    /// The buffer the kernel writes.
+    pub y: cranelift_codegen::ir::Value,
+    /// The `pgemm::Epilogue` the kernel applies.
+    pub desc: cranelift_codegen::ir::Value,
+    /// The generic epilogue after it.
+    pub spec: Option<super::elementwise::EwSpec<'g>>,
+}
+
+/// [`WindowCall`] of window conv kernel `c` (buffers as
+/// [`window_buffers`] prepared them, then any the caller adds).
+pub(crate) fn window_call<'g>(
+    e: &mut Emit<'_>,
+    c: &KCtx<'g>,
+    geom: &ConvGeom,
+    takes: impl Fn(&FusedEp) -> bool,
+) -> Result<WindowCall<'g>, String> {
+    let RuntimeConvEp {
+        acc,
+        ep,
+        bias,
+        res,
+        spec,
+    } = conv_epilogue(e, c, geom.m, takes)?;
+    let desc = ep_desc(e, bias, res.map(|r| (r, (0, 0))), (ep.lo, ep.hi, ep.act));
+    Ok(WindowCall {
+        wp: e.bufs[*c.prep.first().ok_or("missing packed filter")?],
+        gp: e.bufs[*c.prep.get(1).ok_or("missing conv geometry")?],
+        y: e.bufs[acc],
+        desc,
+        spec,
+    })
 }
 
 /// Emits grouped-8 conv kernel `c`.

@@ -1417,6 +1417,26 @@ fn softmax_rows(
     Ok(())
 }
 
+/// The mean of the `l` elements of `x` from `base` (summed as
+/// [`run_reduce`] sums), and `1 / l`: the first step of [`normalize`]
+/// and [`normalize_rows`].
+fn row_mean(e: &mut Emit<'_>, x: Value, base: Value, l: usize) -> (Value, Value) {
+    let sum = run_reduce(e, x, base, l, ReduceKind::Sum);
+    let inv_n = e.cf(1.0 / l.max(1) as f32);
+    (e.b.ins().fmul(sum, inv_n), inv_n)
+}
+
+/// `1 / sqrt(ss / l + eps)` from a row's summed squared deviations `ss`
+/// and `inv_n = 1 / l`.
+fn row_rstd(e: &mut Emit<'_>, ss: Value, inv_n: Value, eps: f32) -> Value {
+    let var = e.b.ins().fmul(ss, inv_n);
+    let ep = e.cf(eps);
+    let ve = e.b.ins().fadd(var, ep);
+    let sd = e.b.ins().sqrt(ve);
+    let one = e.cf(1.0);
+    e.b.ins().fdiv(one, sd)
+}
+
 /// [`normalize`] of rows `lo..hi` of `l` contiguous elements with a
 /// scale and bias of `l` elements each (LayerNormalization over the last
 /// axis, a transformer's), four lanes at a time: the mean as
@@ -1436,9 +1456,7 @@ fn normalize_rows(
     let vecs = l / 4;
     e.for_range(lo, hi, 1, |e, o| {
         let base = e.b.ins().imul_imm_s(o, l as i64);
-        let sum = run_reduce(e, x, base, l, ReduceKind::Sum);
-        let inv_n = e.cf(1.0 / l.max(1) as f32);
-        let mean = e.b.ins().fmul(sum, inv_n);
+        let (mean, inv_n) = row_mean(e, x, base, l);
         let meanv = e.splat(mean);
         let zero = e.vf(0.0);
         let acc = e.var(F32X4, zero);
@@ -1461,12 +1479,7 @@ fn normalize_rows(
             let sq = e.b.ins().fmul(d, d);
             ss = e.b.ins().fadd(ss, sq);
         }
-        let var = e.b.ins().fmul(ss, inv_n);
-        let ep = e.cf(eps);
-        let ve = e.b.ins().fadd(var, ep);
-        let sd = e.b.ins().sqrt(ve);
-        let one = e.cf(1.0);
-        let rstd = e.b.ins().fdiv(one, sd);
+        let rstd = row_rstd(e, ss, inv_n, eps);
         let rstdv = e.splat(rstd);
         let zero_v = e.vf(0.0);
         e.for_n(vecs, |e, j| {
@@ -1570,9 +1583,7 @@ fn normalize(
 ) {
     e.for_range(lo, hi, 1, |e, o| {
         let base = e.b.ins().imul_imm_s(o, l as i64);
-        let sum = run_reduce(e, x, base, l, ReduceKind::Sum);
-        let inv_n = e.cf(1.0 / l.max(1) as f32);
-        let mean = e.b.ins().fmul(sum, inv_n);
+        let (mean, inv_n) = row_mean(e, x, base, l);
         let z = e.cf(0.0);
         let acc = e.var(F32, z);
         e.for_n(l, |e, j| {
@@ -1585,12 +1596,7 @@ fn normalize(
             e.b.def_var(acc, nv);
         });
         let ss = e.b.use_var(acc);
-        let var = e.b.ins().fmul(ss, inv_n);
-        let ep = e.cf(eps);
-        let ve = e.b.ins().fadd(var, ep);
-        let sd = e.b.ins().sqrt(ve);
-        let one = e.cf(1.0);
-        let rstd = e.b.ins().fdiv(one, sd);
+        let rstd = row_rstd(e, ss, inv_n, eps);
         e.for_n(l, |e, j| {
             let i = e.b.ins().iadd(base, j);
             let v = e.load_f32(x, i);
