@@ -1012,17 +1012,18 @@ fn layer_norm_rows_run_in_vectors_and_split() {
 /// A MatMul by a weight followed by a bias Add and the GELU the
 /// exporters write (`x * 0.5 * (1 + erf(x / sqrt 2))` as Div, Erf, Add,
 /// Mul, Mul: ViT's and ConvNeXt's MLPs) applies bias and GELU as its
-/// packed GEMM stores (AVX2 panels; elsewhere the generic epilogue runs
-/// them). Against the interpreter, and bitwise against the same graph
-/// with the biased value also an output (which keeps the chain out of
-/// the GEMM): rows and features that leave partial tiles, `k` within one
-/// block and over two, one thread and two; a chain with another
+/// packed GEMM stores, on every kernel and layout. Against the
+/// interpreter, and bitwise against the same graph with the biased value
+/// also an output (which keeps the chain out of the GEMM): rows and
+/// features that leave partial tiles, `k` within one block and over two,
+/// eight rows (the lanes layout on AVX2 and AVX-512), one row (a
+/// matrix-vector product), one thread and two; a chain with another
 /// constant stays generic and is still right.
 #[test]
 fn matmul_bias_gelu_fuses_into_the_gemm_bitwise() {
-    let graph = |(rows, k, n): (usize, usize, usize), sqrt2: &str, extra_out: bool| {
+    let graph = |(b, rows, k, n): (usize, usize, usize, usize), sqrt2: &str, extra_out: bool| {
         format!(
-            "input %x: f32[2,{rows},{k}]\nparam %w: f32[{k},{n}] = he(seed=1)\nparam %b: f32[{n}] = uniform(low=-0.5, high=0.5, seed=2)\nconst %s2: f32[] = [{sqrt2}]\nconst %one: f32[] = [1.0]\nconst %half: f32[] = [0.5]\n%m = MatMul(%x, %w)\n%a = Add(%m, %b)\n%d = Div(%a, %s2)\n%e = Erf(%d)\n%p = Add(%e, %one)\n%q = Mul(%a, %p)\n%r = Mul(%q, %half)\noutput %r{}",
+            "input %x: f32[{b},{rows},{k}]\nparam %w: f32[{k},{n}] = he(seed=1)\nparam %b: f32[{n}] = uniform(low=-0.5, high=0.5, seed=2)\nconst %s2: f32[] = [{sqrt2}]\nconst %one: f32[] = [1.0]\nconst %half: f32[] = [0.5]\n%m = MatMul(%x, %w)\n%a = Add(%m, %b)\n%d = Div(%a, %s2)\n%e = Erf(%d)\n%p = Add(%e, %one)\n%q = Mul(%a, %p)\n%r = Mul(%q, %half)\noutput %r{}",
             if extra_out { "\noutput %a" } else { "" }
         )
     };
@@ -1030,7 +1031,13 @@ fn matmul_bias_gelu_fuses_into_the_gemm_bitwise() {
         Tensor::F32(a) => a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
         _ => unreachable!(),
     };
-    for dims in [(37, 64, 40), (5, 300, 22), (100, 48, 96)] {
+    for dims in [
+        (2, 37, 64, 40),
+        (2, 5, 300, 22),
+        (2, 100, 48, 96),
+        (2, 4, 64, 96),
+        (1, 1, 70, 45),
+    ] {
         for sqrt2 in ["1.4142135", "1.5"] {
             let g = parse(&graph(dims, sqrt2, false));
             let apart = parse(&graph(dims, sqrt2, true));

@@ -613,8 +613,9 @@ pub struct Epilogue {
     pub lo: f32,
     /// Upper clamp bound (`+inf`: none).
     pub hi: f32,
-    /// Activation after the clamp: [`ACT_NONE`], [`ACT_SIGMOID`] or
-    /// [`ACT_SILU`] (other values act as none).
+    /// Activation after the clamp: [`ACT_NONE`], [`ACT_SIGMOID`],
+    /// [`ACT_SILU`] or [`ACT_GELU`] (the packed GEMM refuses another:
+    /// [`act_supported`]).
     pub act: u32,
     /// A transform of B's rows applied as B is packed (inactive:
     /// [`Prologue::NONE`]).
@@ -705,16 +706,15 @@ pub const ACT_SIGMOID: u32 = 1;
 pub const ACT_SILU: u32 = 2;
 /// [`Epilogue::act`]: GELU as the exporters write it, `(v * (erf(v /
 /// sqrt 2) + 1)) * 0.5` ([`gelu`]: the code generator's `erf`, operation
-/// for operation). Only the AVX2 and portable panels kernels apply it
-/// ([`act_supported`]).
+/// for operation; `gelu8` and `gelu16` in the vector stores).
 pub const ACT_GELU: u32 = 3;
 
-/// Whether the packed GEMM applies activation `act` on `kern` in
-/// `layout`: [`ACT_GELU`] only on the AVX2 (and portable) panels kernels;
-/// a call that asks for it elsewhere is refused (error 1), never run
-/// without it.
-pub fn act_supported(act: u32, kern: Kernel, layout: Layout) -> bool {
-    act != ACT_GELU || (kern != Kernel::Avx512 && layout == Layout::Panels)
+/// Whether the packed GEMM applies activation `act`: every kernel and
+/// layout applies each `ACT_*` (the vector stores with `sigmoid8/16` and
+/// `gelu8/16`, the scalar ones with the same operations); a call asking
+/// for any other value is refused (error 1), never run without it.
+pub fn act_supported(act: u32) -> bool {
+    act <= ACT_GELU
 }
 
 /// The constants of the code generator's f32x4 `exp` and `erf`
@@ -1054,13 +1054,13 @@ unsafe fn packed_call(
         ACT_NONE
     };
     if h(0) == MAGIC && h(7) == Layout::Lanes.id() {
-        if !act_supported(act, Kernel::best(), Layout::Lanes) {
+        if !act_supported(act) {
             return 1;
         }
         return lanes_call(ap, (m, n, k), (b, b_rs, b_cs, gather), (c, c_rs, c_cs), ep);
     }
     let kern = match Kernel::from_id(h(1)) {
-        Some(kn) if h(0) == MAGIC && kn.supported() && act_supported(act, kn, Layout::Panels) => kn,
+        Some(kn) if h(0) == MAGIC && kn.supported() && act_supported(act) => kn,
         _ => return 1,
     };
     if h(2) != kern.mr() as u64
@@ -3023,12 +3023,60 @@ pub(super) mod x86 {
             }
             row!(0 1 2 3 4 5 6 7 8 9 10 11 12 13);
         } else {
+            // Through memory: a reference to the accumulators themselves
+            // kept a stack copy of each updated in the k loop (a store per
+            // FMA, half the kernel's speed).
             let mut t = [0f32; MR * 32];
             for r in 0..R {
                 _mm512_storeu_ps(t.as_mut_ptr().add(r * 32), c0[r]);
                 _mm512_storeu_ps(t.as_mut_ptr().add(r * 32 + 16), c1[r]);
             }
-            store_tile(&t, 32, c, (rows, cols), (c_rs, c_cs), first, ep);
+            if c_rs == 1 && ep.is_none_or(|e| e.res.is_null() || e.res_rs == 1) {
+                store_transposed_avx512(&t, 32, c, (rows, cols), c_cs, first, ep);
+            } else {
+                store_tile(&t, 32, c, (rows, cols), (c_rs, c_cs), first, ep);
+            }
+        }
+    }
+
+    /// Stores a tile (`t`, rows `nr` floats apart) into a C whose rows are
+    /// one float apart (a MatMul by a weight on its right runs as `Cᵀ =
+    /// Bᵀ Aᵀ`, so its tiles land transposed): each 16 columns' rows are
+    /// transposed in registers ([`transpose16`]) and every column's rows
+    /// go out as one masked vector through [`store_col16`]'s epilogue, the
+    /// operations of `store_tile`'s scalar loop in its order. Element by
+    /// element, ConvNeXt-T's 3136 x 96 -> 384 layer spent 40% of its time
+    /// storing. Out of line, so the row-major tiles' code stays as it was.
+    #[inline(never)]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn store_transposed_avx512(
+        t: &[f32],
+        nr: usize,
+        c: *mut f32,
+        (rows, cols): (usize, usize),
+        c_cs: isize,
+        first: bool,
+        ep: Option<&TileEp>,
+    ) {
+        let m: __mmask16 = ((1u32 << rows) - 1) as u16;
+        for h in 0..cols.div_ceil(16) {
+            let mut col = [_mm512_setzero_ps(); 16];
+            for (r, v) in col.iter_mut().enumerate().take(rows) {
+                *v = _mm512_loadu_ps(t.as_ptr().add(r * nr + 16 * h));
+            }
+            transpose16(&mut col);
+            for (jj, &sum) in col.iter().enumerate() {
+                let j = 16 * h + jj;
+                if j >= cols {
+                    return;
+                }
+                let p = c.offset(j as isize * c_cs);
+                let mut v = sum;
+                if !first {
+                    v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), v);
+                }
+                store_col16(v, p, m, (0, j), ep);
+            }
         }
     }
 
@@ -3158,6 +3206,7 @@ pub(super) mod x86 {
         match e.act {
             super::ACT_SIGMOID => v = sigmoid16(v),
             super::ACT_SILU => v = _mm512_mul_ps(v, sigmoid16(v)),
+            super::ACT_GELU => v = gelu16(v),
             _ => {}
         }
         v
@@ -3204,6 +3253,71 @@ pub(super) mod x86 {
         let e = _mm512_div_ps(one, _mm512_fmadd_ps(q, scale, one));
         let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
         _mm512_mask_blend_ps(nan, e, v)
+    }
+
+    /// Horner's rule on 16 lanes, a rounded multiply then a rounded add
+    /// per step (`super::horner`).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn horner16(x: __m512, c: &[f32]) -> __m512 {
+        let mut acc = _mm512_set1_ps(c[0]);
+        for &k in &c[1..] {
+            acc = _mm512_add_ps(_mm512_mul_ps(acc, x), _mm512_set1_ps(k));
+        }
+        acc
+    }
+
+    /// [`super::gelu`] on 16 lanes: `gelu8`'s operations (no fused
+    /// multiply-adds, as the generated code has none), so bitwise the
+    /// scalar version and the generated elementwise chain.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(in crate::cpu) unsafe fn gelu16(v: __m512) -> __m512 {
+        use super::erf;
+        let x = _mm512_div_ps(v, _mm512_set1_ps(std::f32::consts::SQRT_2));
+        let sign = _mm512_set1_epi32(i32::MIN);
+        let xi = _mm512_castps_si512(x);
+        let ax = _mm512_castsi512_ps(_mm512_andnot_si512(sign, xi));
+        let z = _mm512_mul_ps(x, x);
+        let p = _mm512_mul_ps(
+            horner16(z, &erf::SERIES),
+            _mm512_set1_ps(std::f32::consts::FRAC_2_SQRT_PI),
+        );
+        let small = _mm512_mul_ps(p, x);
+        let one = _mm512_set1_ps(1.0);
+        let t = _mm512_add_ps(_mm512_mul_ps(ax, _mm512_set1_ps(erf::T)), one);
+        let t = _mm512_div_ps(one, t);
+        let q = _mm512_mul_ps(horner16(t, &erf::AS), t);
+        // exp(-z), as `exp_exact` (its argument is never NaN here).
+        let nz = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(z), sign));
+        let hi = _mm512_set1_ps(erf::EXP_HI);
+        let xc = _mm512_max_ps(_mm512_min_ps(nz, hi), _mm512_set1_ps(erf::EXP_LO));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(xc, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        let r = _mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(erf::LN2_HI)));
+        let r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(erf::LN2_LO)));
+        let e = _mm512_mul_ps(horner16(r, &super::sig::P), _mm512_mul_ps(r, r));
+        let e = _mm512_add_ps(_mm512_add_ps(e, r), one);
+        let ni = _mm512_cvttps_epi32(n);
+        let n1 = _mm512_srai_epi32::<1>(ni);
+        let n2 = _mm512_sub_epi32(ni, n1);
+        let bias = _mm512_set1_epi32(127);
+        let p1 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(n1, bias)));
+        let p2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(n2, bias)));
+        let ez = _mm512_mul_ps(_mm512_mul_ps(e, p1), p2);
+        let over = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(nz, hi);
+        let ez = _mm512_mask_blend_ps(over, ez, _mm512_set1_ps(f32::INFINITY));
+        let q = _mm512_mul_ps(q, ez);
+        let big = _mm512_castsi512_ps(_mm512_or_si512(
+            _mm512_castps_si512(_mm512_sub_ps(one, q)),
+            _mm512_and_si512(xi, sign),
+        ));
+        let below = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(ax, _mm512_set1_ps(erf::SMALL));
+        let r = _mm512_mask_blend_ps(below, big, small);
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+        let r = _mm512_mask_blend_ps(nan, r, x);
+        _mm512_mul_ps(_mm512_mul_ps(v, _mm512_add_ps(r, one)), _mm512_set1_ps(0.5))
     }
 
     /// AVX-512F narrow `14 x 16` micro-kernel for column blocks of at most
@@ -3272,7 +3386,11 @@ pub(super) mod x86 {
             for (r, &acc) in c0.iter().enumerate() {
                 _mm512_storeu_ps(t.as_mut_ptr().add(r * 16), acc);
             }
-            store_tile(&t, 16, c, (rows, cols), (c_rs, c_cs), first, ep);
+            if c_rs == 1 && ep.is_none_or(|e| e.res.is_null() || e.res_rs == 1) {
+                store_transposed_avx512(&t, 16, c, (rows, cols), c_cs, first, ep);
+            } else {
+                store_tile(&t, 16, c, (rows, cols), (c_rs, c_cs), first, ep);
+            }
         }
     }
 
@@ -5859,8 +5977,9 @@ mod tests {
     /// The epilogue's [`gelu`] against `x (1 + erf(x / sqrt 2)) / 2` in
     /// f64: within erf's 1.5e-7 times `|x|` plus 1e-6 relative from -12
     /// to 12 and at the extremes; NaN for NaN, the limits at the infinities;
-    /// the AVX2 `gelu8` bitwise the scalar version, lane by lane, across
-    /// the series/rational switch and the extremes.
+    /// the AVX2 `gelu8` and AVX-512 `gelu16` bitwise the scalar version,
+    /// lane by lane, across the series/rational switch and the extremes;
+    /// an unknown activation refused.
     #[test]
     fn gelu_matches_f64_and_its_vector_form_bitwise() {
         let mut xs: Vec<f32> = (-24_000..=24_000).map(|i| i as f32 * 0.0005).collect();
@@ -5897,11 +6016,25 @@ mod tests {
                 }
             }
         }
-        // Only the AVX2 and portable panels kernels apply it.
-        assert!(act_supported(ACT_GELU, Kernel::Avx2, Layout::Panels));
-        assert!(!act_supported(ACT_GELU, Kernel::Avx512, Layout::Panels));
-        assert!(!act_supported(ACT_GELU, Kernel::Avx2, Layout::Lanes));
-        assert!(act_supported(ACT_SILU, Kernel::Avx512, Layout::Lanes));
+        // The AVX-512 `gelu16` bitwise the scalar version too.
+        #[cfg(target_arch = "x86_64")]
+        if Kernel::best() == Kernel::Avx512 {
+            for chunk in xs.chunks(16) {
+                let mut lanes = [0f32; 16];
+                lanes[..chunk.len()].copy_from_slice(chunk);
+                let mut out = [0f32; 16];
+                unsafe {
+                    use std::arch::x86_64::*;
+                    let v = x86::gelu16(_mm512_loadu_ps(lanes.as_ptr()));
+                    _mm512_storeu_ps(out.as_mut_ptr(), v);
+                }
+                for (x, y) in lanes.iter().zip(out) {
+                    assert_eq!(gelu(*x).to_bits(), y.to_bits(), "gelu16({x})");
+                }
+            }
+        }
+        assert!(act_supported(ACT_GELU) && act_supported(ACT_SILU));
+        assert!(!act_supported(ACT_GELU + 1));
     }
 
     /// `erf` in f64 to ~1e-15: its Maclaurin-type series

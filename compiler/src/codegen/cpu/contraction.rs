@@ -1202,17 +1202,11 @@ fn epilogue_from<'g>(
 /// the exporters write (`Div(sqrt 2) -> Erf -> Add(1) -> Mul(x) ->
 /// Mul(0.5)`, [`pgemm::ACT_GELU`], whose native code repeats the
 /// generated code's operations, so the result is the unfused build's
-/// bits). Returns the bias, the activation and how many nodes that is;
-/// `None` where the kernel's first node after the MatMul is no such
-/// bias, an intermediate value is read outside the chain, or the packed
-/// kernel would not apply the activation (AVX-512, the lanes layout,
-/// a matrix-vector product).
-fn matmul_epilogue(
-    g: &Graph,
-    k: &Kernel,
-    gp: &GemmPack,
-    rows: usize,
-) -> Option<(ValueId, u32, usize)> {
+/// bits on every kernel and layout). Returns the bias, the activation
+/// and how many nodes that is; `None` where the kernel's first node after
+/// the MatMul is no such bias or an intermediate value is read outside
+/// the chain.
+fn matmul_epilogue(g: &Graph, k: &Kernel, gp: &GemmPack) -> Option<(ValueId, u32, usize)> {
     let scalar = |v: ValueId| -> Option<f32> {
         let t = g.weight(v).ok()?;
         match t.as_ref() {
@@ -1248,12 +1242,8 @@ fn matmul_epilogue(
     if !bias_ok {
         return None;
     }
-    let layout = gemm_layout(g, k, gp);
-    let gelu_ok = rows > 1
-        && pgemm::act_supported(pgemm::ACT_GELU, pgemm::Kernel::best(), layout)
-        && layout == pgemm::Layout::Panels;
     let x = out(add);
-    let chain = after.get(..5).filter(|_| gelu_ok).and_then(|ch| {
+    let chain = after.get(..5).and_then(|ch| {
         let (div, erf, add1, mul, half) = (ch[0], ch[1], ch[2], ch[3], ch[4]);
         let d = other(div, Binary::Div, x).filter(|_| g.node(div).inputs[0] == x)?;
         (scalar(d)? == std::f32::consts::SQRT_2).then_some(())?;
@@ -1390,7 +1380,7 @@ fn lower_matmul(e: &mut Emit<'_>, c: &KCtx<'_>) -> Result<(), String> {
         // Cᵀ (n x batch*m) = Bᵀ · Aᵀ.
         let bm = batch.iter().product::<usize>() * m;
         // Its bias and GELU applied as the GEMM stores, where it can.
-        let fused = matmul_epilogue(c.g, c.k, gp, bm);
+        let fused = matmul_epilogue(c.g, c.k, gp);
         let mode = match fused {
             Some((bias, act, _)) => {
                 let bias = e.bufs[c.arg(bias)?];
