@@ -29,10 +29,19 @@ fn poly(e: &mut Emit<'_>, x: Value, c: &[f32]) -> Value {
 
 /// `2^n` for integral f32x4 `n` in `[-252, 254]`, as two factors so that
 /// neither exponent field overflows; `x * 2^n` is returned.
+///
+/// `n` becomes an integer by one add of `1.5 * 2^23` (exact for an
+/// integral `|n| < 2^22`, the float's low mantissa bits then `n` plus a
+/// constant) and an integer subtract: the value a converting instruction
+/// gives, in two instructions where `fcvt_to_sint_sat` takes seven on x86
+/// (its NaN and overflow fix-ups). A NaN `n` gives some integer, and
+/// `x`, NaN too, keeps the result NaN.
 fn ldexp(e: &mut Emit<'_>, x: Value, n: Value) -> Value {
-    let ni =
-        e.b.ins()
-            .fcvt_to_sint_sat(cranelift_codegen::ir::types::I32X4, n);
+    let shift = e.vf(12_582_912.0);
+    let biased = e.b.ins().fadd(n, shift);
+    let biased = e.as_int(biased);
+    let base = e.vi(12_582_912.0_f32.to_bits() as i32);
+    let ni = e.b.ins().isub(biased, base);
     let n1 = e.b.ins().sshr_imm_u(ni, 1);
     let n2 = e.b.ins().isub(ni, n1);
     let bias = e.vi(127);
@@ -47,11 +56,18 @@ fn ldexp(e: &mut Emit<'_>, x: Value, n: Value) -> Value {
 }
 
 /// `e^x`.
+///
+/// `x` is clamped to `[EXP_LO, EXP_HI]` by selects that keep a NaN `x`
+/// (a failed compare picks `x`), in the forms x86 lowers to one `minps`
+/// and one `maxps` ([`sigmoid_n`] does the same): `fmin`/`fmax` take about
+/// ten instructions each there for their NaN and signed-zero rules, which
+/// a clamp by two non-zero bounds does not need. The result's bits are
+/// the same for every `x` (the native GELU's `exp_exact` repeats them).
 pub(crate) fn exp(e: &mut Emit<'_>, x: Value) -> Value {
     let hi = e.vf(C::EXP_HI);
     let lo = e.vf(C::EXP_LO);
-    let xc = e.b.ins().fmin(x, hi);
-    let xc = e.b.ins().fmax(xc, lo);
+    let xc = e.fsel(FloatCC::LessThan, hi, x, hi, x);
+    let xc = e.fsel(FloatCC::LessThan, xc, lo, lo, xc);
     let log2e = e.vf(std::f32::consts::LOG2_E);
     let t = e.b.ins().fmul(xc, log2e);
     let n = e.b.ins().nearest(t);

@@ -1353,6 +1353,7 @@ fn softmax_rows(
             mx = softmax_max(e, mx, v, false);
         }
         let mxv = e.splat(mx);
+        let (mx, mxv) = (e.pin(mx), e.pin(mxv));
         let zero = e.vf(0.0);
         let vs = e.var(F32X4, zero);
         e.for_n(vecs, |e, j| {
@@ -1382,6 +1383,7 @@ fn softmax_rows(
         if log {
             let ls = scalar(e, sum, math::log);
             let lsv = e.splat(ls);
+            let (ls, lsv) = (e.pin(ls), e.pin(lsv));
             e.for_n(vecs, |e, j| {
                 let k = at(e, j);
                 let v = e.load_v(x, k);
@@ -1400,6 +1402,7 @@ fn softmax_rows(
             let one = e.cf(1.0);
             let inv = e.b.ins().fdiv(one, sum);
             let invv = e.splat(inv);
+            let (inv, invv) = (e.pin(inv), e.pin(invv));
             e.for_n(vecs, |e, j| {
                 let k = at(e, j);
                 let v = e.load_v(y, k);
@@ -1458,6 +1461,7 @@ fn normalize_rows(
         let base = e.b.ins().imul_imm_s(o, l as i64);
         let (mean, inv_n) = row_mean(e, x, base, l);
         let meanv = e.splat(mean);
+        let (mean, meanv) = (e.pin(mean), e.pin(meanv));
         let zero = e.vf(0.0);
         let acc = e.var(F32X4, zero);
         e.for_n(vecs, |e, j| {
@@ -1481,6 +1485,7 @@ fn normalize_rows(
         }
         let rstd = row_rstd(e, ss, inv_n, eps);
         let rstdv = e.splat(rstd);
+        let (rstd, rstdv) = (e.pin(rstd), e.pin(rstdv));
         let zero_v = e.vf(0.0);
         e.for_n(vecs, |e, j| {
             let jj = e.b.ins().imul_imm_s(j, 4);
