@@ -206,11 +206,29 @@ pub fn bench(
         Ok(())
     };
     if let (Some(e), Some(against)) = (&exe, &cfg.against) {
-        let mut b = crate::cli::compile_for_cpu(&against.0, &against.1, cfg.threads)?;
-        b.set_concurrency(cfg.concurrency);
-        b.set_spinning(cfg.spinning).map_err(DnncError::Usage)?;
+        // Each build compiled twice, in the order a b b a: which of two
+        // executables of one program was compiled first moved their
+        // paired ratio by up to 2% on the Intel Xeon (GoogLeNet, one
+        // thread: 0.983-0.993 for the same program compiled twice), so
+        // each build is timed half the time as the earlier compile and
+        // half as the later one.
+        let compile = |g: &Graph, opts: &crate::codegen::cpu::CpuOptions| {
+            let mut x = crate::cli::compile_for_cpu(g, opts, cfg.threads)?;
+            x.set_concurrency(cfg.concurrency);
+            x.set_spinning(cfg.spinning).map_err(DnncError::Usage)?;
+            Ok::<_, DnncError>(x)
+        };
+        let b_early = compile(&against.0, &against.1)?;
+        let b_late = compile(&against.0, &against.1)?;
+        let a_late = compile(g, &cfg.cpu_opts)?;
         let loaded_macs = wd::analyze(&against.0).contraction_work();
-        return bench_paired(g, feeds, cfg, (e, &b), (macs, loaded_macs));
+        return bench_paired(
+            g,
+            feeds,
+            cfg,
+            [(e, &b_late), (&a_late, &b_early)],
+            (macs, loaded_macs),
+        );
     }
     for _ in 0..cfg.warmup {
         run_once()?;
@@ -341,21 +359,27 @@ fn time_pair(
 /// per iteration in alternating order (a b, b a, ...), so a machine whose
 /// speed drifts (a shared host: bursts of seconds at 0.6x) slows both
 /// alike; reports each one's latency and the median of the per-iteration
-/// ratios `a / b`. On zoo models whose two builds are one program,
-/// separate `dnnc bench` runs read ratios of 0.78-1.24 within one
-/// `bench/compare_ort.sh` run, the paired ones 0.989-1.007.
+/// ratios `a / b`. `pairs` holds each build's two compiles, the earlier
+/// of one against the later of the other, used in turn. On zoo models
+/// whose two builds are one program, separate `dnnc bench` runs read
+/// ratios of 0.78-1.24 within one `bench/compare_ort.sh` run, the paired
+/// ones 0.989-1.007.
 fn bench_paired(
     g: &Graph,
     feeds: &[(String, Tensor)],
     cfg: &BenchConfig,
-    (a, b): (&Executable, &Executable),
+    pairs: [(&Executable, &Executable); 2],
     (macs_a, macs_b): (u64, u64),
 ) -> Result<String, DnncError> {
-    for _ in 0..cfg.warmup {
-        time_pair((a, b), feeds)?;
+    for &pair in &pairs {
+        for _ in 0..cfg.warmup {
+            time_pair(pair, feeds)?;
+        }
     }
+    let (a, b) = pairs[0];
     let (mut ta, mut tb, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..cfg.iters {
+        let (a, b) = pairs[(i / 2) % 2];
         let (x, y) = if i % 2 == 0 {
             time_pair((a, b), feeds)?
         } else {
