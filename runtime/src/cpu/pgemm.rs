@@ -5619,11 +5619,14 @@ mod tests {
         }
     }
 
-    /// The bias-and-clamp epilogue stored from registers (row-major C)
-    /// gives bitwise what the element-by-element epilogue gives (the same
-    /// C stored transposed), with and without a bias and a clamp, for one
-    /// k block and for several (the old C added before the epilogue), NaN
-    /// kept by the clamp.
+    /// The epilogue stored from registers into a row-major C, into the
+    /// same C transposed (the transposed vector stores) and into a C with
+    /// neither stride one (`store_tile`'s element-by-element loop) gives
+    /// bitwise the same numbers: with and without a bias and a clamp, with
+    /// no activation, SiLU and GELU (`sigmoid16`/`gelu16` and
+    /// `sigmoid8`/`gelu8` against the scalar `sigmoid` and `gelu`), for
+    /// one k block and for several (the old C added before the
+    /// epilogue), NaN kept by the clamp.
     #[test]
     fn register_epilogue_matches_the_scalar_epilogue_bitwise() {
         for kern in kernels() {
@@ -5634,61 +5637,66 @@ mod tests {
                 let pa = pack_a_with(kern, m, k, &a, k, 1, 1.0);
                 let bias: Vec<f32> = (0..m).map(|i| val(i, 6)).collect();
                 for (with_bias, clamp) in [(true, true), (true, false), (false, true)] {
-                    let ep = Epilogue {
-                        bias: if with_bias {
-                            bias.as_ptr()
-                        } else {
-                            std::ptr::null()
-                        },
-                        lo: if clamp { 0.0 } else { f32::NEG_INFINITY },
-                        hi: if clamp { 0.5 } else { f32::INFINITY },
-                        ..Epilogue::NONE
-                    };
-                    let epp = &ep as *const Epilogue as usize;
-                    let (mut c, mut ct) = (vec![0f32; m * n], vec![0f32; m * n]);
-                    let (rc, rct) = unsafe {
-                        let bp = b.as_ptr();
-                        (
-                            dnnc_sgemm_packed(
-                                pa.as_ptr() as *const f32,
-                                m,
-                                n,
-                                k,
-                                bp,
-                                n as isize,
-                                1,
-                                c.as_mut_ptr(),
-                                n as isize,
-                                1,
-                                epp,
-                            ),
-                            dnnc_sgemm_packed(
-                                pa.as_ptr() as *const f32,
-                                m,
-                                n,
-                                k,
-                                bp,
-                                n as isize,
-                                1,
-                                ct.as_mut_ptr(),
-                                1,
-                                m as isize,
-                                epp,
-                            ),
-                        )
-                    };
-                    assert_eq!((rc, rct), (0, 0));
-                    for i in 0..m {
-                        for j in 0..n {
-                            let (x, y) = (c[i * n + j], ct[j * m + i]);
-                            assert_eq!(
-                                x.to_bits(),
-                                y.to_bits(),
-                                "{kern:?} {m}x{n}x{k} bias {with_bias} clamp {clamp} [{i},{j}]"
-                            );
+                    for act in [ACT_NONE, ACT_SILU, ACT_GELU] {
+                        let ep = Epilogue {
+                            bias: if with_bias {
+                                bias.as_ptr()
+                            } else {
+                                std::ptr::null()
+                            },
+                            lo: if clamp { 0.0 } else { f32::NEG_INFINITY },
+                            hi: if clamp { 0.5 } else { f32::INFINITY },
+                            act,
+                            ..Epilogue::NONE
+                        };
+                        let epp = &ep as *const Epilogue as usize;
+                        // Row-major, transposed, and every other float of
+                        // every other row.
+                        let layouts = [(n as isize, 1isize), (1, m as isize), (2 * n as isize, 2)];
+                        let outs: Vec<Vec<f32>> = layouts
+                            .iter()
+                            .map(|&(rs, cs)| {
+                                let mut c = vec![0f32; 2 * m * n];
+                                let rc = unsafe {
+                                    dnnc_sgemm_packed(
+                                        pa.as_ptr() as *const f32,
+                                        m,
+                                        n,
+                                        k,
+                                        b.as_ptr(),
+                                        n as isize,
+                                        1,
+                                        c.as_mut_ptr(),
+                                        rs,
+                                        cs,
+                                        epp,
+                                    )
+                                };
+                                assert_eq!(rc, 0);
+                                (0..m * n)
+                                    .map(|e| {
+                                        let (i, j) = (e / n, e % n);
+                                        c[(i as isize * rs + j as isize * cs) as usize]
+                                    })
+                                    .collect()
+                            })
+                            .collect();
+                        for (e, &x) in outs[0].iter().enumerate() {
+                            for (l, out) in outs.iter().enumerate().skip(1) {
+                                assert_eq!(
+                                    x.to_bits(),
+                                    out[e].to_bits(),
+                                    "{kern:?} {m}x{n}x{k} bias {with_bias} clamp {clamp} act {act} layout {l} [{}, {}]",
+                                    e / n,
+                                    e % n
+                                );
+                            }
                         }
+                        assert!(
+                            outs[0].iter().any(|v| v.is_nan()),
+                            "the NaN did not reach C"
+                        );
                     }
-                    assert!(c.iter().any(|v| v.is_nan()), "the NaN did not reach C");
                 }
             }
         }
