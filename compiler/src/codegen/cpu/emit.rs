@@ -353,6 +353,25 @@ impl<'a> Emit<'a> {
         self.b.ins().store(mem(), v, a, 0);
     }
 
+    /// [`Emit::load_v`] when `lanes`, else [`Emit::load_f32`]: one step
+    /// of a loop written once for its vector body and its scalar tail.
+    pub fn load_lanes(&mut self, lanes: bool, base: Value, idx: Value) -> Value {
+        if lanes {
+            self.load_v(base, idx)
+        } else {
+            self.load_f32(base, idx)
+        }
+    }
+
+    /// [`Emit::store_v`] when `lanes`, else [`Emit::store_f32`].
+    pub fn store_lanes(&mut self, lanes: bool, v: Value, base: Value, idx: Value) {
+        if lanes {
+            self.store_v(v, base, idx)
+        } else {
+            self.store_f32(v, base, idx)
+        }
+    }
+
     /// A fresh mutable variable of type `ty` holding `init`.
     pub fn var(&mut self, ty: Type, init: Value) -> Variable {
         let v = self.b.declare_var(ty);

@@ -1384,40 +1384,49 @@ fn softmax_rows(
             let ls = scalar(e, sum, math::log);
             let lsv = e.splat(ls);
             let (ls, lsv) = (e.pin(ls), e.pin(lsv));
-            e.for_n(vecs, |e, j| {
-                let k = at(e, j);
-                let v = e.load_v(x, k);
-                let d = e.b.ins().fsub(v, mxv);
-                let r = e.b.ins().fsub(d, lsv);
-                e.store_v(r, y, k);
+            row_each(e, base, len, |e, k, _, lanes| {
+                let v = e.load_lanes(lanes, x, k);
+                let (m, l) = if lanes { (mxv, lsv) } else { (mx, ls) };
+                let d = e.b.ins().fsub(v, m);
+                let r = e.b.ins().fsub(d, l);
+                e.store_lanes(lanes, r, y, k);
             });
-            for j in vecs * 4..len {
-                let k = tail(e, j);
-                let v = e.load_f32(x, k);
-                let d = e.b.ins().fsub(v, mx);
-                let r = e.b.ins().fsub(d, ls);
-                e.store_f32(r, y, k);
-            }
         } else {
             let one = e.cf(1.0);
             let inv = e.b.ins().fdiv(one, sum);
             let invv = e.splat(inv);
             let (inv, invv) = (e.pin(inv), e.pin(invv));
-            e.for_n(vecs, |e, j| {
-                let k = at(e, j);
-                let v = e.load_v(y, k);
-                let r = e.b.ins().fmul(v, invv);
-                e.store_v(r, y, k);
+            row_each(e, base, len, |e, k, _, lanes| {
+                let v = e.load_lanes(lanes, y, k);
+                let r = e.b.ins().fmul(v, if lanes { invv } else { inv });
+                e.store_lanes(lanes, r, y, k);
             });
-            for j in vecs * 4..len {
-                let k = tail(e, j);
-                let v = e.load_f32(y, k);
-                let r = e.b.ins().fmul(v, inv);
-                e.store_f32(r, y, k);
-            }
         }
     });
     Ok(())
+}
+
+/// Runs `body(e, index, offset, lanes)` over the `len` elements of a row
+/// from `base`: four lanes at a time (`lanes`, `index` = `base + offset`
+/// the first lane's element), then each of the last `len % 4` alone;
+/// the per-element steps of the row kernels, written once for both
+/// widths ([`Emit::load_lanes`], [`Emit::store_lanes`]).
+fn row_each(
+    e: &mut Emit<'_>,
+    base: Value,
+    len: usize,
+    mut body: impl FnMut(&mut Emit<'_>, Value, Value, bool),
+) {
+    e.for_n(len / 4, |e, j| {
+        let off = e.b.ins().imul_imm_s(j, 4);
+        let k = e.b.ins().iadd(base, off);
+        body(e, k, off, true);
+    });
+    for j in len / 4 * 4..len {
+        let k = e.b.ins().iadd_imm_s(base, j as i64);
+        let off = e.ci(j as i64);
+        body(e, k, off, false);
+    }
 }
 
 /// The mean of the `l` elements of `x` from `base` (summed as
@@ -1486,37 +1495,21 @@ fn normalize_rows(
         let rstd = row_rstd(e, ss, inv_n, eps);
         let rstdv = e.splat(rstd);
         let (rstd, rstdv) = (e.pin(rstd), e.pin(rstdv));
-        let zero_v = e.vf(0.0);
-        e.for_n(vecs, |e, j| {
-            let jj = e.b.ins().imul_imm_s(j, 4);
-            let i = e.b.ins().iadd(base, jj);
-            let v = e.load_v(x, i);
-            let d = e.b.ins().fsub(v, meanv);
-            let nrm = e.b.ins().fmul(d, rstdv);
-            let s = e.load_v(sc, jj);
+        row_each(e, base, l, |e, i, jj, lanes| {
+            let v = e.load_lanes(lanes, x, i);
+            let (m, rs) = if lanes { (meanv, rstdv) } else { (mean, rstd) };
+            let d = e.b.ins().fsub(v, m);
+            let nrm = e.b.ins().fmul(d, rs);
+            let s = e.load_lanes(lanes, sc, jj);
             let b = match bias {
-                Some(bp) => e.load_v(bp, jj),
-                None => zero_v,
-            };
-            let t = e.b.ins().fmul(nrm, s);
-            let r = e.b.ins().fadd(t, b);
-            e.store_v(r, y, i);
-        });
-        for j in vecs * 4..l {
-            let i = e.b.ins().iadd_imm_s(base, j as i64);
-            let jj = e.ci(j as i64);
-            let v = e.load_f32(x, i);
-            let d = e.b.ins().fsub(v, mean);
-            let nrm = e.b.ins().fmul(d, rstd);
-            let s = e.load_f32(sc, jj);
-            let b = match bias {
-                Some(bp) => e.load_f32(bp, jj),
+                Some(bp) => e.load_lanes(lanes, bp, jj),
+                None if lanes => e.vf(0.0),
                 None => e.cf(0.0),
             };
             let t = e.b.ins().fmul(nrm, s);
             let r = e.b.ins().fadd(t, b);
-            e.store_f32(r, y, i);
-        }
+            e.store_lanes(lanes, r, y, i);
+        });
     });
 }
 
